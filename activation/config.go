@@ -1,0 +1,115 @@
+package activation
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+)
+
+// Config configures a Pool. Start from DefaultConfig and change what you
+// need; New rejects a Config whose fields are out of range and names the
+// field.
+type Config struct {
+	// Processors is the number of processors: the most grain code that runs
+	// at once, outside blocking regions. Default GOMAXPROCS: more would only
+	// make the Go runtime time-slice them; fewer leaves cores idle.
+	Processors int
+
+	// QuantumTurns is how many turns a group runs before it goes to the back
+	// of the line. Default 64: the throughput benchmark gains under 3% from
+	// a larger quantum, while a group with a deep queue then holds a
+	// processor for 64 turns at most. See docs/benchmarks.md.
+	QuantumTurns int
+
+	// QuantumTime ends a group's run after this long even when it has run
+	// fewer than QuantumTurns turns; the monitor enforces it, so it takes
+	// effect at MonitorInterval granularity, between turns. Default 10 ms,
+	// the Go runtime's own preemption slice.
+	QuantumTime time.Duration
+
+	// SpinRounds is how many times an idle worker looks for work (global
+	// queue, then stealing) and yields before it parks. Default 4: a worker
+	// that finds nothing for four yields is unlikely to find work soon, and
+	// a worker that parks at once makes the next round trip pay a wakeup.
+	SpinRounds int
+
+	// HandOnAfter is how long a turn may hold a processor without finishing
+	// or blocking before the monitor gives that processor to another worker,
+	// so a turn that computes for long does not stall the groups queued
+	// behind it. Default 50 ms.
+	HandOnAfter time.Duration
+
+	// LongTurnWarning is how long a turn may run before the monitor logs a
+	// warning naming its group and turn. Default 1 s, as in Orleans.
+	LongTurnWarning time.Duration
+
+	// MonitorInterval is how often the monitor samples the processors. It
+	// bounds the precision of QuantumTime, HandOnAfter and LongTurnWarning.
+	// Default 5 ms.
+	MonitorInterval time.Duration
+
+	// InlineDepth is how many turns deep a worker may run a turn of an idle
+	// group inline, on the caller's goroutine, from Exec.TryRun. 0 turns
+	// inline execution off, so every wait goes through the blocking
+	// hand-off. Default 8.
+	InlineDepth int
+
+	// Logger receives warnings about long turns. Default: a no-op logger.
+	Logger *zap.Logger
+
+	// Clock drives the monitor. Tests pass a fake clock and advance it.
+	// Default: the real clock.
+	Clock clockwork.Clock
+}
+
+// DefaultConfig returns the configuration described on each field.
+func DefaultConfig() Config {
+	return Config{
+		Processors:      runtime.GOMAXPROCS(0),
+		QuantumTurns:    64,
+		QuantumTime:     10 * time.Millisecond,
+		SpinRounds:      4,
+		HandOnAfter:     50 * time.Millisecond,
+		LongTurnWarning: time.Second,
+		MonitorInterval: 5 * time.Millisecond,
+		InlineDepth:     8,
+		Logger:          zap.NewNop(),
+		Clock:           clockwork.NewRealClock(),
+	}
+}
+
+// maxInlineDepth bounds Config.InlineDepth: the held-group stack of an Exec
+// is a fixed array of this size, so inline calls never allocate.
+const maxInlineDepth = 32
+
+// maxProcessors bounds Config.Processors.
+const maxProcessors = 1024
+
+func (c *Config) validate() error {
+	switch {
+	case c.Processors < 1 || c.Processors > maxProcessors:
+		return fmt.Errorf("activation: Config.Processors is %d; want 1 to %d", c.Processors, maxProcessors)
+	case c.QuantumTurns < 1:
+		return fmt.Errorf("activation: Config.QuantumTurns is %d; want at least 1", c.QuantumTurns)
+	case c.QuantumTime <= 0:
+		return fmt.Errorf("activation: Config.QuantumTime is %v; want a positive duration", c.QuantumTime)
+	case c.SpinRounds < 0:
+		return fmt.Errorf("activation: Config.SpinRounds is %d; want 0 or more", c.SpinRounds)
+	case c.HandOnAfter <= 0:
+		return fmt.Errorf("activation: Config.HandOnAfter is %v; want a positive duration", c.HandOnAfter)
+	case c.LongTurnWarning <= 0:
+		return fmt.Errorf("activation: Config.LongTurnWarning is %v; want a positive duration", c.LongTurnWarning)
+	case c.MonitorInterval <= 0:
+		return fmt.Errorf("activation: Config.MonitorInterval is %v; want a positive duration", c.MonitorInterval)
+	case c.InlineDepth < 0 || c.InlineDepth > maxInlineDepth:
+		return fmt.Errorf("activation: Config.InlineDepth is %d; want 0 to %d", c.InlineDepth, maxInlineDepth)
+	case c.Logger == nil:
+		return fmt.Errorf("activation: Config.Logger is nil; use zap.NewNop() for no logging")
+	case c.Clock == nil:
+		return fmt.Errorf("activation: Config.Clock is nil; use clockwork.NewRealClock()")
+	}
+	return nil
+}

@@ -1,0 +1,548 @@
+package activation
+
+import (
+	"runtime"
+	"runtime/debug"
+	"sync/atomic"
+)
+
+// An Exec is the worker goroutine running a turn. The pool passes it to
+// Task.Run and Task.Done; the turn uses it to enqueue work near itself, to
+// run a call inline, and to wait without holding a processor. An Exec
+// belongs to the goroutine it was passed to, for the duration of that call
+// only: it must not be kept or shared.
+type Exec struct {
+	pool     *Pool
+	p        *proc // the processor held, or nil
+	wake     chan struct{}
+	spinning bool // counted in pool.nspinning
+	started  bool // mu held until the goroutine starts; then owner only
+
+	// frames are the groups whose tokens this goroutine holds or will take
+	// back: frames[0] is the group the worker is draining, each further one
+	// a group run inline from the turn below it.
+	frames [maxInlineDepth + 1]frame
+	depth  int
+
+	res        resumer // the continuation turn of this goroutine's waits
+	schedTick  uint32  // findRunnable calls, to look at the global queue first now and then
+	nextStreak int     // groups taken from next in a row
+}
+
+type frame struct {
+	g    *Group
+	name string // the turn this frame is running
+	held bool   // this goroutine holds g's token
+}
+
+func newExec(p *Pool) *Exec {
+	e := &Exec{pool: p, wake: make(chan struct{}, 1)}
+	e.res.e = e
+	return e
+}
+
+// Pool returns the pool the turn runs on.
+func (e *Exec) Pool() *Pool { return e.pool }
+
+// Group returns the group whose turn is running.
+func (e *Exec) Group() *Group {
+	if e.depth == 0 {
+		return nil
+	}
+	return e.frames[e.depth-1].g
+}
+
+// Enqueue appends t to g's queue like Group.Enqueue, but when g becomes
+// runnable it goes to this worker's processor, to run as soon as the
+// current turn ends or waits.
+func (e *Exec) Enqueue(g *Group, t Turn) error { return g.enqueue(e, t) }
+
+// loop is the worker goroutine.
+func (e *Exec) loop() {
+	defer e.pool.wg.Done()
+	defer e.pool.nworkers.Add(-1)
+	for {
+		if e.p == nil && !e.parkSpare() {
+			return
+		}
+		if e.p.status.Load() == pDetached {
+			e.pool.retireProc(e)
+			continue
+		}
+		g := e.findRunnable()
+		if g == nil {
+			return
+		}
+		if !g.state.CompareAndSwap(groupQueued, groupRunning) {
+			panic("activation: group " + g.label + " taken from a run queue was not queued")
+		}
+		if e.spinning {
+			e.resetSpinning()
+		}
+		e.runGroup(g)
+	}
+}
+
+// parkSpare parks a worker that holds no processor until startWorker hands
+// it one. It returns false when the worker should exit instead: the pool
+// closed, or enough spares are parked already. Owner only.
+func (e *Exec) parkSpare() bool {
+	p := e.pool
+	p.mu.Lock()
+	if p.closed.Load() {
+		p.mu.Unlock()
+		p.dropAll()
+		return false
+	}
+	if len(p.spares) >= p.cfg.Processors {
+		// Enough spares for any burst of hand-offs; let this one go.
+		p.mu.Unlock()
+		return false
+	}
+	p.spares = append(p.spares, e)
+	p.mu.Unlock()
+	<-e.wake
+	return e.p != nil
+}
+
+// resetSpinning ends this worker's spinning because it found work, and
+// wakes another spinner if more work is visible. Owner only.
+func (e *Exec) resetSpinning() {
+	e.spinning = false
+	if e.pool.nspinning.Add(-1) == 0 && (e.pool.gqlen.Load() > 0 || (e.p != nil && !e.p.runqEmpty())) {
+		e.pool.wakep()
+	}
+}
+
+// findRunnable returns a queued group to run, looking locally, globally and
+// in other processors' rings, parking when there is nothing. It returns nil
+// when the worker should exit. Owner only.
+func (e *Exec) findRunnable() *Group {
+	p := e.pool
+	cfg := &p.cfg
+	for {
+		pp := e.p
+		if p.closed.Load() {
+			pp.stealNext.Store(false)
+			p.dropAll()
+			return nil
+		}
+		e.schedTick++
+		if e.schedTick%61 == 0 {
+			if g := p.globalGet(pp); g != nil {
+				e.nextStreak = 0
+				return g
+			}
+		}
+		if g := pp.next.Load(); g != nil {
+			if e.nextStreak >= cfg.QuantumTurns {
+				// A chain of groups handing each other next would starve the
+				// ring: send next to the tail this time.
+				if g = pp.next.Swap(nil); g != nil {
+					pp.runqput(p, g, false)
+				}
+			} else if g = pp.next.Swap(nil); g != nil {
+				pp.stealNext.Store(false)
+				e.nextStreak++
+				return g
+			}
+		}
+		e.nextStreak = 0
+		if g := pp.runqget(); g != nil {
+			return g
+		}
+		if g := p.globalGet(pp); g != nil {
+			return g
+		}
+		busy := int32(cfg.Processors) - p.npidle.Load()
+		if e.spinning || 2*p.nspinning.Load() < busy {
+			if !e.spinning {
+				e.spinning = true
+				p.nspinning.Add(1)
+			}
+			for range cfg.SpinRounds {
+				if g := p.globalGet(pp); g != nil {
+					return g
+				}
+				if g := p.steal(pp); g != nil {
+					return g
+				}
+				runtime.Gosched()
+				if p.closed.Load() || !pp.runqEmpty() {
+					break
+				}
+			}
+			if !pp.runqEmpty() {
+				continue
+			}
+		}
+		if !e.park() {
+			return nil
+		}
+	}
+}
+
+// park gives the processor back and waits until it is needed again. The
+// worker stays attached to the idle processor, so waking it is one channel
+// send: the same two goroutine switches as a channel round trip. It returns
+// false if the worker should exit. Owner only.
+func (e *Exec) park() bool {
+	p := e.pool
+	pp := e.p
+	if !pp.runqEmpty() {
+		return true
+	}
+	// Once parked on pp, e's fields belong to whoever takes pp: settle
+	// them first.
+	wasSpinning := e.spinning
+	e.spinning = false
+	p.mu.Lock()
+	if p.closed.Load() {
+		p.mu.Unlock()
+		e.spinning = wasSpinning
+		return true // findRunnable sees closed
+	}
+	e.p = nil
+	p.pidleputLocked(pp)
+	pp.parked = e
+	p.mu.Unlock()
+	if wasSpinning {
+		p.nspinning.Add(-1)
+	}
+	// A submitter that found a spinner before we stopped spinning did not
+	// wake anyone: look once more now that we are counted idle, and take
+	// our processor back if no one has.
+	if p.stealableWork() {
+		p.mu.Lock()
+		if pp.parked == e {
+			p.pidleremoveLocked(pp)
+			p.mu.Unlock()
+			e.p = pp
+			e.spinning = true
+			p.nspinning.Add(1)
+			return true
+		}
+		p.mu.Unlock()
+	}
+	<-e.wake
+	return e.p != nil
+}
+
+// runGroup drains g, whose token this worker took from a run queue, until
+// its queue is empty, its quantum ends, or its token leaves this goroutine.
+// Owner only.
+
+func (e *Exec) runGroup(g *Group) {
+	pool := e.pool
+	pp := e.p
+	pp.runSeq.Store(pp.runSeq.Load() + 1)
+	pp.preempt.Store(false)
+	pp.curGroup.Store(g)
+	f := e.pushFrame(g)
+	n := 0
+	t, ok := g.first()
+	for {
+		if !ok {
+			if g.becomeIdle() {
+				t, ok = g.first()
+				continue
+			}
+			f.held = false
+			break
+		}
+		if pool.closed.Load() {
+			g.dropTurns(e)
+			ok = false
+			continue
+		}
+		if r, isRes := t.Task.(*resumer); isRes {
+			// A waiting turn's continuation: the token and the processor go
+			// to the goroutine that waits; this worker becomes a spare.
+			e.handTo(r.e, f)
+			break
+		}
+		f.name = t.Name
+		e.runTurn(g, t)
+		n++
+		if !f.held {
+			break // the pool closed while the turn waited
+		}
+		pp = e.p
+		t, ok = g.complete()
+		if !ok {
+			f.held = false // complete made the group idle
+			break
+		}
+		if pp.status.Load() != pRunning || n >= pool.cfg.QuantumTurns || pp.preempt.Load() {
+			pp.preempt.Store(false)
+			f.held = false
+			g.yieldGlobal()
+			break
+		}
+	}
+	g.turns.Add(uint64(n))
+	e.popFrame()
+	if e.p != nil {
+		e.p.curGroup.Store(nil)
+	}
+}
+
+// runTurn runs one turn and reports how it ended. Token holder only.
+func (e *Exec) runTurn(g *Group, t Turn) {
+	pp := e.p
+	pp.tick.Store(pp.tick.Load() + 1)
+	err := e.call(g, t)
+	t.Task.Done(e, err)
+}
+
+func (e *Exec) call(g *Group, t Turn) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Group: g.label, Turn: t.Name, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	t.Task.Run(e)
+	return nil
+}
+
+func (e *Exec) pushFrame(g *Group) *frame {
+	f := &e.frames[e.depth]
+	e.depth++
+	*f = frame{g: g, held: true}
+	return f
+}
+
+func (e *Exec) popFrame() {
+	e.depth--
+	e.frames[e.depth] = frame{}
+}
+
+// handTo gives this worker's processor and the token of f's group to x,
+// whose continuation turn is at the head of the group. Owner only.
+func (e *Exec) handTo(x *Exec, f *frame) {
+	pp := e.p
+	e.p = nil
+	f.held = false
+	xf := &x.frames[x.depth-1]
+	xf.held = true
+	pp.runSeq.Store(pp.runSeq.Load() + 1)
+	pp.tick.Store(pp.tick.Load() + 1)
+	pp.curGroup.Store(xf.g)
+	x.p = pp
+	x.wake <- struct{}{}
+}
+
+// resumer is the task of a continuation turn: running it hands the
+// processor and the group's token to the goroutine that waits. Workers
+// recognise it before Run is called; Run itself is never called.
+type resumer struct{ e *Exec }
+
+func (r *resumer) Run(*Exec) { panic("activation: continuation run as a turn") }
+
+// Done is called when the pool closed before the continuation ran: the
+// waiting goroutine continues without a processor.
+func (r *resumer) Done(_ *Exec, err error) {
+	if err != nil {
+		r.e.wake <- struct{}{}
+	}
+}
+
+// An Event is a one-shot signal a turn can wait for with Exec.Wait without
+// holding its processor: typically the reply to a call. The zero value is
+// ready to use. Reset makes it reusable once no one waits on it.
+type Event struct {
+	state atomic.Pointer[Exec] // nil, eventSignaled, or the waiting Exec
+}
+
+var eventSignaled = new(Exec)
+
+// Signal sets the event and resumes the turn waiting on it, if any, through
+// the global queue. Signaling twice is harmless. Any goroutine.
+func (ev *Event) Signal() { ev.signal(nil) }
+
+// Signal sets ev from a turn: a resumed waiter's group becomes runnable on
+// this worker's processor, to run as soon as the current turn ends.
+func (e *Exec) Signal(ev *Event) { ev.signal(e) }
+
+func (ev *Event) signal(from *Exec) {
+	x := ev.state.Swap(eventSignaled)
+	if x == nil || x == eventSignaled {
+		return
+	}
+	f := &x.frames[x.depth-1]
+	f.g.push(from, Turn{Task: &x.res, Name: f.name})
+}
+
+// Signaled reports whether the event has been signaled. Any goroutine.
+func (ev *Event) Signaled() bool { return ev.state.Load() == eventSignaled }
+
+// Reset clears a signaled event for reuse. No Wait may be in progress.
+func (ev *Event) Reset() { ev.state.Store(nil) }
+
+// Wait blocks the turn until ev is signaled. Unless ev is signaled already,
+// the turn releases every group token it holds (so other turns of those
+// groups may run: interleaving happens only here) and hands its processor
+// to another worker. When ev is signaled, the turn waits in its group's
+// FIFO, like any turn, to take the token and a processor back. If the pool
+// closes meanwhile, Wait returns once ev is signaled, and the turn runs on
+// without a processor. Turn goroutine only.
+func (e *Exec) Wait(ev *Event) {
+	if ev.state.Load() == eventSignaled {
+		return
+	}
+	if !e.holding("Wait") {
+		// The pool closed under this turn: just wait.
+		if ev.state.CompareAndSwap(nil, e) {
+			<-e.wake
+		}
+		return
+	}
+	top := &e.frames[e.depth-1]
+	e.release()
+	if ev.state.CompareAndSwap(nil, e) {
+		<-e.wake
+	} else {
+		e.retake(top)
+	}
+	e.endWait()
+}
+
+// Blocking runs fn, which may block (file or network I/O, a lock, a cgo
+// call), without holding the processor or the group tokens, and takes them
+// back afterwards; if fn panics, the tokens are taken back before the panic
+// continues. Turn goroutine only.
+func (e *Exec) Blocking(fn func()) {
+	if !e.holding("Blocking") {
+		fn()
+		return
+	}
+	top := &e.frames[e.depth-1]
+	e.release()
+	defer func() {
+		e.retake(top)
+		e.endWait()
+	}()
+	fn()
+}
+
+// holding reports whether the turn holds its token and a processor; it is
+// false only after the pool closed under the turn. Turn goroutine only.
+func (e *Exec) holding(what string) bool {
+	if e.depth == 0 {
+		panic("activation: Exec." + what + " called outside a turn")
+	}
+	return e.frames[e.depth-1].held && e.p != nil
+}
+
+// release gives up every held group token and the processor before a wait.
+// Turn goroutine only.
+func (e *Exec) release() {
+	pool := e.pool
+	pool.active.Add(1) // before any group goes idle, so Stop cannot finish early
+	pool.blocked.Add(1)
+	for i := e.depth - 1; i >= 0; i-- {
+		f := &e.frames[i]
+		if !f.held {
+			continue
+		}
+		f.held = false
+		f.g.mu.Lock()
+		f.g.popHeadLocked()
+		f.g.mu.Unlock()
+		f.g.release(e)
+	}
+	e.handoff()
+}
+
+func (e *Exec) endWait() {
+	e.pool.blocked.Add(-1)
+	e.pool.deactivate()
+}
+
+// handoff gives this goroutine's processor to a worker that can use it, or
+// back to the idle list. Owner only; afterwards e holds no processor.
+func (e *Exec) handoff() {
+	pool := e.pool
+	pp := e.p
+	pp.handoffs.Store(pp.handoffs.Load() + 1)
+	if pp.status.Load() == pDetached {
+		pool.retireProc(e)
+		return
+	}
+	e.p = nil
+	pp.curGroup.Store(nil)
+	if !pp.runqEmpty() || pool.gqlen.Load() > 0 {
+		pool.startWorker(pp, false)
+		return
+	}
+	pool.pidleput(pp)
+}
+
+// retake takes back the token of frame f after a release, and a processor.
+// Turn goroutine only.
+func (e *Exec) retake(f *frame) {
+	pool := e.pool
+	if pool.closed.Load() {
+		if e.p != nil {
+			e.handoff()
+		}
+		return
+	}
+	if e.p == nil {
+		e.p = pool.pidleget()
+	}
+	if e.p != nil {
+		if f.g.acquireIdle(e) {
+			f.g.pushHead(Turn{Task: &e.res, Name: f.name})
+			f.held = true
+			e.p.tick.Store(e.p.tick.Load() + 1)
+			e.p.curGroup.Store(f.g)
+			return
+		}
+		e.handoff()
+	}
+	f.g.push(nil, Turn{Task: &e.res, Name: f.name})
+	<-e.wake
+	if e.p != nil {
+		e.p.curGroup.Store(f.g)
+	}
+}
+
+// TryRun runs t inline, on this goroutine, if g is idle with an empty
+// queue and the inline depth allows it: the caller takes g's token for the
+// turn, like a function call. It returns false, having done nothing, when
+// it cannot; the caller then enqueues t and waits. When TryRun returns true,
+// t has run and its Done has been called. Turn goroutine only.
+func (e *Exec) TryRun(g *Group, t Turn) bool {
+	pool := e.pool
+	if t.Task == nil || g.pool != pool || e.depth == 0 || e.depth > pool.cfg.InlineDepth ||
+		e.p == nil || pool.closed.Load() || !e.frames[e.depth-1].held {
+		return false
+	}
+	if !g.acquireIdle(e) {
+		return false
+	}
+	g.pushHead(t)
+	caller := &e.frames[e.depth-1]
+	f := e.pushFrame(g)
+	f.name = t.Name
+	e.p.curGroup.Store(g)
+	e.runTurn(g, t)
+	g.turns.Add(1)
+	if f.held {
+		if _, more := g.complete(); more {
+			g.yield(e)
+		}
+	}
+	e.popFrame()
+	if !caller.held {
+		e.pool.active.Add(1)
+		e.pool.blocked.Add(1)
+		e.retake(caller)
+		e.endWait()
+	}
+	if e.p != nil {
+		e.p.curGroup.Store(caller.g)
+	}
+	return true
+}

@@ -1,0 +1,261 @@
+package activation
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Group states. A group's state changes only by CAS. Who owns each
+// transition:
+//
+//	idle -> queued     the goroutine whose enqueue found it idle; it submits it
+//	queued -> running  the worker that took it from a run queue
+//	idle -> running    a worker taking it inline (Exec.TryRun) or back after a wait
+//	running -> queued  the token holder, yielding with turns left
+//	running -> idle    the token holder, finding the queue empty
+const (
+	groupIdle uint32 = iota
+	groupQueued
+	groupRunning
+)
+
+// A Group is a work-item group: the FIFO of turns of one activation. Its
+// turns run one at a time, in order (system turns first), on the pool's
+// processors; whoever holds the group's run token runs them. A Group must
+// be made with Pool.NewGroup.
+type Group struct {
+	pool  *Pool
+	label string
+	state atomic.Uint32
+
+	mu      sync.Mutex
+	sys     turnQueue // system turns; guarded by mu
+	app     turnQueue // application turns; guarded by mu
+	headSys bool      // the turn being run came from sys; guarded by mu
+
+	turns atomic.Uint64
+	busy  atomic.Int64 // nanoseconds running turns, sampled by the monitor
+}
+
+// Label returns the label the group was made with. Any goroutine.
+func (g *Group) Label() string { return g.label }
+
+// Enqueue appends t to the group's queue from a goroutine that is not
+// running a turn of the pool (a turn uses Exec.Enqueue, which keeps the
+// work on its processor). It returns ErrClosed after the pool stopped and
+// ErrNilTask for a turn without a task; otherwise t will run, or its Done
+// will get ErrClosed if the pool is closed first. Any goroutine.
+func (g *Group) Enqueue(t Turn) error { return g.enqueue(nil, t) }
+
+// GroupStats is a snapshot of a group's counters.
+type GroupStats struct {
+	Label    string
+	QueueLen int           // turns waiting, including one being run
+	Turns    uint64        // turns run to completion
+	Busy     time.Duration // time running turns, sampled every Config.MonitorInterval
+}
+
+// Stats returns the group's counters. Any goroutine.
+func (g *Group) Stats() GroupStats {
+	return GroupStats{
+		Label:    g.label,
+		QueueLen: g.queueLen(),
+		Turns:    g.turns.Load(),
+		Busy:     time.Duration(g.busy.Load()),
+	}
+}
+
+// queueLen returns the number of queued turns, including one being run.
+// Any goroutine.
+func (g *Group) queueLen() int {
+	g.mu.Lock()
+	n := g.sys.n + g.app.n
+	g.mu.Unlock()
+	return n
+}
+
+func (g *Group) enqueue(from *Exec, t Turn) error {
+	if t.Task == nil {
+		return ErrNilTask
+	}
+	if g.pool.closed.Load() {
+		return ErrClosed
+	}
+	g.push(from, t)
+	return nil
+}
+
+// push appends t and submits the group if it was idle. It does not check
+// whether the pool is closed: a closed pool drops what is submitted.
+// Any goroutine.
+func (g *Group) push(from *Exec, t Turn) {
+	g.mu.Lock()
+	if t.System {
+		g.sys.push(t)
+	} else {
+		g.app.push(t)
+	}
+	g.mu.Unlock()
+	// Load before CAS: a busy group is the common case, and a failing CAS
+	// would still take its cache line exclusively.
+	if g.state.Load() == groupIdle && g.state.CompareAndSwap(groupIdle, groupQueued) {
+		g.pool.active.Add(1)
+		g.pool.submit(from, g)
+	}
+}
+
+// first returns the turn to run next without removing it. Token holder only.
+func (g *Group) first() (Turn, bool) {
+	g.mu.Lock()
+	t, ok := g.peekLocked()
+	g.mu.Unlock()
+	return t, ok
+}
+
+// peekLocked picks the next turn, system turns first. mu held.
+func (g *Group) peekLocked() (Turn, bool) {
+	if g.sys.n > 0 {
+		g.headSys = true
+		return g.sys.peek()
+	}
+	g.headSys = false
+	return g.app.peek()
+}
+
+// popHeadLocked removes the turn being run. mu held.
+func (g *Group) popHeadLocked() {
+	if g.headSys {
+		g.sys.pop()
+	} else {
+		g.app.pop()
+	}
+}
+
+// complete removes the turn that just ran and returns the next one. When
+// there is none, the group goes idle before the lock is released, so a
+// pusher after us sees idle and submits it: the token is gone. Token
+// holder only.
+func (g *Group) complete() (Turn, bool) {
+	g.mu.Lock()
+	g.popHeadLocked()
+	t, ok := g.peekLocked()
+	if !ok && !g.state.CompareAndSwap(groupRunning, groupIdle) {
+		g.mu.Unlock()
+		panic("activation: group " + g.label + " completed by a goroutine not holding its token")
+	}
+	g.mu.Unlock()
+	if !ok {
+		g.pool.deactivate()
+	}
+	return t, ok
+}
+
+// pushHead makes t the turn being run of a group whose queue is empty: the
+// entry that stands for a turn taken inline or resumed directly. Token
+// holder only.
+func (g *Group) pushHead(t Turn) {
+	g.mu.Lock()
+	if t.System {
+		g.sys.push(t)
+	} else {
+		g.app.push(t)
+	}
+	g.headSys = t.System
+	g.mu.Unlock()
+}
+
+// acquireIdle takes the token of an idle group with an empty queue. If a
+// turn slipped into the queue meanwhile, the group is submitted instead,
+// so that turn is not overtaken. Any worker.
+func (g *Group) acquireIdle(from *Exec) bool {
+	if g.state.Load() != groupIdle || !g.state.CompareAndSwap(groupIdle, groupRunning) {
+		return false
+	}
+	g.pool.active.Add(1)
+	if g.queueLen() != 0 {
+		g.yield(from)
+		return false
+	}
+	return true
+}
+
+// release gives up the token, submitting the group again if it has turns.
+// Token holder only.
+func (g *Group) release(from *Exec) {
+	if g.queueLen() != 0 {
+		g.yield(from)
+		return
+	}
+	if g.becomeIdle() {
+		g.yield(from)
+	}
+}
+
+// becomeIdle moves a running group with an empty queue to idle. It returns
+// true if turns arrived meanwhile and the caller has the token again (the
+// group is running). Token holder only.
+func (g *Group) becomeIdle() bool {
+	if !g.state.CompareAndSwap(groupRunning, groupIdle) {
+		panic("activation: group " + g.label + " released by a goroutine not holding its token")
+	}
+	g.pool.deactivate()
+	// A pusher whose critical section came after our CAS sees idle and
+	// submits the group itself; one whose section came before is seen here.
+	if g.queueLen() == 0 || !g.state.CompareAndSwap(groupIdle, groupRunning) {
+		return false
+	}
+	g.pool.active.Add(1)
+	return true
+}
+
+// yield puts a running group with turns left back in line. Token holder only.
+func (g *Group) yield(from *Exec) {
+	if !g.state.CompareAndSwap(groupRunning, groupQueued) {
+		panic("activation: group " + g.label + " yielded by a goroutine not holding its token")
+	}
+	g.pool.submit(from, g)
+}
+
+// yieldGlobal puts a running group at the back of the global queue, behind
+// every group waiting there: the end of a quantum. Token holder only.
+func (g *Group) yieldGlobal() {
+	if !g.state.CompareAndSwap(groupRunning, groupQueued) {
+		panic("activation: group " + g.label + " yielded by a goroutine not holding its token")
+	}
+	g.pool.globalPut(g)
+	g.pool.wakep()
+	if g.pool.closed.Load() {
+		g.pool.dropAll()
+	}
+}
+
+// drop discards the turns of a queued group of a closed pool, telling each
+// owner ErrClosed. The caller took g from a run queue. Any goroutine.
+func (g *Group) drop() {
+	if !g.state.CompareAndSwap(groupQueued, groupRunning) {
+		panic("activation: dropping group " + g.label + " that is not queued")
+	}
+	for {
+		g.dropTurns(nil)
+		if !g.becomeIdle() {
+			return
+		}
+	}
+}
+
+// dropTurns discards every queued turn. Token holder only.
+func (g *Group) dropTurns(e *Exec) {
+	for {
+		g.mu.Lock()
+		t, ok := g.peekLocked()
+		if ok {
+			g.popHeadLocked()
+		}
+		g.mu.Unlock()
+		if !ok {
+			return
+		}
+		t.Task.Done(e, ErrClosed)
+	}
+}

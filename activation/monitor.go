@@ -1,0 +1,107 @@
+package activation
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// monitor samples the processors every Config.MonitorInterval, like the Go
+// runtime's sysmon. It never touches a ring; it only sets flags that owners
+// and thieves read, detaches processors stuck in one turn, and logs.
+type monitor struct {
+	p    *Pool
+	last time.Time // the previous sample
+}
+
+func newMonitor(p *Pool) *monitor { return &monitor{p: p, last: p.now()} }
+
+func (m *monitor) run() {
+	defer m.p.wg.Done()
+	t := m.p.cfg.Clock.NewTicker(m.p.cfg.MonitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.p.monStop:
+			return
+		case <-t.Chan():
+			m.check(m.p.now())
+		}
+	}
+}
+
+// check looks at every processor once. A processor's turn is "stuck" while
+// its tick (turns started) has not moved; its run is long while its runSeq
+// (group runs started) has not moved. Monitor only.
+//
+// Busy time is sampled here too: each group found running is charged the
+// time since the previous sample. That costs the hot path nothing (a clock
+// read per turn costs more than a short turn on some virtual machines) and
+// is exact in aggregate, though coarse for a single short turn.
+func (m *monitor) check(now time.Time) {
+	p := m.p
+	cfg := &p.cfg
+	elapsed := now.Sub(m.last)
+	m.last = now
+	for _, pp := range *p.allp.Load() {
+		st := pp.status.Load()
+		g := pp.curGroup.Load()
+		tick, run := pp.tick.Load(), pp.runSeq.Load()
+		if g != nil && (st == pRunning || st == pDetached) && elapsed > 0 {
+			g.busy.Add(int64(elapsed))
+		}
+		if (st != pRunning && st != pDetached) || g == nil {
+			pp.mon.tick, pp.mon.run = tick, run
+			pp.mon.tickSince, pp.mon.runSince = now, now
+			pp.mon.warned = false
+			continue
+		}
+		if run != pp.mon.run {
+			pp.mon.run, pp.mon.runSince = run, now
+		} else if now.Sub(pp.mon.runSince) >= cfg.QuantumTime {
+			pp.preempt.Store(true)
+		}
+		if tick != pp.mon.tick {
+			pp.mon.tick, pp.mon.tickSince = tick, now
+			pp.mon.warned = false
+			continue
+		}
+		stuck := now.Sub(pp.mon.tickSince)
+		if pp.next.Load() != nil && !pp.stealNext.Load() {
+			// The owner has not reached its next for a whole interval: let
+			// an idle worker take it.
+			pp.stealNext.Store(true)
+			p.wakep()
+		}
+		if st == pRunning && stuck >= cfg.HandOnAfter {
+			p.detach(pp)
+		}
+		if stuck >= cfg.LongTurnWarning && !pp.mon.warned {
+			pp.mon.warned = true
+			p.warned.Add(1)
+			cfg.Logger.Warn("activation: long turn holds a processor",
+				zap.String("group", g.label),
+				zap.String("turn", g.runningTurnName()),
+				zap.Duration("running", stuck),
+				zap.Duration("threshold", cfg.LongTurnWarning))
+		}
+	}
+}
+
+// runningTurnName returns the name of the turn at the head of the group,
+// which is the one being run while the group is running. Any goroutine.
+func (g *Group) runningTurnName() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var t Turn
+	var ok bool
+	if g.headSys {
+		t, ok = g.sys.peek()
+	} else {
+		t, ok = g.app.peek()
+	}
+	if !ok {
+		return ""
+	}
+	return t.Name
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package activation
+
+const raceEnabled = false

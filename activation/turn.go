@@ -1,0 +1,135 @@
+package activation
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Errors reported by the scheduler. Their text begins with the package name.
+var (
+	// ErrClosed is returned by Enqueue after the pool has stopped, and is
+	// passed to Task.Done for every turn the pool dropped without running.
+	ErrClosed = errors.New("activation: pool closed")
+	// ErrNilTask is returned by Enqueue for a Turn without a Task.
+	ErrNilTask = errors.New("activation: turn has no task")
+)
+
+// A Task is the code of a turn and the party told how it ended.
+//
+// The pool calls Run at most once, on a worker that holds the group's run
+// token, so Run never overlaps another turn of the same group. It then calls
+// Done exactly once: with nil after Run returned, with a *PanicError when Run
+// panicked, or with ErrClosed when the pool dropped the turn without running
+// it. Every turn that Enqueue accepted gets its Done call.
+//
+// Done must not block or panic. It may run on a worker (e is that worker's
+// Exec, usable for Exec.Signal and Exec.Enqueue during the call) or on the
+// goroutine that closed the pool (e is nil).
+//
+// A Task is usually a pointer to a long-lived or pooled object, so that
+// queuing it does not allocate.
+type Task interface {
+	Run(e *Exec)
+	Done(e *Exec, err error)
+}
+
+// Turn is one unit of work queued on a group: a value, copied into the
+// group's queue, so enqueuing a Turn whose Task is a pointer does not
+// allocate.
+type Turn struct {
+	// Task is the code to run. Required.
+	Task Task
+	// Name identifies the turn in warnings and stats, for example the grain
+	// method it serves. It should be a constant or otherwise long-lived.
+	Name string
+	// System turns (activation, deactivation, other lifecycle work) run
+	// before every queued application turn of their group.
+	System bool
+}
+
+// PanicError is passed to Task.Done when Run panicked. The group and the
+// pool keep running.
+type PanicError struct {
+	Group string // label of the group the turn ran on
+	Turn  string // name of the turn
+	Value any    // the value passed to panic
+	Stack []byte // the panicking goroutine's stack
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("activation: turn %q of group %q panicked: %v", e.Turn, e.Group, e.Value)
+}
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// segmentSize is the number of turns per queue segment. A segment of 16
+// turns is 640 bytes: small enough that a lightly used group wastes little,
+// large enough that a busy group takes a segment from the pool rarely.
+const segmentSize = 16
+
+type segment struct {
+	turns [segmentSize]Turn
+	next  *segment
+}
+
+var segmentPool = sync.Pool{New: func() any { return new(segment) }}
+
+// turnQueue is an unbounded FIFO of turns made of pooled fixed-size
+// segments. An empty queue holds no segment, so an idle group costs only
+// the queue header. Not safe for concurrent use: the group's mu guards it.
+//
+// A bounded per-group queue can deadlock: a turn that enqueues onto a full
+// group whose drain needs the enqueuing worker would wait forever. So the
+// queue grows without limit; admission control belongs to the layer above.
+type turnQueue struct {
+	head, tail *segment
+	hi, ti     int // next index to read in head, next index to write in tail
+	n          int
+}
+
+func (q *turnQueue) push(t Turn) {
+	if q.tail == nil {
+		s := segmentPool.Get().(*segment)
+		q.head, q.tail, q.hi, q.ti = s, s, 0, 0
+	} else if q.ti == segmentSize {
+		s := segmentPool.Get().(*segment)
+		q.tail.next = s
+		q.tail, q.ti = s, 0
+	}
+	q.tail.turns[q.ti] = t
+	q.ti++
+	q.n++
+}
+
+// peek returns the oldest turn without removing it.
+func (q *turnQueue) peek() (Turn, bool) {
+	if q.n == 0 {
+		return Turn{}, false
+	}
+	return q.head.turns[q.hi], true
+}
+
+// pop removes the oldest turn. The queue must not be empty.
+func (q *turnQueue) pop() Turn {
+	s := q.head
+	t := s.turns[q.hi]
+	s.turns[q.hi] = Turn{}
+	q.hi++
+	q.n--
+	switch {
+	case q.n == 0:
+		q.head, q.tail = nil, nil
+		s.next = nil
+		segmentPool.Put(s)
+	case q.hi == segmentSize:
+		q.head, q.hi = s.next, 0
+		s.next = nil
+		segmentPool.Put(s)
+	}
+	return t
+}
