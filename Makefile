@@ -42,6 +42,7 @@ race:
 bench: $(BENCHSTAT)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) $(BENCH_PKGS) | tee bench.out
 	$(BENCHSTAT) bench.out
+	$(GO) run ./bench/ratios bench.out
 
 ## run: a short demo of the scheduler.
 run:

@@ -236,7 +236,9 @@ func (e *Exec) runGroup(g *Group) {
 	pool := e.pool
 	pp := e.p
 	pp.runSeq.Store(pp.runSeq.Load() + 1)
-	pp.preempt.Store(false)
+	if pp.preempt.Load() {
+		pp.preempt.Store(false)
+	}
 	pp.curGroup.Store(g)
 	f := e.pushFrame(g)
 	n := 0

@@ -549,6 +549,9 @@ func (p *Pool) steal(pp *proc) *Group {
 			continue
 		}
 		stealNext := v.status.Load() == pDetached || v.stealNext.Load()
+		if v.runqhead.Load() == v.runqtail.Load() && (!stealNext || v.next.Load() == nil) {
+			continue // nothing to take: skip the batch buffer
+		}
 		if g := pp.runqsteal(p, v, stealNext); g != nil {
 			pp.steals.Store(pp.steals.Load() + 1)
 			return g

@@ -79,20 +79,29 @@ type segment struct {
 
 var segmentPool = sync.Pool{New: func() any { return new(segment) }}
 
-// turnQueue is an unbounded FIFO of turns made of pooled fixed-size
-// segments. An empty queue holds no segment, so an idle group costs only
-// the queue header. Not safe for concurrent use: the group's mu guards it.
+// turnQueue is an unbounded FIFO of turns: one inline slot, then pooled
+// fixed-size segments. A queue that holds one turn at a time, the common
+// case for an activation, never touches the segment pool; an empty queue
+// holds no segment, so an idle group costs only the queue header. Not safe
+// for concurrent use: the group's mu guards it.
 //
 // A bounded per-group queue can deadlock: a turn that enqueues onto a full
 // group whose drain needs the enqueuing worker would wait forever. So the
 // queue grows without limit; admission control belongs to the layer above.
 type turnQueue struct {
+	one        Turn // the oldest turn, when oneFull
+	oneFull    bool
 	head, tail *segment
 	hi, ti     int // next index to read in head, next index to write in tail
-	n          int
+	n          int // turns in all, one included
 }
 
 func (q *turnQueue) push(t Turn) {
+	q.n++
+	if q.n == 1 {
+		q.one, q.oneFull = t, true
+		return
+	}
 	if q.tail == nil {
 		s := segmentPool.Get().(*segment)
 		q.head, q.tail, q.hi, q.ti = s, s, 0, 0
@@ -103,24 +112,29 @@ func (q *turnQueue) push(t Turn) {
 	}
 	q.tail.turns[q.ti] = t
 	q.ti++
-	q.n++
 }
 
 // peek returns the oldest turn without removing it.
 func (q *turnQueue) peek() (Turn, bool) {
-	if q.n == 0 {
+	switch {
+	case q.oneFull:
+		return q.one, true
+	case q.n == 0:
 		return Turn{}, false
 	}
 	return q.head.turns[q.hi], true
 }
 
 // pop removes the oldest turn. The queue must not be empty.
-func (q *turnQueue) pop() Turn {
+func (q *turnQueue) pop() {
+	q.n--
+	if q.oneFull {
+		q.one, q.oneFull = Turn{}, false
+		return
+	}
 	s := q.head
-	t := s.turns[q.hi]
 	s.turns[q.hi] = Turn{}
 	q.hi++
-	q.n--
 	switch {
 	case q.n == 0:
 		q.head, q.tail = nil, nil
@@ -131,5 +145,4 @@ func (q *turnQueue) pop() Turn {
 		s.next = nil
 		segmentPool.Put(s)
 	}
-	return t
 }
