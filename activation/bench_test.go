@@ -2,7 +2,6 @@ package activation
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -100,8 +99,6 @@ func (c *countTask) Run(*Exec) {
 }
 func (c *countTask) Done(*Exec, error) {}
 
-var probeYield = os.Getenv("PROBE_YIELD") != ""
-
 var throughputGroups = []int{1, 1000, 100000}
 
 // BenchmarkThroughput: GOMAXPROCS producers outside the pool enqueue
@@ -150,10 +147,7 @@ func runThroughput(b *testing.B, groups int, setup func(perGroup []int, wg *sync
 		go func() {
 			defer start.Done()
 			i := k % groups
-			for j := range perProducer[k] {
-				if probeYield && j%64 == 63 {
-					runtime.Gosched()
-				}
+			for range perProducer[k] {
 				send(i)
 				if i++; i == groups {
 					i = 0
@@ -244,9 +238,9 @@ func BenchmarkHandoff(b *testing.B) {
 }
 
 // mailbox is protoactor-style dispatch, for comparison: a lock-protected
-// queue and a flag; posting to an idle mailbox starts a goroutine that
-// drains up to throughput messages, then starts a fresh goroutine if more
-// remain.
+// queue and a scheduled flag; posting to an idle mailbox starts a goroutine
+// that drains it, yielding every throughput messages, and ends when the
+// mailbox is empty.
 type mailbox struct {
 	mu        sync.Mutex
 	q         []func()
@@ -265,28 +259,29 @@ func (m *mailbox) post(f func()) {
 }
 
 func (m *mailbox) run() {
-	for {
-		for range mailboxThroughput {
-			m.mu.Lock()
-			if len(m.q) == 0 {
-				m.mu.Unlock()
-				m.scheduled.Store(false)
-				m.mu.Lock()
-				empty := len(m.q) == 0
-				m.mu.Unlock()
-				if empty || !m.scheduled.CompareAndSwap(false, true) {
-					return
-				}
-				m.mu.Lock()
-			}
-			f := m.q[0]
-			m.q[0] = nil
-			m.q = m.q[1:]
-			m.mu.Unlock()
-			f()
+	for i := 1; ; i++ {
+		if i%mailboxThroughput == 0 {
+			runtime.Gosched()
 		}
-		go m.run() // out of throughput: yield to a new goroutine, as protoactor does
-		return
+		m.mu.Lock()
+		if len(m.q) == 0 {
+			m.mu.Unlock()
+			m.scheduled.Store(false)
+			// A post between our check and the Store saw scheduled set and
+			// started nobody: take the mailbox back if it has work.
+			m.mu.Lock()
+			empty := len(m.q) == 0
+			m.mu.Unlock()
+			if empty || !m.scheduled.CompareAndSwap(false, true) {
+				return
+			}
+			continue
+		}
+		f := m.q[0]
+		m.q[0] = nil
+		m.q = m.q[1:]
+		m.mu.Unlock()
+		f()
 	}
 }
 

@@ -151,6 +151,9 @@ func (e *Exec) findRunnable() *Group {
 		if g := pp.runqget(); g != nil {
 			return g
 		}
+		if g := p.inbox.Swap(nil); g != nil {
+			return g
+		}
 		if g := p.globalGet(pp); g != nil {
 			return g
 		}
@@ -161,6 +164,9 @@ func (e *Exec) findRunnable() *Group {
 				p.nspinning.Add(1)
 			}
 			for range cfg.SpinRounds {
+				if g := p.inbox.Swap(nil); g != nil {
+					return g
+				}
 				if g := p.globalGet(pp); g != nil {
 					return g
 				}

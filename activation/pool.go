@@ -111,6 +111,10 @@ type Pool struct {
 	free   []*proc    // detached processors retired by their owners, for reuse
 	spares []*Exec    // workers parked without a processor
 
+	// inbox passes one group from outside the pool to a spinning worker
+	// without the global queue's lock.
+	inbox atomic.Pointer[Group]
+
 	gmu    sync.Mutex // guards gq
 	gq     groupRing  // global queue
 	gqlen  atomic.Int32
@@ -233,6 +237,12 @@ func (p *Pool) submit(from *Exec, g *Group) {
 	switch {
 	case from != nil && from.p != nil:
 		from.p.runqput(p, g, !raceEnabled || rand.IntN(2) == 0)
+	case p.nspinning.Load() != 0 && (!raceEnabled || rand.IntN(2) == 0) && p.inbox.CompareAndSwap(nil, g):
+		// A spinner is looking, and checks the inbox first. Publish, then
+		// look again, as for the global queue: a spinner that stopped
+		// before the CAS rechecks the inbox before it parks, or wakep
+		// below sees no spinner and wakes a worker.
+		p.wakep()
 	case p.nspinning.Load() == 0 && p.npidle.Load() > 0 && (!raceEnabled || rand.IntN(2) == 0) && p.handDirect(g):
 	default:
 		p.globalPut(g)
@@ -510,6 +520,9 @@ func (p *Pool) retireProc(e *Exec) {
 // dropAll drops every group waiting in a run queue, telling each dropped
 // turn's owner ErrClosed. Only after the pool closed. Any goroutine.
 func (p *Pool) dropAll() {
+	if g := p.inbox.Swap(nil); g != nil {
+		g.drop()
+	}
 	for {
 		p.gmu.Lock()
 		var g *Group
@@ -564,7 +577,7 @@ func (p *Pool) steal(pp *proc) *Group {
 // on the global queue, in a ring, or in a next that thieves may take.
 // Any goroutine.
 func (p *Pool) stealableWork() bool {
-	if p.gqlen.Load() > 0 {
+	if p.gqlen.Load() > 0 || p.inbox.Load() != nil {
 		return true
 	}
 	for _, pp := range *p.allp.Load() {

@@ -295,3 +295,25 @@ func TestRaceRandomisesOrder(t *testing.T) {
 		t.Errorf("orders seen: %v; want both xy and yx under -race", orders)
 	}
 }
+
+// TestSequentialRoundTrips: many round trips from outside the pool, each
+// waiting for the last, with every processor count. A lost wakeup anywhere
+// in submit, spin and park shows up here as a timeout.
+func TestSequentialRoundTrips(t *testing.T) {
+	for _, procs := range []int{1, 2, 4} {
+		t.Run(fmt.Sprint("procs=", procs), func(t *testing.T) {
+			p := newTestPool(t, func(c *Config) { c.Processors = procs })
+			gs := []*Group{p.NewGroup("a"), p.NewGroup("b"), p.NewGroup("c")}
+			done := make(chan error, 1)
+			tr := turn("ping", nil, done)
+			for i := range 20000 {
+				if err := gs[i%len(gs)].Enqueue(tr); err != nil {
+					t.Fatal(err)
+				}
+				if err := recv(t, done, fmt.Sprint("round trip ", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -132,8 +132,10 @@ func (q *turnQueue) pop() {
 		q.one, q.oneFull = Turn{}, false
 		return
 	}
+	// Consumed slots are not cleared: the write would pull the line back
+	// from the producer's core for nothing. A segment's stale turns are
+	// released when it is recycled (sync.Pool empties at GC) or reused.
 	s := q.head
-	s.turns[q.hi] = Turn{}
 	q.hi++
 	switch {
 	case q.n == 0:
