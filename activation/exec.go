@@ -109,7 +109,7 @@ func (e *Exec) parkSpare() bool {
 // wakes another spinner if more work is visible. Owner only.
 func (e *Exec) resetSpinning() {
 	e.spinning = false
-	if e.pool.nspinning.Add(-1) == 0 && (e.pool.gqlen.Load() > 0 || (e.p != nil && !e.p.runqEmpty())) {
+	if e.pool.nspinning.Add(-1) == 0 && (e.pool.queuedOutside() || (e.p != nil && !e.p.runqEmpty())) {
 		e.pool.wakep()
 	}
 }
@@ -237,7 +237,6 @@ func (e *Exec) park() bool {
 // runGroup drains g, whose token this worker took from a run queue, until
 // its queue is empty, its quantum ends, or its token leaves this goroutine.
 // Owner only.
-
 func (e *Exec) runGroup(g *Group) {
 	pool := e.pool
 	pp := e.p
@@ -479,7 +478,7 @@ func (e *Exec) handoff() {
 	}
 	e.p = nil
 	pp.curGroup.Store(nil)
-	if !pp.runqEmpty() || pool.gqlen.Load() > 0 {
+	if !pp.runqEmpty() || pool.queuedOutside() {
 		pool.startWorker(pp, false)
 		return
 	}

@@ -453,7 +453,7 @@ func (p *Pool) pidleput(pp *proc) {
 	p.mu.Lock()
 	p.pidleputLocked(pp)
 	p.mu.Unlock()
-	if p.gqlen.Load() > 0 {
+	if p.queuedOutside() {
 		p.wakep()
 	}
 }
@@ -573,11 +573,17 @@ func (p *Pool) steal(pp *proc) *Group {
 	return nil
 }
 
+// queuedOutside reports whether groups wait outside every processor: on
+// the global queue or in the inbox. Any goroutine.
+func (p *Pool) queuedOutside() bool {
+	return p.gqlen.Load() > 0 || p.inbox.Load() != nil
+}
+
 // stealableWork reports whether an idle worker could find a group to run:
 // on the global queue, in a ring, or in a next that thieves may take.
 // Any goroutine.
 func (p *Pool) stealableWork() bool {
-	if p.gqlen.Load() > 0 || p.inbox.Load() != nil {
+	if p.queuedOutside() {
 		return true
 	}
 	for _, pp := range *p.allp.Load() {

@@ -27,6 +27,9 @@ func (p *Pool) Stats() Stats {
 		LongTurnWarnings: p.warned.Load(),
 		QueuedGroups:     int(p.gqlen.Load()),
 	}
+	if p.inbox.Load() != nil {
+		s.QueuedGroups++
+	}
 	for _, pp := range *p.allp.Load() {
 		s.Steals += pp.steals.Load()
 		s.Handoffs += pp.handoffs.Load()
