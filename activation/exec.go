@@ -1,6 +1,7 @@
 package activation
 
 import (
+	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
@@ -27,6 +28,18 @@ type Exec struct {
 	res        resumer // the continuation turn of this goroutine's waits
 	schedTick  uint32  // findRunnable calls, to look at the global queue first now and then
 	nextStreak int     // groups taken from next in a row
+	rng        uint64  // xorshift state for victim choice
+}
+
+// random returns a pseudo-random number: xorshift64, cheap and private to
+// the worker, which is all victim choice needs. Owner only.
+func (e *Exec) random() uint64 {
+	x := e.rng
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	e.rng = x
+	return x
 }
 
 type frame struct {
@@ -36,7 +49,7 @@ type frame struct {
 }
 
 func newExec(p *Pool) *Exec {
-	e := &Exec{pool: p, wake: make(chan struct{}, 1)}
+	e := &Exec{pool: p, wake: make(chan struct{}, 1), rng: rand.Uint64() | 1}
 	e.res.e = e
 	return e
 }
@@ -170,7 +183,7 @@ func (e *Exec) findRunnable() *Group {
 				if g := p.globalGet(pp); g != nil {
 					return g
 				}
-				if g := p.steal(pp); g != nil {
+				if g := p.steal(e, pp); g != nil {
 					return g
 				}
 				runtime.Gosched()
@@ -268,7 +281,6 @@ func (e *Exec) runGroup(g *Group) {
 			e.handTo(r.e, f)
 			break
 		}
-		f.name = t.Name
 		e.runTurn(g, t)
 		n++
 		if !f.held {
@@ -296,8 +308,6 @@ func (e *Exec) runGroup(g *Group) {
 
 // runTurn runs one turn and reports how it ended. Token holder only.
 func (e *Exec) runTurn(g *Group, t Turn) {
-	pp := e.p
-	pp.tick.Store(pp.tick.Load() + 1)
 	err := e.call(g, t)
 	t.Task.Done(e, err)
 }
@@ -333,7 +343,6 @@ func (e *Exec) handTo(x *Exec, f *frame) {
 	xf := &x.frames[x.depth-1]
 	xf.held = true
 	pp.runSeq.Store(pp.runSeq.Load() + 1)
-	pp.tick.Store(pp.tick.Load() + 1)
 	pp.curGroup.Store(xf.g)
 	x.p = pp
 	x.wake <- struct{}{}
@@ -454,6 +463,7 @@ func (e *Exec) release() {
 		}
 		f.held = false
 		f.g.mu.Lock()
+		f.name = f.g.headLocked().Name // its continuation will carry the name
 		f.g.popHeadLocked()
 		f.g.mu.Unlock()
 		f.g.release(e)
@@ -502,7 +512,7 @@ func (e *Exec) retake(f *frame) {
 		if f.g.acquireIdle(e) {
 			f.g.pushHead(Turn{Task: &e.res, Name: f.name})
 			f.held = true
-			e.p.tick.Store(e.p.tick.Load() + 1)
+			e.p.runSeq.Store(e.p.runSeq.Load() + 1)
 			e.p.curGroup.Store(f.g)
 			return
 		}
@@ -532,7 +542,6 @@ func (e *Exec) TryRun(g *Group, t Turn) bool {
 	g.pushHead(t)
 	caller := &e.frames[e.depth-1]
 	f := e.pushFrame(g)
-	f.name = t.Name
 	e.p.curGroup.Store(g)
 	e.runTurn(g, t)
 	g.turns.Add(1)

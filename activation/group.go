@@ -123,6 +123,18 @@ func (g *Group) peekLocked() (Turn, bool) {
 	return g.app.peek()
 }
 
+// headLocked returns the turn being run, or a zero Turn if the queue is
+// empty. mu held.
+func (g *Group) headLocked() Turn {
+	var t Turn
+	if g.headSys {
+		t, _ = g.sys.peek()
+	} else {
+		t, _ = g.app.peek()
+	}
+	return t
+}
+
 // popHeadLocked removes the turn being run. mu held.
 func (g *Group) popHeadLocked() {
 	if g.headSys {

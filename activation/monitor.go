@@ -30,9 +30,13 @@ func (m *monitor) run() {
 	}
 }
 
-// check looks at every processor once. A processor's turn is "stuck" while
-// its tick (turns started) has not moved; its run is long while its runSeq
-// (group runs started) has not moved. Monitor only.
+// check looks at every processor once. A processor's run counter moves
+// whenever a group run starts or a waiting turn takes a processor back;
+// while it stands still, one run is in progress. A run ends within
+// QuantumTurns turns or, once flagged here, at the next turn boundary, so
+// a run still going after HandOnAfter means one turn has held the
+// processor for about that long, less QuantumTime. Tracking runs instead
+// of turns keeps the monitor's cost off the per-turn path. Monitor only.
 //
 // Busy time is sampled here too: each group found running is charged the
 // time since the previous sample. That costs the hot path nothing (a clock
@@ -46,27 +50,19 @@ func (m *monitor) check(now time.Time) {
 	for _, pp := range *p.allp.Load() {
 		st := pp.status.Load()
 		g := pp.curGroup.Load()
-		tick, run := pp.tick.Load(), pp.runSeq.Load()
+		run := pp.runSeq.Load()
 		if g != nil && (st == pRunning || st == pDetached) && elapsed > 0 {
 			g.busy.Add(int64(elapsed))
 		}
-		if (st != pRunning && st != pDetached) || g == nil {
-			pp.mon.tick, pp.mon.run = tick, run
-			pp.mon.tickSince, pp.mon.runSince = now, now
+		if (st != pRunning && st != pDetached) || g == nil || run != pp.mon.run {
+			pp.mon.run, pp.mon.runSince = run, now
 			pp.mon.warned = false
 			continue
 		}
-		if run != pp.mon.run {
-			pp.mon.run, pp.mon.runSince = run, now
-		} else if now.Sub(pp.mon.runSince) >= cfg.QuantumTime {
+		stuck := now.Sub(pp.mon.runSince)
+		if stuck >= cfg.QuantumTime {
 			pp.preempt.Store(true)
 		}
-		if tick != pp.mon.tick {
-			pp.mon.tick, pp.mon.tickSince = tick, now
-			pp.mon.warned = false
-			continue
-		}
-		stuck := now.Sub(pp.mon.tickSince)
 		if pp.next.Load() != nil && !pp.stealNext.Load() {
 			// The owner has not reached its next for a whole interval: let
 			// an idle worker take it.
@@ -93,15 +89,5 @@ func (m *monitor) check(now time.Time) {
 func (g *Group) runningTurnName() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var t Turn
-	var ok bool
-	if g.headSys {
-		t, ok = g.sys.peek()
-	} else {
-		t, ok = g.app.peek()
-	}
-	if !ok {
-		return ""
-	}
-	return t.Name
+	return g.headLocked().Name
 }

@@ -552,10 +552,10 @@ func (p *Pool) dropAll() {
 
 // steal takes runnable groups from a random victim into pp's ring and
 // returns one to run now, or nil. Owner of pp only.
-func (p *Pool) steal(pp *proc) *Group {
+func (p *Pool) steal(e *Exec, pp *proc) *Group {
 	all := *p.allp.Load()
 	n := len(all)
-	start := rand.IntN(n)
+	start := int(e.random() % uint64(n))
 	for i := range n {
 		v := all[(start+i)%n]
 		if v == pp {

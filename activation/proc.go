@@ -39,8 +39,7 @@ type proc struct {
 	next     atomic.Pointer[Group]
 
 	// Written by the owner, read by the monitor and Stats.
-	tick     atomic.Uint64 // turns started on this processor
-	runSeq   atomic.Uint64 // group runs started on this processor
+	runSeq   atomic.Uint64 // group runs (and resumed turns) started here
 	curGroup atomic.Pointer[Group]
 	steals   atomic.Uint64
 	handoffs atomic.Uint64
@@ -53,9 +52,9 @@ type proc struct {
 
 	// Monitor only.
 	mon struct {
-		tick, run           uint64
-		tickSince, runSince time.Time
-		warned              bool
+		run      uint64
+		runSince time.Time
+		warned   bool
 	}
 	_ [64]byte // keep neighbouring processors off each other's cache lines
 }
