@@ -20,9 +20,9 @@ type Config struct {
 
 	// QuantumTurns is how many turns a group runs before it goes to the back
 	// of the line. Default 64: on the 1,000-group throughput benchmark, 16
-	// costs about 25% and 8 about 45% against 64, while 256 gains about 7%
-	// and 1,024 nothing more; 64 keeps a hog's delay of others to 64 short
-	// turns. See docs/benchmarks.md.
+	// costs about 30% and 8 about 40% against 64, while 256 and 1,024 gain
+	// nothing measurable; 64 keeps a hog's delay of others to 64 short turns.
+	// See BenchmarkTuneQuantumTurns and docs/benchmarks.md.
 	QuantumTurns int
 
 	// QuantumTime ends a group's run after this long even when it has run
@@ -31,10 +31,10 @@ type Config struct {
 	// the Go runtime's own preemption slice.
 	QuantumTime time.Duration
 
-	// SpinRounds is how many times an idle worker looks for work (global
-	// queue, then stealing) and yields before it parks. Default 4: a worker
-	// that finds nothing for four yields is unlikely to find work soon, and
-	// a worker that parks at once makes the next round trip pay a wakeup.
+	// SpinRounds is how many times an idle worker looks for work (inbox,
+	// global queue, then stealing) and yields before it parks. Default 4: the
+	// round trip costs about 20% more with no spinning and 10% more with one
+	// round, and nothing less with 16 or 64. See BenchmarkTuneSpinRounds.
 	SpinRounds int
 
 	// HandOnAfter is how long a turn may hold a processor without finishing

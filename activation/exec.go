@@ -509,8 +509,7 @@ func (e *Exec) retake(f *frame) {
 		e.p = pool.pidleget()
 	}
 	if e.p != nil {
-		if f.g.acquireIdle(e) {
-			f.g.pushHead(Turn{Task: &e.res, Name: f.name})
+		if f.g.acquireIdle(e, Turn{Task: &e.res, Name: f.name}) {
 			f.held = true
 			e.p.runSeq.Store(e.p.runSeq.Load() + 1)
 			e.p.curGroup.Store(f.g)
@@ -536,10 +535,9 @@ func (e *Exec) TryRun(g *Group, t Turn) bool {
 		e.p == nil || pool.closed.Load() || !e.frames[e.depth-1].held {
 		return false
 	}
-	if !g.acquireIdle(e) {
+	if !g.acquireIdle(e, t) {
 		return false
 	}
-	g.pushHead(t)
 	caller := &e.frames[e.depth-1]
 	f := e.pushFrame(g)
 	e.p.curGroup.Store(g)

@@ -163,11 +163,23 @@ func (g *Group) complete() (Turn, bool) {
 	return t, ok
 }
 
-// pushHead makes t the turn being run of a group whose queue is empty: the
-// entry that stands for a turn taken inline or resumed directly. Token
-// holder only.
-func (g *Group) pushHead(t Turn) {
+// acquireIdle takes the token of an idle group with an empty queue and
+// makes t its head: the entry that stands for a turn run inline, or for a
+// waiting turn taken back directly. The emptiness check and the push are
+// one critical section, so a turn pushed concurrently is either seen here
+// (then the group is submitted for it and acquireIdle fails) or queued
+// behind t. Any worker.
+func (g *Group) acquireIdle(from *Exec, t Turn) bool {
+	if g.state.Load() != groupIdle || !g.state.CompareAndSwap(groupIdle, groupRunning) {
+		return false
+	}
+	g.pool.active.Add(1)
 	g.mu.Lock()
+	if g.sys.n+g.app.n != 0 {
+		g.mu.Unlock()
+		g.yield(from) // a turn slipped in: it runs first, scheduled normally
+		return false
+	}
 	if t.System {
 		g.sys.push(t)
 	} else {
@@ -175,20 +187,6 @@ func (g *Group) pushHead(t Turn) {
 	}
 	g.headSys = t.System
 	g.mu.Unlock()
-}
-
-// acquireIdle takes the token of an idle group with an empty queue. If a
-// turn slipped into the queue meanwhile, the group is submitted instead,
-// so that turn is not overtaken. Any worker.
-func (g *Group) acquireIdle(from *Exec) bool {
-	if g.state.Load() != groupIdle || !g.state.CompareAndSwap(groupIdle, groupRunning) {
-		return false
-	}
-	g.pool.active.Add(1)
-	if g.queueLen() != 0 {
-		g.yield(from)
-		return false
-	}
 	return true
 }
 

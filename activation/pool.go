@@ -23,8 +23,10 @@ package activation
 //     next on the worker's processor, kicking the previous next to the ring's
 //     tail. The callee then runs on the same processor as soon as the caller's
 //     turn ends or blocks, with warm caches and no wakeup;
-//   - made runnable from outside the pool (a network reader, a timer): onto
-//     the global queue, and a parked worker is woken if no one is spinning;
+//   - made runnable from outside the pool (a network reader, a timer): into
+//     the one-slot inbox when a worker is spinning (it looks there first),
+//     straight into an idle processor's next with its parked worker woken
+//     when none is, else onto the global queue;
 //   - at the end of its quantum with turns left: onto the global queue, behind
 //     every group already waiting there, so one hot group cannot keep others
 //     waiting for more than about a quantum;
@@ -37,9 +39,10 @@ package activation
 // wakes a parked worker only when no worker is spinning, and at most half of
 // the busy processors' worth of workers spin at once, as in the Go runtime.
 // Thieves do not take next from a running processor: its owner will run it
-// within the current turn. The monitor marks next stealable when the owner's
-// turn has not moved for a monitor interval, and a detached processor's next
-// is always stealable.
+// when the current turn ends. The monitor marks next stealable when the
+// owner's run has not moved for a monitor interval, and a detached
+// processor's next is always stealable. A parked worker stays attached to
+// its idle processor, so waking it is one channel send.
 //
 // Blocking. Grain code blocks Go-style: a call returns its answer. A turn
 // that waits (Exec.Wait, Exec.Blocking) gives up its group's run token and
@@ -59,8 +62,10 @@ package activation
 // released, and each is taken back before its frame continues.
 //
 // Long turns. The monitor goroutine samples each processor every
-// MonitorInterval. A run past QuantumTime is asked to yield at its next turn
-// boundary. A turn that has not finished after HandOnAfter loses its token:
+// MonitorInterval, watching a counter that moves once per group run, so the
+// per-turn path pays nothing for it. A run past QuantumTime is asked to
+// yield at its next turn boundary. A run still going after HandOnAfter
+// means one turn is holding the processor; it loses its token:
 // its processor is detached (its owner keeps running the turn, and anything
 // it queues locally stays stealable) and a fresh processor goes to another
 // worker. Past LongTurnWarning the monitor logs the group and the turn.

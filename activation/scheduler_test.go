@@ -46,10 +46,12 @@ func TestConfigValidateNamesField(t *testing.T) {
 // are plain fields: only turns of this group touch them, so the race
 // detector itself checks that those turns are ordered.
 type stressGroup struct {
-	g    *Group
-	x    exclusive
-	next [8]int // the sequence number expected next from each producer
-	ran  int
+	g     *Group
+	x     exclusive
+	next  [8]int // the sequence number expected next from each producer
+	ran   int
+	calls int // calls from other groups' turns that ran here
+	made  atomic.Int32
 }
 
 type stressTurn struct {
@@ -72,6 +74,7 @@ func (s *stressTurn) Run(e *Exec) {
 	if s.callee != nil {
 		ev := new(Event)
 		c := &stressCall{sg: s.callee, conc: s.conc, ev: ev}
+		s.callee.made.Add(1)
 		call := Turn{Name: "call", Task: c}
 		// This turn's code pauses here: an inline callee runs on this
 		// goroutine, and while it waits other turns of this group may run.
@@ -102,6 +105,7 @@ type stressCall struct {
 
 func (c *stressCall) Run(*Exec) {
 	c.sg.x.enter(c.conc)
+	c.sg.calls++
 	c.sg.x.leave(c.conc)
 }
 
@@ -162,6 +166,9 @@ func TestStressSingleThreadAndFIFO(t *testing.T) {
 				}
 				if sg.ran != producers*perProducer {
 					t.Fatalf("group %s ran %d turns; want %d", sg.g.Label(), sg.ran, producers*perProducer)
+				}
+				if sg.calls != int(sg.made.Load()) {
+					t.Fatalf("group %s ran %d calls; %d were made", sg.g.Label(), sg.calls, sg.made.Load())
 				}
 			}
 			if m := conc.max.Load(); m > int32(p.cfg.Processors) {

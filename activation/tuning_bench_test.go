@@ -1,0 +1,52 @@
+package activation
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// BenchmarkTuneQuantumTurns is the measurement behind the QuantumTurns
+// default: the 1,000-group throughput workload at several quanta.
+func BenchmarkTuneQuantumTurns(b *testing.B) {
+	for _, q := range []int{8, 16, 64, 256, 1024} {
+		b.Run(fmt.Sprint("quantum=", q), func(b *testing.B) {
+			p := newTestPool(b, benchConfig(func(c *Config) { c.QuantumTurns = q }))
+			gs := make([]*Group, 1000)
+			for i := range gs {
+				gs[i] = p.NewGroup("g")
+			}
+			runThroughput(b, len(gs), func(perGroup []int, wg *sync.WaitGroup) func(i int) {
+				turns := make([]Turn, len(gs))
+				for i := range gs {
+					turns[i] = Turn{Name: "count", Task: &countTask{want: perGroup[i], wg: wg}}
+				}
+				return func(i int) {
+					if err := gs[i].Enqueue(turns[i]); err != nil {
+						panic(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkTuneSpinRounds is the measurement behind the SpinRounds
+// default: the round trip at several spin counts.
+func BenchmarkTuneSpinRounds(b *testing.B) {
+	for _, s := range []int{0, 1, 2, 4, 16, 64} {
+		b.Run(fmt.Sprint("spin=", s), func(b *testing.B) {
+			p := newTestPool(b, benchConfig(func(c *Config) { c.SpinRounds = s }))
+			g := p.NewGroup("g")
+			task := newSignalTask()
+			tr := task.turn("ping")
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := g.Enqueue(tr); err != nil {
+					b.Fatal(err)
+				}
+				<-task.done
+			}
+		})
+	}
+}
