@@ -47,8 +47,11 @@ func (s *signalTask) turn(name string) Turn { return Turn{Name: name, Task: s} }
 
 // BenchmarkRoundTrip: a goroutine outside the pool enqueues one turn on an
 // idle group and waits until it has run.
-func BenchmarkRoundTrip(b *testing.B) {
-	p := newTestPool(b, benchConfig(nil))
+func BenchmarkRoundTrip(b *testing.B) { runRoundTrip(b, nil) }
+
+// runRoundTrip runs the round-trip workload on a pool configured by mutate.
+func runRoundTrip(b *testing.B, mutate func(*Config)) {
+	p := newTestPool(b, benchConfig(mutate))
 	g := p.NewGroup("g")
 	task := newSignalTask()
 	tr := task.turn("ping")

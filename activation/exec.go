@@ -17,7 +17,7 @@ type Exec struct {
 	p        *proc // the processor held, or nil
 	wake     chan struct{}
 	spinning bool // counted in pool.nspinning
-	started  bool // mu held until the goroutine starts; then owner only
+	started  bool // set by launch, before the goroutine starts
 
 	// frames are the groups whose tokens this goroutine holds or will take
 	// back: frames[0] is the group the worker is draining, each further one

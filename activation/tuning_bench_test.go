@@ -36,17 +36,7 @@ func BenchmarkTuneQuantumTurns(b *testing.B) {
 func BenchmarkTuneSpinRounds(b *testing.B) {
 	for _, s := range []int{0, 1, 2, 4, 16, 64} {
 		b.Run(fmt.Sprint("spin=", s), func(b *testing.B) {
-			p := newTestPool(b, benchConfig(func(c *Config) { c.SpinRounds = s }))
-			g := p.NewGroup("g")
-			task := newSignalTask()
-			tr := task.turn("ping")
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := g.Enqueue(tr); err != nil {
-					b.Fatal(err)
-				}
-				<-task.done
-			}
+			runRoundTrip(b, func(c *Config) { c.SpinRounds = s })
 		})
 	}
 }
