@@ -83,6 +83,40 @@ func TestNoStarvationFromBlocking(t *testing.T) {
 	}
 }
 
+// TestWaitMidBatch: turns queued together run as one batch; when one in
+// the middle waits, the ones behind it still run in order, and the waiting
+// one continues after them.
+func TestWaitMidBatch(t *testing.T) {
+	p := newTestPool(t, func(c *Config) { c.Processors = 1; c.HandOnAfter = time.Hour })
+	blockerIn, blockerOut := make(chan struct{}), make(chan struct{})
+	if err := p.NewGroup("blocker").Enqueue(turn("block", func(*Exec) { close(blockerIn); <-blockerOut }, nil)); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, blockerIn, "the blocker")
+	g := p.NewGroup("g")
+	var ev Event
+	var log []string // touched only by turns of g
+	done := make(chan error, 4)
+	add := func(name string, run func(*Exec)) {
+		if err := g.Enqueue(turn(name, run, done)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("a", func(*Exec) { log = append(log, "a") })
+	add("b", func(e *Exec) { log = append(log, "b:start"); e.Wait(&ev); log = append(log, "b:resumed") })
+	add("c", func(e *Exec) { log = append(log, "c"); e.Signal(&ev) })
+	add("d", func(*Exec) { log = append(log, "d") })
+	close(blockerOut)
+	for range 4 {
+		if err := recv(t, done, "turns"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := strings.Join(log, " "), "a b:start c d b:resumed"; got != want {
+		t.Fatalf("log = %q; want %q", got, want)
+	}
+}
+
 // TestWaitInterleavesOnlyAtWait: while a turn waits, the next turn of its
 // group runs; the waiting turn continues after it, never in the middle.
 func TestWaitInterleavesOnlyAtWait(t *testing.T) {
@@ -252,11 +286,23 @@ func TestLongTurnHandOnAndWarning(t *testing.T) {
 		c.Clock = clock
 	})
 	waitForMonitor(t, clock)
-	started, release := make(chan struct{}), make(chan struct{})
-	spinDone := make(chan error, 1)
-	if err := p.NewGroup("grain/slow").Enqueue(turn("Compute", spinner(started, release, defaultTestTimeout), spinDone)); err != nil {
+	// Queue a quick turn ahead of the slow one while the only processor is
+	// busy, so both are in one batch and the warning must name the second.
+	blockerIn, blockerOut := make(chan struct{}), make(chan struct{})
+	if err := p.NewGroup("blocker").Enqueue(turn("block", func(*Exec) { close(blockerIn); <-blockerOut }, nil)); err != nil {
 		t.Fatal(err)
 	}
+	recv(t, blockerIn, "the blocker")
+	started, release := make(chan struct{}), make(chan struct{})
+	spinDone := make(chan error, 1)
+	slow := p.NewGroup("grain/slow")
+	if err := slow.Enqueue(turn("Quick", nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Enqueue(turn("Compute", spinner(started, release, defaultTestTimeout), spinDone)); err != nil {
+		t.Fatal(err)
+	}
+	close(blockerOut)
 	defer close(release)
 	recv(t, started, "the spinner")
 	otherDone := make(chan error, 1)

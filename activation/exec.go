@@ -25,10 +25,12 @@ type Exec struct {
 	frames [maxInlineDepth + 1]frame
 	depth  int
 
-	res        resumer // the continuation turn of this goroutine's waits
-	schedTick  uint32  // findRunnable calls, to look at the global queue first now and then
-	nextStreak int     // groups taken from next in a row
-	rng        uint64  // xorshift state for victim choice
+	batch      [16]Turn // turns peeked by runGroup, run without the group lock
+	waits      uint64   // releases so far: runGroup sees that a turn waited
+	res        resumer  // the continuation turn of this goroutine's waits
+	schedTick  uint32   // findRunnable calls, to look at the global queue first now and then
+	nextStreak int      // groups taken from next in a row
+	rng        uint64   // xorshift state for victim choice
 }
 
 // random returns a pseudo-random number: xorshift64, cheap and private to
@@ -43,9 +45,10 @@ func (e *Exec) random() uint64 {
 }
 
 type frame struct {
-	g    *Group
-	name string // the turn this frame is running
-	held bool   // this goroutine holds g's token
+	g     *Group
+	name  string // the waiting turn's name, set when the token is released
+	held  bool   // this goroutine holds g's token
+	ahead int    // turns of the current batch that ran and are still queued
 }
 
 func newExec(p *Pool) *Exec {
@@ -260,36 +263,59 @@ func (e *Exec) runGroup(g *Group) {
 	pp.curGroup.Store(g)
 	f := e.pushFrame(g)
 	n := 0
-	t, ok := g.first()
 	for {
-		if !ok {
+		if pool.closed.Load() {
+			g.dropTurns(e)
 			if g.becomeIdle() {
-				t, ok = g.first()
 				continue
 			}
 			f.held = false
 			break
 		}
-		if pool.closed.Load() {
-			g.dropTurns(e)
-			ok = false
-			continue
+		// Peek a batch: one lock for up to len(e.batch) turns, which stay
+		// queued until they have run.
+		k := g.peekBatch(e.batch[:max(1, min(len(e.batch), pool.cfg.QuantumTurns-n))])
+		if k == 0 {
+			f.held = false // peekBatch made the group idle
+			break
 		}
-		if r, isRes := t.Task.(*resumer); isRes {
+		if r, isRes := e.batch[0].Task.(*resumer); isRes {
 			// A waiting turn's continuation: the token and the processor go
 			// to the goroutine that waits; this worker becomes a spare.
+			clear(e.batch[:k])
 			e.handTo(r.e, f)
 			break
 		}
-		e.runTurn(g, t)
-		n++
+		ran, waited := 0, false
+		for i := range k {
+			t := e.batch[i]
+			if i > 0 {
+				if _, isRes := t.Task.(*resumer); isRes || g.sysPending.Load() || pp.preempt.Load() || pool.closed.Load() {
+					break // the rest waits for the next batch
+				}
+				g.batchPos.Store(int32(i))
+			}
+			f.ahead = i
+			waits := e.waits
+			e.runTurn(g, t)
+			n++
+			if e.waits != waits {
+				waited = true // release removed the batch's run turns
+				break
+			}
+			ran++
+		}
+		clear(e.batch[:k])
+		f.ahead = 0
 		if !f.held {
 			break // the pool closed while the turn waited
 		}
 		pp = e.p
-		t, ok = g.complete()
-		if !ok {
-			f.held = false // complete made the group idle
+		if waited {
+			ran = 1 // the continuation entry of the turn that waited
+		}
+		if !g.completeN(ran) {
+			f.held = false // completeN made the group idle
 			break
 		}
 		if pp.status.Load() != pRunning || n >= pool.cfg.QuantumTurns || pp.preempt.Load() {
@@ -454,6 +480,7 @@ func (e *Exec) holding(what string) bool {
 // Turn goroutine only.
 func (e *Exec) release() {
 	pool := e.pool
+	e.waits++
 	pool.active.Add(1) // before any group goes idle, so Stop cannot finish early
 	pool.blocked.Add(1)
 	for i := e.depth - 1; i >= 0; i-- {
@@ -463,6 +490,10 @@ func (e *Exec) release() {
 		}
 		f.held = false
 		f.g.mu.Lock()
+		for range f.ahead { // batch turns that ran before this one
+			f.g.popHeadLocked()
+		}
+		f.ahead = 0
 		f.name = f.g.headLocked().Name // its continuation will carry the name
 		f.g.popHeadLocked()
 		f.g.mu.Unlock()

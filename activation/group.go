@@ -32,7 +32,14 @@ type Group struct {
 	mu      sync.Mutex
 	sys     turnQueue // system turns; guarded by mu
 	app     turnQueue // application turns; guarded by mu
-	headSys bool      // the turn being run came from sys; guarded by mu
+	headSys bool      // the turns being run come from sys; guarded by mu
+
+	// sysPending is set when a system turn is queued, so a worker running
+	// a batch of application turns stops early for it.
+	sysPending atomic.Bool
+	// batchPos is the position in the queue of the turn being run, within
+	// the batch the token holder peeked: for the monitor.
+	batchPos atomic.Int32
 
 	turns atomic.Uint64
 	busy  atomic.Int64 // nanoseconds running turns, sampled by the monitor
@@ -93,6 +100,7 @@ func (g *Group) push(from *Exec, t Turn) {
 	g.mu.Lock()
 	if t.System {
 		g.sys.push(t)
+		g.sysPending.Store(true)
 	} else {
 		g.app.push(t)
 	}
@@ -103,14 +111,6 @@ func (g *Group) push(from *Exec, t Turn) {
 		g.pool.active.Add(1)
 		g.pool.submit(from, g)
 	}
-}
-
-// first returns the turn to run next without removing it. Token holder only.
-func (g *Group) first() (Turn, bool) {
-	g.mu.Lock()
-	t, ok := g.peekLocked()
-	g.mu.Unlock()
-	return t, ok
 }
 
 // peekLocked picks the next turn, system turns first. mu held.
@@ -142,6 +142,55 @@ func (g *Group) popHeadLocked() {
 	} else {
 		g.app.pop()
 	}
+}
+
+// peekBatch copies the turns to run next into buf without removing them:
+// one system turn, or up to len(buf) application turns. They stay queued
+// until they have run, so a turn that waits mid-batch leaves the rest in
+// line, and the monitor can find the one running. If the queue is empty,
+// the group goes idle before the lock is released (as in complete) and
+// peekBatch returns 0. Token holder only.
+func (g *Group) peekBatch(buf []Turn) int {
+	g.mu.Lock()
+	g.batchPos.Store(0)
+	if g.sys.n > 0 {
+		g.headSys = true
+		buf[0], _ = g.sys.peek()
+		g.mu.Unlock()
+		return 1
+	}
+	g.sysPending.Store(false)
+	g.headSys = false
+	k := g.app.peekN(buf)
+	if k == 0 && !g.state.CompareAndSwap(groupRunning, groupIdle) {
+		g.mu.Unlock()
+		panic("activation: group " + g.label + " drained by a goroutine not holding its token")
+	}
+	g.mu.Unlock()
+	if k == 0 {
+		g.pool.deactivate()
+	}
+	return k
+}
+
+// completeN removes the m turns that just ran and reports whether more are
+// queued; if none are, the group goes idle, as in complete. Token holder
+// only.
+func (g *Group) completeN(m int) bool {
+	g.mu.Lock()
+	for range m {
+		g.popHeadLocked()
+	}
+	more := g.sys.n+g.app.n > 0
+	if !more && !g.state.CompareAndSwap(groupRunning, groupIdle) {
+		g.mu.Unlock()
+		panic("activation: group " + g.label + " completed by a goroutine not holding its token")
+	}
+	g.mu.Unlock()
+	if !more {
+		g.pool.deactivate()
+	}
+	return more
 }
 
 // complete removes the turn that just ran and returns the next one. When
@@ -180,6 +229,7 @@ func (g *Group) acquireIdle(from *Exec, t Turn) bool {
 		g.yield(from) // a turn slipped in: it runs first, scheduled normally
 		return false
 	}
+	g.batchPos.Store(0)
 	if t.System {
 		g.sys.push(t)
 	} else {

@@ -346,6 +346,42 @@ func TestSystemTurnsFirst(t *testing.T) {
 	}
 }
 
+// TestSystemTurnCutsBatch: a system turn queued by a running turn runs
+// right after it, ahead of application turns already queued with it.
+func TestSystemTurnCutsBatch(t *testing.T) {
+	p := newTestPool(t, func(c *Config) { c.Processors = 1; c.HandOnAfter = time.Hour })
+	blockerIn, blockerOut := make(chan struct{}), make(chan struct{})
+	if err := p.NewGroup("busy").Enqueue(turn("busy", func(*Exec) { close(blockerIn); <-blockerOut }, nil)); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, blockerIn, "the busy turn")
+	g := p.NewGroup("g")
+	var order []string // touched only by turns of g
+	done := make(chan error, 8)
+	for i := range 5 {
+		name := fmt.Sprint("a", i)
+		if err := g.Enqueue(turn(name, func(e *Exec) {
+			order = append(order, name)
+			if i == 1 {
+				sys := turn("sys", func(*Exec) { order = append(order, "sys") }, done)
+				sys.System = true
+				if err := e.Enqueue(g, sys); err != nil {
+					panic(err)
+				}
+			}
+		}, done)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(blockerOut)
+	for range 6 {
+		recv(t, done, "turns")
+	}
+	if got, want := strings.Join(order, " "), "a0 a1 sys a2 a3 a4"; got != want {
+		t.Fatalf("order = %q; want %q", got, want)
+	}
+}
+
 func TestEnqueueRejectsNilTask(t *testing.T) {
 	p := newTestPool(t, nil)
 	if err := p.NewGroup("g").Enqueue(Turn{Name: "nil"}); !errors.Is(err, ErrNilTask) {

@@ -84,10 +84,15 @@ func (m *monitor) check(now time.Time) {
 	}
 }
 
-// runningTurnName returns the name of the turn at the head of the group,
-// which is the one being run while the group is running. Any goroutine.
+// runningTurnName returns the name of the turn being run: it stays queued
+// until it finishes, at batchPos in its queue. Any goroutine.
 func (g *Group) runningTurnName() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.headLocked().Name
+	q := &g.app
+	if g.headSys {
+		q = &g.sys
+	}
+	t, _ := q.at(int(g.batchPos.Load()))
+	return t.Name
 }

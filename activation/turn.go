@@ -125,6 +125,43 @@ func (q *turnQueue) peek() (Turn, bool) {
 	return q.head.turns[q.hi], true
 }
 
+// at returns the i-th oldest turn, if there is one.
+func (q *turnQueue) at(i int) (Turn, bool) {
+	if i < 0 || i >= q.n {
+		return Turn{}, false
+	}
+	if q.oneFull {
+		if i == 0 {
+			return q.one, true
+		}
+		i--
+	}
+	s, j := q.head, q.hi+i
+	for j >= segmentSize {
+		s, j = s.next, j-segmentSize
+	}
+	return s.turns[j], true
+}
+
+// peekN copies the oldest turns into buf, as many as fit, without removing
+// them, and returns how many it copied.
+func (q *turnQueue) peekN(buf []Turn) int {
+	k := 0
+	if q.oneFull && len(buf) > 0 {
+		buf[0] = q.one
+		k = 1
+	}
+	s, j := q.head, q.hi
+	for k < len(buf) && k < q.n {
+		buf[k] = s.turns[j]
+		k++
+		if j++; j == segmentSize {
+			s, j = s.next, 0
+		}
+	}
+	return k
+}
+
 // pop removes the oldest turn. The queue must not be empty.
 func (q *turnQueue) pop() {
 	q.n--
