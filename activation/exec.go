@@ -25,7 +25,7 @@ type Exec struct {
 	frames [maxInlineDepth + 1]frame
 	depth  int
 
-	batch      [16]Turn // turns peeked by runGroup, run without the group lock
+	batch      [64]Turn // turns peeked by runGroup, run without the group lock (64: see docs/benchmarks.md)
 	waits      uint64   // releases so far: runGroup sees that a turn waited
 	res        resumer  // the continuation turn of this goroutine's waits
 	schedTick  uint32   // findRunnable calls, to look at the global queue first now and then
@@ -272,8 +272,8 @@ func (e *Exec) runGroup(g *Group) {
 			f.held = false
 			break
 		}
-		// Peek a batch: one lock for up to len(e.batch) turns, which stay
-		// queued until they have run.
+		// Peek a batch: one lock for up to len(e.batch) turns (a whole
+		// quantum by default), which stay queued until they have run.
 		k := g.peekBatch(e.batch[:max(1, min(len(e.batch), pool.cfg.QuantumTurns-n))])
 		if k == 0 {
 			f.held = false // peekBatch made the group idle
