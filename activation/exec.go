@@ -71,7 +71,10 @@ func (e *Exec) Group() *Group {
 // Enqueue appends t to g's queue like Group.Enqueue, but when g becomes
 // runnable it goes to this worker's processor, to run as soon as the
 // current turn ends or waits.
-func (e *Exec) Enqueue(g *Group, t Turn) error { return g.enqueue(e, t) }
+func (e *Exec) Enqueue(g *Group, t Turn) error { return g.enqueue(e, t, false) }
+
+// EnqueueSystem is Exec.Enqueue for a system turn; see Group.EnqueueSystem.
+func (e *Exec) EnqueueSystem(g *Group, t Turn) error { return g.enqueue(e, t, true) }
 
 // loop is the worker goroutine.
 func (e *Exec) loop() {
@@ -412,7 +415,7 @@ func (ev *Event) signal(from *Exec) {
 		return
 	}
 	f := &x.frames[x.depth-1]
-	f.g.push(from, Turn{Task: &x.res, Name: f.name})
+	f.g.push(from, Turn{Task: &x.res, Name: f.name}, false)
 }
 
 // Signaled reports whether the event has been signaled. Any goroutine.
@@ -548,7 +551,7 @@ func (e *Exec) retake(f *frame) {
 		}
 		e.handoff()
 	}
-	f.g.push(nil, Turn{Task: &e.res, Name: f.name})
+	f.g.push(nil, Turn{Task: &e.res, Name: f.name}, false)
 	<-e.wake
 	if e.p != nil {
 		e.p.curGroup.Store(f.g)

@@ -53,7 +53,12 @@ func (g *Group) Label() string { return g.label }
 // work on its processor). It returns ErrClosed after the pool stopped and
 // ErrNilTask for a turn without a task; otherwise t will run, or its Done
 // will get ErrClosed if the pool is closed first. Any goroutine.
-func (g *Group) Enqueue(t Turn) error { return g.enqueue(nil, t) }
+func (g *Group) Enqueue(t Turn) error { return g.enqueue(nil, t, false) }
+
+// EnqueueSystem is Enqueue for a system turn (activation, deactivation,
+// other lifecycle work): it runs before every application turn queued on
+// the group, and cuts short a batch being run. Any goroutine.
+func (g *Group) EnqueueSystem(t Turn) error { return g.enqueue(nil, t, true) }
 
 // GroupStats is a snapshot of a group's counters.
 type GroupStats struct {
@@ -82,23 +87,23 @@ func (g *Group) queueLen() int {
 	return n
 }
 
-func (g *Group) enqueue(from *Exec, t Turn) error {
+func (g *Group) enqueue(from *Exec, t Turn, system bool) error {
 	if t.Task == nil {
 		return ErrNilTask
 	}
 	if g.pool.closed.Load() {
 		return ErrClosed
 	}
-	g.push(from, t)
+	g.push(from, t, system)
 	return nil
 }
 
 // push appends t and submits the group if it was idle. It does not check
 // whether the pool is closed: a closed pool drops what is submitted.
 // Any goroutine.
-func (g *Group) push(from *Exec, t Turn) {
+func (g *Group) push(from *Exec, t Turn, system bool) {
 	g.mu.Lock()
-	if t.System {
+	if system {
 		g.sys.push(t)
 		g.sysPending.Store(true)
 	} else {
@@ -182,6 +187,14 @@ func (g *Group) completeN(m int) bool {
 		g.popHeadLocked()
 	}
 	more := g.sys.n+g.app.n > 0
+	g.finishLocked(more)
+	return more
+}
+
+// finishLocked releases g.mu after a completion; when nothing more is
+// queued (more is false) the group goes idle first, so a pusher after us
+// sees idle and submits it. Token holder only, with g.mu held.
+func (g *Group) finishLocked(more bool) {
 	if !more && !g.state.CompareAndSwap(groupRunning, groupIdle) {
 		g.mu.Unlock()
 		panic("activation: group " + g.label + " completed by a goroutine not holding its token")
@@ -190,7 +203,6 @@ func (g *Group) completeN(m int) bool {
 	if !more {
 		g.pool.deactivate()
 	}
-	return more
 }
 
 // complete removes the turn that just ran and returns the next one. When
@@ -201,14 +213,7 @@ func (g *Group) complete() (Turn, bool) {
 	g.mu.Lock()
 	g.popHeadLocked()
 	t, ok := g.peekLocked()
-	if !ok && !g.state.CompareAndSwap(groupRunning, groupIdle) {
-		g.mu.Unlock()
-		panic("activation: group " + g.label + " completed by a goroutine not holding its token")
-	}
-	g.mu.Unlock()
-	if !ok {
-		g.pool.deactivate()
-	}
+	g.finishLocked(ok)
 	return t, ok
 }
 
@@ -230,12 +235,8 @@ func (g *Group) acquireIdle(from *Exec, t Turn) bool {
 		return false
 	}
 	g.batchPos.Store(0)
-	if t.System {
-		g.sys.push(t)
-	} else {
-		g.app.push(t)
-	}
-	g.headSys = t.System
+	g.app.push(t)
+	g.headSys = false
 	g.mu.Unlock()
 	return true
 }

@@ -327,8 +327,11 @@ func TestSystemTurnsFirst(t *testing.T) {
 	var order []string // touched only by turns of g
 	add := func(name string, system bool) {
 		tr := turn(name, func(*Exec) { order = append(order, name) }, done)
-		tr.System = system
-		if err := g.Enqueue(tr); err != nil {
+		enqueue := g.Enqueue
+		if system {
+			enqueue = g.EnqueueSystem
+		}
+		if err := enqueue(tr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -364,8 +367,7 @@ func TestSystemTurnCutsBatch(t *testing.T) {
 			order = append(order, name)
 			if i == 1 {
 				sys := turn("sys", func(*Exec) { order = append(order, "sys") }, done)
-				sys.System = true
-				if err := e.Enqueue(g, sys); err != nil {
+				if err := e.EnqueueSystem(g, sys); err != nil {
 					panic(err)
 				}
 			}

@@ -36,16 +36,16 @@ type Task interface {
 
 // Turn is one unit of work queued on a group: a value, copied into the
 // group's queue, so enqueuing a Turn whose Task is a pointer does not
-// allocate.
+// allocate. It is four words (32 bytes), two to a 64-byte cache line: queue
+// copies are most of the scheduler's memory traffic, so a turn carries
+// nothing else. Whether a turn is a system turn is decided by how it is
+// enqueued (EnqueueSystem), not stored in every Turn.
 type Turn struct {
 	// Task is the code to run. Required.
 	Task Task
 	// Name identifies the turn in warnings and stats, for example the grain
 	// method it serves. It should be a constant or otherwise long-lived.
 	Name string
-	// System turns (activation, deactivation, other lifecycle work) run
-	// before every queued application turn of their group.
-	System bool
 }
 
 // PanicError is passed to Task.Done when Run panicked. The group and the
