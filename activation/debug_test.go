@@ -8,8 +8,8 @@ import (
 // debugState describes the pool's queues for a failing test.
 func (p *Pool) debugState(groups ...*Group) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "active=%d blocked=%d npidle=%d nspinning=%d workers=%d gq=%d inbox=%v\n",
-		p.active.Load(), p.blocked.Load(), p.npidle.Load(), p.nspinning.Load(), p.nworkers.Load(), p.gqlen.Load(), p.inbox.Load() != nil)
+	fmt.Fprintf(&b, "quiescent=%v blocked=%d npidle=%d nspinning=%d workers=%d gq=%d inbox=%v\n",
+		p.quiescent(), p.blocked.Load(), p.npidle.Load(), p.nspinning.Load(), p.nworkers.Load(), p.gqlen.Load(), p.inbox.Load() != nil)
 	for _, pp := range *p.allp.Load() {
 		next := "-"
 		if g := pp.next.Load(); g != nil {

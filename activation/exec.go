@@ -269,7 +269,7 @@ func (e *Exec) runGroup(g *Group) {
 	for {
 		if pool.closed.Load() {
 			g.dropTurns(e)
-			if g.becomeIdle() {
+			if g.becomeIdle(e) {
 				continue
 			}
 			f.held = false
@@ -277,7 +277,7 @@ func (e *Exec) runGroup(g *Group) {
 		}
 		// Peek a batch: one lock for up to len(e.batch) turns (a whole
 		// quantum by default), which stay queued until they have run.
-		k := g.peekBatch(e.batch[:max(1, min(len(e.batch), pool.cfg.QuantumTurns-n))])
+		k := g.peekBatch(e, e.batch[:max(1, min(len(e.batch), pool.cfg.QuantumTurns-n))])
 		if k == 0 {
 			f.held = false // peekBatch made the group idle
 			break
@@ -289,25 +289,8 @@ func (e *Exec) runGroup(g *Group) {
 			e.handTo(r.e, f)
 			break
 		}
-		ran, waited := 0, false
-		for i := range k {
-			t := e.batch[i]
-			if i > 0 {
-				if _, isRes := t.Task.(*resumer); isRes || g.sysPending.Load() || pp.preempt.Load() || pool.closed.Load() {
-					break // the rest waits for the next batch
-				}
-				g.batchPos.Store(int32(i))
-			}
-			f.ahead = i
-			waits := e.waits
-			e.runTurn(g, t)
-			n++
-			if e.waits != waits {
-				waited = true // release removed the batch's run turns
-				break
-			}
-			ran++
-		}
+		ran, waited := e.runBatch(g, f, k)
+		n += ran
 		clear(e.batch[:k])
 		f.ahead = 0
 		if !f.held {
@@ -315,9 +298,9 @@ func (e *Exec) runGroup(g *Group) {
 		}
 		pp = e.p
 		if waited {
-			ran = 1 // the continuation entry of the turn that waited
+			ran = 1 // release removed the others; this is the continuation entry
 		}
-		if !g.completeN(ran) {
+		if !g.completeN(e, ran) {
 			f.held = false // completeN made the group idle
 			break
 		}
@@ -333,6 +316,62 @@ func (e *Exec) runGroup(g *Group) {
 	if e.p != nil {
 		e.p.curGroup.Store(nil)
 	}
+}
+
+// runBatch runs the peeked turns e.batch[:k] of g in order, until all have
+// run, one has waited, or the batch must stop early: for a continuation
+// (it starts a batch of its own), a queued system turn, a preemption or a
+// closing pool. It returns how many turns ran, and whether the last of
+// them waited (release then removed the batch's run turns from the
+// queue). Token holder only.
+func (e *Exec) runBatch(g *Group, f *frame, k int) (ran int, waited bool) {
+	for ran < k && !waited {
+		var stop bool
+		ran, waited, stop = e.runBatchFrom(g, f, ran, k)
+		if stop {
+			break
+		}
+	}
+	return ran, waited
+}
+
+// runBatchFrom runs e.batch[i:k] for runBatch, under one deferred recover:
+// a recover per turn cost about a tenth of a short turn. A turn that
+// panics gets a *PanicError in its Done, and runBatchFrom returns after
+// it so that runBatch can go on with the next. Token holder only.
+func (e *Exec) runBatchFrom(g *Group, f *frame, i, k int) (next int, waited, stop bool) {
+	pool, pp := e.pool, e.p
+	waits := e.waits
+	inRun := false
+	next = i
+	defer func() {
+		if !inRun {
+			return
+		}
+		r := recover()
+		t := e.batch[next]
+		t.Task.Done(e, &PanicError{Group: g.label, Turn: t.Name, Value: r, Stack: debug.Stack()})
+		next++
+		waited = e.waits != waits
+	}()
+	for ; next < k; next++ {
+		t := e.batch[next]
+		if next > 0 {
+			if _, isRes := t.Task.(*resumer); isRes || g.sysPending.Load() || pp.preempt.Load() || pool.closed.Load() {
+				return next, false, true // the rest waits for the next batch
+			}
+			g.batchPos.Store(int32(next))
+		}
+		f.ahead = next
+		inRun = true
+		t.Task.Run(e)
+		inRun = false
+		t.Task.Done(e, nil)
+		if e.waits != waits {
+			return next + 1, true, false
+		}
+	}
+	return next, false, false
 }
 
 // runTurn runs one turn and reports how it ended. Token holder only.
@@ -484,7 +523,7 @@ func (e *Exec) holding(what string) bool {
 func (e *Exec) release() {
 	pool := e.pool
 	e.waits++
-	pool.active.Add(1) // before any group goes idle, so Stop cannot finish early
+	pool.activate(e) // before any group goes idle, so Stop cannot finish early
 	pool.blocked.Add(1)
 	for i := e.depth - 1; i >= 0; i-- {
 		f := &e.frames[i]
@@ -493,12 +532,10 @@ func (e *Exec) release() {
 		}
 		f.held = false
 		f.g.mu.Lock()
-		for range f.ahead { // batch turns that ran before this one
-			f.g.popHeadLocked()
-		}
+		f.g.popHeadLocked(f.ahead) // batch turns that ran before this one
 		f.ahead = 0
 		f.name = f.g.headLocked().Name // its continuation will carry the name
-		f.g.popHeadLocked()
+		f.g.popHeadLocked(1)
 		f.g.mu.Unlock()
 		f.g.release(e)
 	}
@@ -507,7 +544,7 @@ func (e *Exec) release() {
 
 func (e *Exec) endWait() {
 	e.pool.blocked.Add(-1)
-	e.pool.deactivate()
+	e.pool.deactivate(e)
 }
 
 // handoff gives this goroutine's processor to a worker that can use it, or
@@ -578,13 +615,13 @@ func (e *Exec) TryRun(g *Group, t Turn) bool {
 	e.runTurn(g, t)
 	g.turns.Add(1)
 	if f.held {
-		if _, more := g.complete(); more {
+		if _, more := g.complete(e); more {
 			g.yield(e)
 		}
 	}
 	e.popFrame()
 	if !caller.held {
-		e.pool.active.Add(1)
+		e.pool.activate(e)
 		e.pool.blocked.Add(1)
 		e.retake(caller)
 		e.endWait()

@@ -1,6 +1,7 @@
 package activation
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,16 @@ type Group struct {
 	sys     turnQueue // system turns; guarded by mu
 	app     turnQueue // application turns; guarded by mu
 	headSys bool      // the turns being run come from sys; guarded by mu
+	// roomc is closed when the application queue drains to a quarter of
+	// Config.MaxQueuedTurns, waking EnqueueWait callers; nil when none
+	// wait. Guarded by mu.
+	roomc chan struct{}
+
+	// The fields below are read or written per turn by the token holder.
+	// Producers take mu and write the queues above on every enqueue, so
+	// these live on a line of their own: sharing mu's line made each of
+	// the worker's per-turn checks a cache miss.
+	_ [cacheLine]byte
 
 	// sysPending is set when a system turn is queued, so a worker running
 	// a batch of application turns stops early for it.
@@ -110,11 +121,60 @@ func (g *Group) push(from *Exec, t Turn, system bool) {
 		g.app.push(t)
 	}
 	g.mu.Unlock()
+	g.maybeSubmit(from)
+}
+
+// maybeSubmit submits the group if it is idle, after a push. Any goroutine.
+func (g *Group) maybeSubmit(from *Exec) {
 	// Load before CAS: a busy group is the common case, and a failing CAS
 	// would still take its cache line exclusively.
 	if g.state.Load() == groupIdle && g.state.CompareAndSwap(groupIdle, groupQueued) {
-		g.pool.active.Add(1)
+		g.pool.activate(from)
 		g.pool.submit(from, g)
+	}
+}
+
+// EnqueueWait is Enqueue with flow control, for a goroutine outside the
+// pool that feeds the group from an outside source such as a network
+// stream. While the group holds Config.MaxQueuedTurns application turns or
+// more, EnqueueWait waits until it has drained to a quarter of that, then
+// queues t. Waiting keeps the feeder from outrunning the workers that drain
+// the group (it would otherwise take their cores and grow the queue without
+// bound), and passes the pressure back to the source, as a full channel
+// would. If ctx ends first it returns ctx.Err(), and if the pool closes
+// first ErrClosed; either way t was not queued.
+//
+// Never call it from a turn, or from inside Exec.Blocking: the group that
+// must drain could be the caller's own, whose token the caller holds.
+// Turns use Exec.Enqueue, which never waits. Any other goroutine.
+func (g *Group) EnqueueWait(ctx context.Context, t Turn) error {
+	if t.Task == nil {
+		return ErrNilTask
+	}
+	limit := g.pool.cfg.MaxQueuedTurns
+	for {
+		if g.pool.closed.Load() {
+			return ErrClosed
+		}
+		g.mu.Lock()
+		if limit == 0 || g.app.n < limit {
+			g.app.push(t)
+			g.mu.Unlock()
+			g.maybeSubmit(nil)
+			return nil
+		}
+		if g.roomc == nil {
+			g.roomc = make(chan struct{})
+		}
+		room := g.roomc
+		g.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.pool.closing:
+			return ErrClosed
+		}
 	}
 }
 
@@ -140,12 +200,18 @@ func (g *Group) headLocked() Turn {
 	return t
 }
 
-// popHeadLocked removes the turn being run. mu held.
-func (g *Group) popHeadLocked() {
+// popHeadLocked removes m turns from the head of the queue being run, and
+// lets EnqueueWait callers go on once the application queue is down to a
+// quarter of the mark. mu held.
+func (g *Group) popHeadLocked(m int) {
 	if g.headSys {
-		g.sys.pop()
-	} else {
-		g.app.pop()
+		g.sys.popN(m)
+		return
+	}
+	g.app.popN(m)
+	if g.roomc != nil && g.app.n <= g.pool.cfg.MaxQueuedTurns/4 {
+		close(g.roomc)
+		g.roomc = nil
 	}
 }
 
@@ -155,7 +221,7 @@ func (g *Group) popHeadLocked() {
 // line, and the monitor can find the one running. If the queue is empty,
 // the group goes idle before the lock is released (as in complete) and
 // peekBatch returns 0. Token holder only.
-func (g *Group) peekBatch(buf []Turn) int {
+func (g *Group) peekBatch(e *Exec, buf []Turn) int {
 	g.mu.Lock()
 	g.batchPos.Store(0)
 	if g.sys.n > 0 {
@@ -173,7 +239,7 @@ func (g *Group) peekBatch(buf []Turn) int {
 	}
 	g.mu.Unlock()
 	if k == 0 {
-		g.pool.deactivate()
+		g.pool.deactivate(e)
 	}
 	return k
 }
@@ -181,27 +247,25 @@ func (g *Group) peekBatch(buf []Turn) int {
 // completeN removes the m turns that just ran and reports whether more are
 // queued; if none are, the group goes idle, as in complete. Token holder
 // only.
-func (g *Group) completeN(m int) bool {
+func (g *Group) completeN(e *Exec, m int) bool {
 	g.mu.Lock()
-	for range m {
-		g.popHeadLocked()
-	}
+	g.popHeadLocked(m)
 	more := g.sys.n+g.app.n > 0
-	g.finishLocked(more)
+	g.finishLocked(e, more)
 	return more
 }
 
 // finishLocked releases g.mu after a completion; when nothing more is
 // queued (more is false) the group goes idle first, so a pusher after us
 // sees idle and submits it. Token holder only, with g.mu held.
-func (g *Group) finishLocked(more bool) {
+func (g *Group) finishLocked(e *Exec, more bool) {
 	if !more && !g.state.CompareAndSwap(groupRunning, groupIdle) {
 		g.mu.Unlock()
 		panic("activation: group " + g.label + " completed by a goroutine not holding its token")
 	}
 	g.mu.Unlock()
 	if !more {
-		g.pool.deactivate()
+		g.pool.deactivate(e)
 	}
 }
 
@@ -209,11 +273,11 @@ func (g *Group) finishLocked(more bool) {
 // there is none, the group goes idle before the lock is released, so a
 // pusher after us sees idle and submits it: the token is gone. Token
 // holder only.
-func (g *Group) complete() (Turn, bool) {
+func (g *Group) complete(e *Exec) (Turn, bool) {
 	g.mu.Lock()
-	g.popHeadLocked()
+	g.popHeadLocked(1)
 	t, ok := g.peekLocked()
-	g.finishLocked(ok)
+	g.finishLocked(e, ok)
 	return t, ok
 }
 
@@ -227,7 +291,7 @@ func (g *Group) acquireIdle(from *Exec, t Turn) bool {
 	if g.state.Load() != groupIdle || !g.state.CompareAndSwap(groupIdle, groupRunning) {
 		return false
 	}
-	g.pool.active.Add(1)
+	g.pool.activate(from)
 	g.mu.Lock()
 	if g.sys.n+g.app.n != 0 {
 		g.mu.Unlock()
@@ -248,7 +312,7 @@ func (g *Group) release(from *Exec) {
 		g.yield(from)
 		return
 	}
-	if g.becomeIdle() {
+	if g.becomeIdle(from) {
 		g.yield(from)
 	}
 }
@@ -256,17 +320,17 @@ func (g *Group) release(from *Exec) {
 // becomeIdle moves a running group with an empty queue to idle. It returns
 // true if turns arrived meanwhile and the caller has the token again (the
 // group is running). Token holder only.
-func (g *Group) becomeIdle() bool {
+func (g *Group) becomeIdle(e *Exec) bool {
 	if !g.state.CompareAndSwap(groupRunning, groupIdle) {
 		panic("activation: group " + g.label + " released by a goroutine not holding its token")
 	}
-	g.pool.deactivate()
+	g.pool.deactivate(e)
 	// A pusher whose critical section came after our CAS sees idle and
 	// submits the group itself; one whose section came before is seen here.
 	if g.queueLen() == 0 || !g.state.CompareAndSwap(groupIdle, groupRunning) {
 		return false
 	}
-	g.pool.active.Add(1)
+	g.pool.activate(e)
 	return true
 }
 
@@ -299,7 +363,7 @@ func (g *Group) drop() {
 	}
 	for {
 		g.dropTurns(nil)
-		if !g.becomeIdle() {
+		if !g.becomeIdle(nil) {
 			return
 		}
 	}
@@ -311,7 +375,7 @@ func (g *Group) dropTurns(e *Exec) {
 		g.mu.Lock()
 		t, ok := g.peekLocked()
 		if ok {
-			g.popHeadLocked()
+			g.popHeadLocked(1)
 		}
 		g.mu.Unlock()
 		if !ok {

@@ -314,6 +314,93 @@ func TestPanicIsReported(t *testing.T) {
 	}
 }
 
+// TestPanicMidBatch: turns queued behind a busy turn run as one batch under
+// one recover. A panic in the middle of it is reported to that turn's Done
+// alone, exactly once, and the batch goes on in order; a turn that waits
+// and then panics is reported the same way.
+func TestPanicMidBatch(t *testing.T) {
+	p := newTestPool(t, nil)
+	g := p.NewGroup("grain/batch")
+	gate, started := make(chan struct{}), make(chan struct{})
+	if err := g.Enqueue(turn("Gate", func(*Exec) { close(started); <-gate }, nil)); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, started, "the gate turn")
+
+	var ev Event
+	type result struct {
+		name string
+		err  error
+	}
+	results := make(chan result, 16)
+	var order []string // touched only by g's turns
+	add := func(name string, run func(e *Exec)) {
+		t.Helper()
+		task := &fn{
+			run: func(e *Exec) {
+				order = append(order, name)
+				if run != nil {
+					run(e)
+				}
+			},
+			done: func(_ *Exec, err error) { results <- result{name, err} },
+		}
+		if err := g.Enqueue(Turn{Name: name, Task: task}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("ok1", nil)
+	add("boom1", func(*Exec) { panic("one") })
+	add("ok2", nil)
+	add("waitThenBoom", func(e *Exec) {
+		e.Wait(&ev)
+		panic("two")
+	})
+	add("ok3", nil)
+	if n := g.Stats().QueueLen; n != 6 {
+		t.Fatalf("queue length = %d; want 6 (gate and five)", n)
+	}
+	close(gate)
+	waitUntil(t, "the turn to wait", func() bool {
+		x := ev.state.Load()
+		return x != nil && x != eventSignaled
+	})
+	ev.Signal()
+
+	// Done comes in run order, except that ok3 runs while waitThenBoom
+	// waits (a wait gives up the token), so it finishes first.
+	want := []struct {
+		name  string
+		panic any
+	}{{"ok1", nil}, {"boom1", "one"}, {"ok2", nil}, {"ok3", nil}, {"waitThenBoom", "two"}}
+	for _, w := range want {
+		r := recv(t, results, "Done of "+w.name)
+		if r.name != w.name {
+			t.Fatalf("Done of %q came next; want %q", r.name, w.name)
+		}
+		var pe *PanicError
+		switch {
+		case w.panic == nil && r.err != nil:
+			t.Errorf("%s: Done got %v; want nil", w.name, r.err)
+		case w.panic != nil && (!errors.As(r.err, &pe) || pe.Value != w.panic || pe.Turn != w.name):
+			t.Errorf("%s: Done got %v; want a *PanicError of %v", w.name, r.err, w.panic)
+		}
+	}
+	// Every Done came exactly once: the pool is drained and nothing more
+	// arrives.
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("extra Done for %q: %v", r.name, r.err)
+	default:
+	}
+	if got := strings.Join(order, ","); got != "ok1,boom1,ok2,waitThenBoom,ok3" {
+		t.Errorf("run order %s", got)
+	}
+}
+
 // TestSystemTurnsFirst: system turns run before queued application turns.
 func TestSystemTurnsFirst(t *testing.T) {
 	p := newTestPool(t, func(c *Config) { c.Processors = 1; c.HandOnAfter = time.Hour })

@@ -22,7 +22,7 @@ func (m *monitor) run() {
 	defer t.Stop()
 	for {
 		select {
-		case <-m.p.monStop:
+		case <-m.p.closing:
 			return
 		case <-t.Chan():
 			m.check(m.p.now())

@@ -94,22 +94,26 @@ import (
 // Pool is a fixed set of processors that run the turns of many groups.
 // Create one with New and stop it with Stop or Close.
 type Pool struct {
-	cfg Config
-
-	// active counts groups that are queued or running plus goroutines
-	// waiting in Exec.Wait or Exec.Blocking. Stop is done when it is zero.
-	active   atomic.Int64
-	blocked  atomic.Int64 // goroutines waiting with their processor handed on
+	// Read on every enqueue and turn, written once: kept apart from the
+	// counters below, which change all the time, so that reading them
+	// does not miss the cache (false sharing cost about 3% of throughput).
+	cfg      Config
 	stopping atomic.Bool
 	closed   atomic.Bool
+	allp     atomic.Pointer[[]*proc] // every processor ever made; grows only
+	closing  chan struct{}           // closed when Close begins: stops the monitor, wakes EnqueueWait
+	_        [cacheLine]byte
+
+	// outside is the activity stripe of goroutines that hold no processor
+	// (see activity); each processor has its own.
+	outside  activity
+	blocked  atomic.Int64  // goroutines waiting with their processor handed on
 	drained  chan struct{} // closed when stopping and active reaches zero
 	drainedO sync.Once
 
 	npidle    atomic.Int32 // processors in idle
 	nspinning atomic.Int32 // workers looking for work while holding a processor
 	nworkers  atomic.Int32 // worker goroutines alive
-
-	allp atomic.Pointer[[]*proc] // every processor ever made; grows only
 
 	mu     sync.Mutex // guards the fields below
 	idle   []*proc    // processors with no worker
@@ -129,8 +133,10 @@ type Pool struct {
 	closeOnce sync.Once
 	closeDone chan struct{}
 	wg        sync.WaitGroup // workers and the monitor
-	monStop   chan struct{}
 }
+
+// cacheLine is the size of a CPU cache line, for padding hot fields apart.
+const cacheLine = 64
 
 // New validates cfg and starts a pool. Its workers start on demand; its
 // monitor starts now. Stop or Close it to release them.
@@ -142,7 +148,7 @@ func New(cfg Config) (*Pool, error) {
 		cfg:       cfg,
 		drained:   make(chan struct{}),
 		closeDone: make(chan struct{}),
-		monStop:   make(chan struct{}),
+		closing:   make(chan struct{}),
 	}
 	all := make([]*proc, cfg.Processors)
 	for i := range all {
@@ -179,7 +185,7 @@ func (p *Pool) NewGroup(label string) *Group {
 // that is not running a turn of this pool.
 func (p *Pool) Stop(ctx context.Context) error {
 	p.stopping.Store(true)
-	if p.active.Load() == 0 {
+	if p.quiescent() {
 		p.signalDrained()
 	}
 	select {
@@ -203,7 +209,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 func (p *Pool) Close() {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
-		close(p.monStop)
+		close(p.closing)
 		p.mu.Lock()
 		spares := p.spares
 		p.spares = nil
@@ -229,11 +235,60 @@ func (p *Pool) signalDrained() {
 	p.drainedO.Do(func() { close(p.drained) })
 }
 
-// deactivate records that a group went idle or a waiter resumed. Any goroutine.
-func (p *Pool) deactivate() {
-	if p.active.Add(-1) == 0 && p.stopping.Load() {
+// An activity stripe counts, for Stop, how often groups became queued or
+// running and turns began to wait (inc), and how often they went idle or
+// ended their wait (dec). Every inc is followed by exactly one dec, on any
+// stripe, so the pool is quiescent when the sums over all stripes are
+// equal. Each processor has a stripe and goroutines without one share
+// Pool.outside: a single shared counter, moved on every group's idle and
+// busy transitions by producers and workers alike, cost about 12% of
+// throughput at 1,000 groups in cache misses.
+type activity struct {
+	inc, dec atomic.Int64
+	_        [cacheLine - 16]byte
+}
+
+// stripe returns the activity stripe for e: its processor's, or the
+// shared one when e is nil or holds none. e's own goroutine.
+func (p *Pool) stripe(e *Exec) *activity {
+	if e != nil && e.p != nil {
+		return &e.p.act
+	}
+	return &p.outside
+}
+
+// activate records that a group became queued or running, or a turn began
+// to wait. e is the calling worker, or nil. Any goroutine.
+func (p *Pool) activate(e *Exec) { p.stripe(e).inc.Add(1) }
+
+// deactivate records that a group went idle or a waiter resumed; while
+// stopping, it looks for quiescence. e is the calling worker, or nil.
+// Any goroutine.
+func (p *Pool) deactivate(e *Exec) {
+	p.stripe(e).dec.Add(1)
+	if p.stopping.Load() && p.quiescent() {
 		p.signalDrained()
 	}
+}
+
+// quiescent reports whether no group is queued or running and no turn
+// waits. It reads every dec before any inc, and both only grow: the decs
+// it sums were all done by the moment between the two loops and the incs
+// include everything done by then, and since each dec follows its inc,
+// equal sums mean that at that moment every inc had had its dec. So a
+// true answer is never wrong, and the deactivate that ends the last
+// activity sees it. Any goroutine.
+func (p *Pool) quiescent() bool {
+	dec := p.outside.dec.Load()
+	for _, pp := range *p.allp.Load() {
+		dec += pp.act.dec.Load()
+	}
+	// Load allp again: a processor made in between may hold incs.
+	inc := p.outside.inc.Load()
+	for _, pp := range *p.allp.Load() {
+		inc += pp.act.inc.Load()
+	}
+	return inc == dec
 }
 
 // submit makes queued group g runnable. from is the worker submitting it,

@@ -50,13 +50,15 @@ type proc struct {
 
 	parked *Exec // the worker parked on this idle processor; mu held
 
+	act activity // Stop's activity counts of the workers holding it
+
 	// Monitor only.
 	mon struct {
 		run      uint64
 		runSince time.Time
 		warned   bool
 	}
-	_ [64]byte // keep neighbouring processors off each other's cache lines
+	_ [cacheLine]byte // keep neighbouring processors off each other's cache lines
 }
 
 func newProc(id int) *proc { return &proc{id: id} }

@@ -24,6 +24,7 @@ func TestConfigValidateNamesField(t *testing.T) {
 		{"LongTurnWarning", func(c *Config) { c.LongTurnWarning = 0 }},
 		{"MonitorInterval", func(c *Config) { c.MonitorInterval = 0 }},
 		{"InlineDepth", func(c *Config) { c.InlineDepth = maxInlineDepth + 1 }},
+		{"MaxQueuedTurns", func(c *Config) { c.MaxQueuedTurns = -1 }},
 		{"Logger", func(c *Config) { c.Logger = nil }},
 		{"Clock", func(c *Config) { c.Clock = nil }},
 	}

@@ -162,25 +162,36 @@ func (q *turnQueue) peekN(buf []Turn) int {
 	return k
 }
 
-// pop removes the oldest turn. The queue must not be empty.
-func (q *turnQueue) pop() {
-	q.n--
+// popN removes the m oldest turns; the queue must hold at least m.
+func (q *turnQueue) popN(m int) {
+	if m <= 0 {
+		return
+	}
+	q.n -= m
 	if q.oneFull {
 		q.one, q.oneFull = Turn{}, false
-		return
+		m--
 	}
 	// Consumed slots are not cleared: the write would pull the line back
 	// from the producer's core for nothing. A segment's stale turns are
 	// released when it is recycled (sync.Pool empties at GC) or reused.
-	s := q.head
-	q.hi++
-	switch {
-	case q.n == 0:
-		q.head, q.tail = nil, nil
-		s.next = nil
-		segmentPool.Put(s)
-	case q.hi == segmentSize:
-		q.head, q.hi = s.next, 0
+	for m > 0 {
+		s := q.head
+		end := segmentSize
+		if s == q.tail {
+			end = q.ti
+		}
+		k := min(m, end-q.hi)
+		q.hi += k
+		m -= k
+		if q.hi < end {
+			break
+		}
+		if s == q.tail {
+			q.head, q.tail = nil, nil
+		} else {
+			q.head, q.hi = s.next, 0
+		}
 		s.next = nil
 		segmentPool.Put(s)
 	}
