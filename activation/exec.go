@@ -532,11 +532,12 @@ func (e *Exec) release() {
 		}
 		f.held = false
 		f.g.mu.Lock()
-		f.g.popHeadLocked(f.ahead) // batch turns that ran before this one
+		freed := f.g.popHeadLocked(f.ahead, nil) // batch turns that ran before this one
 		f.ahead = 0
 		f.name = f.g.headLocked().Name // its continuation will carry the name
-		f.g.popHeadLocked(1)
+		freed = f.g.popHeadLocked(1, freed)
 		f.g.mu.Unlock()
+		releaseSegments(freed)
 		f.g.release(e)
 	}
 	e.handoff()

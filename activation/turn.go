@@ -89,11 +89,13 @@ var segmentPool = sync.Pool{New: func() any { return new(segment) }}
 // group whose drain needs the enqueuing worker would wait forever. So the
 // queue grows without limit; admission control belongs to the layer above.
 type turnQueue struct {
-	one        Turn // the oldest turn, when oneFull
-	oneFull    bool
+	// The header comes first and one last: in a Group the header shares
+	// the lock's cache line, and one fills the next line.
 	head, tail *segment
-	hi, ti     int // next index to read in head, next index to write in tail
-	n          int // turns in all, one included
+	hi, ti     int  // next index to read in head, next index to write in tail
+	n          int  // turns in all, one included
+	oneFull    bool // one holds the oldest turn
+	one        Turn
 }
 
 func (q *turnQueue) push(t Turn) {
@@ -143,29 +145,55 @@ func (q *turnQueue) at(i int) (Turn, bool) {
 	return s.turns[j], true
 }
 
+// A cursor is a read position in a turnQueue: where its oldest turn was
+// when front was called.
+type cursor struct {
+	q   *turnQueue
+	one bool // the oldest turn is in q.one
+	seg *segment
+	i   int
+}
+
+// front returns the position of the oldest turn. Guarded like the queue.
+func (q *turnQueue) front() cursor { return cursor{q: q, one: q.oneFull, seg: q.head, i: q.hi} }
+
+// copy copies the len(buf) oldest turns from c into buf; the queue must
+// hold that many. Turns in the queue are not written again until removed,
+// and only the group's token holder removes them, so the token holder may
+// copy without the lock, after taking c and the count under it: a
+// producer appends behind them and links new segments only past the last
+// one read here.
+func (c cursor) copy(buf []Turn) {
+	k := 0
+	if c.one && len(buf) > 0 {
+		buf[0] = c.q.one
+		k = 1
+	}
+	s, j := c.seg, c.i
+	for ; k < len(buf); k++ {
+		if j == segmentSize {
+			s, j = s.next, 0
+		}
+		buf[k] = s.turns[j]
+		j++
+	}
+}
+
 // peekN copies the oldest turns into buf, as many as fit, without removing
 // them, and returns how many it copied.
 func (q *turnQueue) peekN(buf []Turn) int {
-	k := 0
-	if q.oneFull && len(buf) > 0 {
-		buf[0] = q.one
-		k = 1
-	}
-	s, j := q.head, q.hi
-	for k < len(buf) && k < q.n {
-		buf[k] = s.turns[j]
-		k++
-		if j++; j == segmentSize {
-			s, j = s.next, 0
-		}
-	}
+	k := min(len(buf), q.n)
+	q.front().copy(buf[:k])
 	return k
 }
 
-// popN removes the m oldest turns; the queue must hold at least m.
-func (q *turnQueue) popN(m int) {
+// popN removes the m oldest turns; the queue must hold at least m. It
+// returns the segments it emptied, linked through next in front of freed,
+// for releaseSegments after the lock is dropped: putting them back to the
+// pool under the group's lock kept producers waiting.
+func (q *turnQueue) popN(m int, freed *segment) *segment {
 	if m <= 0 {
-		return
+		return freed
 	}
 	q.n -= m
 	if q.oneFull {
@@ -192,7 +220,19 @@ func (q *turnQueue) popN(m int) {
 		} else {
 			q.head, q.hi = s.next, 0
 		}
+		s.next = freed
+		freed = s
+	}
+	return freed
+}
+
+// releaseSegments returns a chain made by popN to the pool. No lock needed:
+// the segments are no longer reachable from any queue.
+func releaseSegments(s *segment) {
+	for s != nil {
+		next := s.next
 		s.next = nil
 		segmentPool.Put(s)
+		s = next
 	}
 }
