@@ -350,7 +350,7 @@ func (e *Exec) runBatchFrom(g *Group, f *frame, i, k int) (next int, waited, sto
 		}
 		r := recover()
 		t := e.batch[next]
-		t.Task.Done(e, &PanicError{Group: g.label, Turn: t.Name, Value: r, Stack: debug.Stack()})
+		t.Task.Done(e, newPanicError(g, t, r))
 		next++
 		waited = e.waits != waits
 	}()
@@ -380,10 +380,16 @@ func (e *Exec) runTurn(g *Group, t Turn) {
 	t.Task.Done(e, err)
 }
 
+// newPanicError describes turn t of g panicking with r; it is called in the
+// deferred function that recovered, so the stack is the panicking one.
+func newPanicError(g *Group, t Turn, r any) *PanicError {
+	return &PanicError{Group: g.label, Turn: t.Name, Value: r, Stack: debug.Stack()}
+}
+
 func (e *Exec) call(g *Group, t Turn) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Group: g.label, Turn: t.Name, Value: r, Stack: debug.Stack()}
+			err = newPanicError(g, t, r)
 		}
 	}()
 	t.Task.Run(e)

@@ -179,14 +179,6 @@ func (c cursor) copy(buf []Turn) {
 	}
 }
 
-// peekN copies the oldest turns into buf, as many as fit, without removing
-// them, and returns how many it copied.
-func (q *turnQueue) peekN(buf []Turn) int {
-	k := min(len(buf), q.n)
-	q.front().copy(buf[:k])
-	return k
-}
-
 // popN removes the m oldest turns; the queue must hold at least m. It
 // returns the segments it emptied, linked through next in front of freed,
 // for releaseSegments after the lock is dropped: putting them back to the
