@@ -1,13 +1,24 @@
 # Granary build. Every tool the targets need is installed here, at a pinned
 # version, into ./bin: a fresh machine needs only Go.
 
-GO          ?= go
-BIN         := $(CURDIR)/bin
-STATICCHECK := $(BIN)/staticcheck
-BENCHSTAT   := $(BIN)/benchstat
+GO                    ?= go
+BIN                   := $(CURDIR)/bin
+STATICCHECK           := $(BIN)/staticcheck
+BENCHSTAT             := $(BIN)/benchstat
+BUF                   := $(BIN)/buf
+PROTOC_GEN_GO         := $(BIN)/protoc-gen-go
+PROTOC_GEN_GO_GRANARY := $(BIN)/protoc-gen-go-granary
 
 STATICCHECK_VERSION := v0.8.2
 BENCHSTAT_VERSION   := v0.0.0-20260908200009-22c9c6c9d4da
+BUF_VERSION         := v1.75.0
+# protoc-gen-go is the version of google.golang.org/protobuf in go.mod, so
+# the generated code matches the runtime it is compiled against.
+PROTOC_GEN_GO_VERSION = $(shell $(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
+
+# The generator's own sources: bin/protoc-gen-go-granary is rebuilt when one
+# of them changes.
+PROTOC_GEN_GO_GRANARY_SRCS := $(wildcard cmd/protoc-gen-go-granary/*.go proto/granary/v1/*.go) go.mod go.sum
 
 # Benchmarks: which, how often, and for how long each run.
 BENCH       ?= .
@@ -15,15 +26,15 @@ BENCH_COUNT ?= 6
 BENCH_TIME  ?= 1s
 BENCH_PKGS  ?= ./activation/
 
-.PHONY: all build test fmt-check vet lint race bench run tools clean
+.PHONY: all build test fmt-check vet lint race bench run generate generate-check tools clean
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## test: everything CI checks: formatting, vet, lint, and the race-enabled tests.
-test: fmt-check vet lint race
+## test: everything CI checks: formatting, vet, lint, fresh generated code, and the race-enabled tests.
+test: fmt-check vet lint generate-check race
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -48,13 +59,42 @@ bench: $(BENCHSTAT)
 run:
 	$(GO) run ./examples/scheduler
 
-tools: $(STATICCHECK) $(BENCHSTAT)
+## generate: regenerate the Go code beside the .proto files under proto/.
+generate: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRANARY)
+	$(BUF) generate
+
+## generate-check: fail if the generated Go code under proto/ is stale.
+generate-check: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRANARY)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(BUF) generate -o "$$tmp" && \
+	(cd "$$tmp/proto" && find . -name '*.pb.go' | sed 's|^\./||' | sort) > "$$tmp/fresh" && \
+	(cd proto && find . -name '*.pb.go' | sed 's|^\./||' | sort) > "$$tmp/present" && \
+	stale=0 && \
+	{ diff -u "$$tmp/present" "$$tmp/fresh" || stale=1; } && \
+	for f in $$(cat "$$tmp/fresh"); do \
+		if [ -f "proto/$$f" ]; then diff -u "proto/$$f" "$$tmp/proto/$$f" || stale=1; fi; \
+	done && \
+	if [ $$stale -ne 0 ]; then echo "generated code under proto/ is stale: run 'make generate'"; exit 1; fi
+
+tools: $(STATICCHECK) $(BENCHSTAT) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRANARY)
 
 $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 $(BENCHSTAT):
 	GOBIN=$(BIN) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+
+$(BUF):
+	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+
+# Reinstalled when go.mod changes, which may change the protobuf version;
+# touched because go install leaves an up-to-date binary as it was.
+$(PROTOC_GEN_GO): go.mod
+	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@touch $@
+
+$(PROTOC_GEN_GO_GRANARY): $(PROTOC_GEN_GO_GRANARY_SRCS)
+	$(GO) build -o $@ ./cmd/protoc-gen-go-granary
 
 clean:
 	rm -rf $(BIN) bench.out

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// badHeader starts every inline file of TestBadInput: the imports a case may
+// need and two plain messages, Req and Resp.
+const badHeader = `syntax = "proto3";
+package bad;
+import "google/protobuf/empty.proto";
+import "granary/v1/options.proto";
+option go_package = "example.com/granarytest/bad;badpb";
+message Req {}
+message Resp {}
+`
+
+// TestBadInput checks that each kind of bad input fails the plugin with an
+// error that names the file, the service and, for a method problem, the
+// rpc, and that the plugin then writes no file.
+func TestBadInput(t *testing.T) {
+	tests := []struct {
+		name string
+		body string   // appended to badHeader
+		want []string // each must appear in the error
+	}{
+		{
+			name: "client streaming",
+			body: `service S { rpc Up(stream Req) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc Up: streaming rpcs are not supported yet (this one streams its requests)"},
+		},
+		{
+			name: "server streaming",
+			body: `service S { rpc Down(Req) returns (stream Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc Down: streaming rpcs are not supported yet (this one streams its responses)"},
+		},
+		{
+			name: "bidirectional streaming",
+			body: `service S { rpc Chat(stream Req) returns (stream Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc Chat: streaming rpcs are not supported yet (this one streams in both directions)"},
+		},
+		{
+			name: "max_local_workers without stateless_worker",
+			body: `service S { option (granary.v1.grain) = {max_local_workers: 4}; }`,
+			want: []string{"bad.proto: service bad.S: grain option max_local_workers (4) requires stateless_worker: true"},
+		},
+		{
+			name: "negative max_local_workers",
+			body: `service S { option (granary.v1.grain) = {stateless_worker: true, max_local_workers: -1}; }`,
+			want: []string{"bad.proto: service bad.S: grain option max_local_workers is negative (-1)"},
+		},
+		{
+			name: "stateless worker placed by hash",
+			body: `service S { option (granary.v1.grain) = {stateless_worker: true, placement: PLACEMENT_HASH}; }`,
+			want: []string{"bad.proto: service bad.S: grain option stateless_worker does not allow placement PLACEMENT_HASH"},
+		},
+		{
+			name: "stateless worker placed at random",
+			body: `service S { option (granary.v1.grain) = {stateless_worker: true, placement: PLACEMENT_RANDOM}; }`,
+			want: []string{"grain option stateless_worker does not allow placement PLACEMENT_RANDOM"},
+		},
+		{
+			name: "stateless worker placed by activation count",
+			body: `service S { option (granary.v1.grain) = {stateless_worker: true, placement: PLACEMENT_ACTIVATION_COUNT}; }`,
+			want: []string{"grain option stateless_worker does not allow placement PLACEMENT_ACTIVATION_COUNT"},
+		},
+		{
+			name: "unknown placement",
+			body: `service S { option (granary.v1.grain) = {placement: 9}; }`,
+			want: []string{"bad.proto: service bad.S: grain option placement has the unknown value 9"},
+		},
+		{
+			name: "unknown key kind",
+			body: `service S { option (granary.v1.grain) = {key_kind: 7}; }`,
+			want: []string{"bad.proto: service bad.S: grain option key_kind has the unknown value 7"},
+		},
+		{
+			name: "negative collection_age",
+			body: `service S { option (granary.v1.grain) = {collection_age: {seconds: -5}}; }`,
+			want: []string{"bad.proto: service bad.S: grain option collection_age is negative (seconds: -5, nanos: 0)"},
+		},
+		{
+			name: "collection_age with opposite signs",
+			body: `service S { option (granary.v1.grain) = {collection_age: {seconds: 1, nanos: -1}}; }`,
+			want: []string{"bad.proto: service bad.S: grain option collection_age is not normalised (seconds: 1, nanos: -1)"},
+		},
+		{
+			name: "collection_age with a second of nanos",
+			body: `service S { option (granary.v1.grain) = {collection_age: {nanos: 1000000000}}; }`,
+			want: []string{"grain option collection_age is not normalised (seconds: 0, nanos: 1000000000)"},
+		},
+		{
+			name: "collection_age too long for time.Duration",
+			body: `service S { option (granary.v1.grain) = {collection_age: {seconds: 10000000000}}; }`,
+			want: []string{"grain option collection_age is too long for a Go time.Duration (seconds: 10000000000)"},
+		},
+		{
+			name: "collection_age out of the range of Duration",
+			body: `service S { option (granary.v1.grain) = {collection_age: {seconds: 315576000001}}; }`,
+			want: []string{"grain option collection_age is out of the range of google.protobuf.Duration (seconds: 315576000001)"},
+		},
+		{
+			name: "negative timeout",
+			body: `service S { rpc M(Req) returns (Resp) { option (granary.v1.method) = {timeout: {nanos: -1}}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option timeout is negative (seconds: 0, nanos: -1)"},
+		},
+		{
+			name: "timeout not normalised",
+			body: `service S { rpc M(Req) returns (Resp) { option (granary.v1.method) = {timeout: {seconds: -1, nanos: 5}}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option timeout is not normalised (seconds: -1, nanos: 5)"},
+		},
+		{
+			name: "one_way with a response",
+			body: `service S { rpc M(Req) returns (Resp) { option (granary.v1.method) = {one_way: true}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option one_way requires the response type google.protobuf.Empty, not bad.Resp"},
+		},
+		{
+			name: "one_way and read_only",
+			body: `service S { rpc M(Req) returns (google.protobuf.Empty) { option (granary.v1.method) = {one_way: true, read_only: true}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option one_way cannot be combined with read_only"},
+		},
+		{
+			name: "one_way and timeout",
+			body: `service S { rpc M(Req) returns (google.protobuf.Empty) { option (granary.v1.method) = {one_way: true, timeout: {seconds: 1}}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option one_way cannot be combined with timeout: a one-way call has no reply to time out"},
+		},
+		{
+			name: "one_way and a zero timeout",
+			body: `service S { rpc M(Req) returns (google.protobuf.Empty) { option (granary.v1.method) = {one_way: true, timeout: {}}; } }`,
+			want: []string{"rpc M: method option one_way cannot be combined with timeout"},
+		},
+		{
+			name: "every problem of a file at once",
+			body: `service S {
+				option (granary.v1.grain) = {max_local_workers: 2};
+				rpc Up(stream Req) returns (Resp);
+				rpc Tell(Req) returns (Resp) { option (granary.v1.method) = {one_way: true}; }
+			}
+			service T { rpc Down(Req) returns (stream Resp); }`,
+			want: []string{
+				"bad.proto: service bad.S: grain option max_local_workers (2) requires stateless_worker: true\n",
+				"bad.proto: service bad.S: rpc Up: streaming rpcs are not supported yet",
+				"bad.proto: service bad.S: rpc Tell: method option one_way requires the response type google.protobuf.Empty, not bad.Resp\n",
+				"bad.proto: service bad.T: rpc Down: streaming rpcs are not supported yet",
+			},
+		},
+		{
+			name: "services with the same Go name",
+			body: `service FooBar {} service foo_bar {}`,
+			want: []string{"bad.proto: service bad.foo_bar: generated name FooBarGrainType collides with the same name generated for service bad.FooBar (bad.proto)"},
+		},
+		{
+			name: "a service named like another's stub",
+			body: `service Foo {} service UnimplementedFoo {}`,
+			want: []string{"bad.proto: service bad.UnimplementedFoo: generated name UnimplementedFooGrain collides with the same name generated for service bad.Foo (bad.proto)"},
+		},
+		{
+			name: "handlers with the same name",
+			body: `service A { rpc B_C(Req) returns (Resp); } service A_B { rpc C(Req) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.A_B: generated name _A_B_C_Handler collides with the same name generated for service bad.A (bad.proto)"},
+		},
+		{
+			name: "a service named like a message's reference",
+			body: `message FooRef {} service Foo {}`,
+			want: []string{"bad.proto: service bad.Foo: generated name FooRef collides with message bad.FooRef (bad.proto)"},
+		},
+		{
+			name: "a service named like a nested message",
+			body: `message foo { message ServiceDesc {} } service Foo {}`,
+			want: []string{"generated name Foo_ServiceDesc collides with message bad.foo.ServiceDesc (bad.proto)"},
+		},
+		{
+			name: "a service named like an enum value",
+			body: `enum Kind { KIND_UNSPECIFIED = 0; Grain = 1; } service Kind_ {}`,
+			want: []string{"generated name Kind_Grain collides with enum value bad.Grain (bad.proto)"},
+		},
+		{
+			name: "rpcs with the same Go name",
+			body: `service S { rpc FooBar(Req) returns (Resp); rpc foo_bar(Req) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc foo_bar: generated method SRef.FooBar collides with the method generated for rpc FooBar"},
+		},
+		{
+			name: "an rpc named like another's async variant",
+			body: `service S { rpc Get(Req) returns (Resp); rpc GetAsync(Req) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc GetAsync: generated method SRef.GetAsync collides with the method generated for rpc Get"},
+		},
+		{
+			name: "an rpc named ID",
+			body: `service S { rpc ID(Req) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc ID: generated method SRef.ID collides with the method SRef.ID"},
+		},
+		{
+			name: "an rpc named like a lifecycle hook",
+			body: `service S { rpc OnActivate(Req) returns (Resp); rpc on_deactivate(Req) returns (Resp); }`,
+			want: []string{
+				"bad.proto: service bad.S: rpc OnActivate: the Go method name OnActivate is taken by the lifecycle hook grain.Activator",
+				"bad.proto: service bad.S: rpc on_deactivate: the Go method name OnDeactivate is taken by the lifecycle hook grain.Deactivator",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := runPlugin(t, map[string]string{"bad.proto": badHeader + tt.body + "\n"}, "bad.proto")
+			if resp.Error == nil {
+				t.Fatalf("plugin succeeded, want an error containing %q", tt.want)
+			}
+			got := resp.GetError() + "\n"
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("error\n%s\ndoes not contain\n%s", got, w)
+				}
+			}
+			if len(resp.File) != 0 {
+				t.Errorf("plugin wrote %d files along with its error, want none", len(resp.File))
+			}
+		})
+	}
+}
+
+// TestNewerOptions checks that options set in a newer options.proto, with
+// fields this generator does not know, fail the plugin rather than being
+// ignored.
+func TestNewerOptions(t *testing.T) {
+	newer := strings.Replace(readFile(t, protoRoot+"/granary/v1/options.proto"),
+		"message MethodOptions {", "message MethodOptions {\n  bool from_the_future = 99;", 1)
+	if !strings.Contains(newer, "from_the_future") {
+		t.Fatal("could not add a field to MethodOptions")
+	}
+	src := badHeader + `service S { rpc M(Req) returns (Resp) { option (granary.v1.method) = {from_the_future: true}; } }` + "\n"
+	resp := runPlugin(t, map[string]string{"bad.proto": src, "granary/v1/options.proto": newer}, "bad.proto")
+	want := "bad.proto: service bad.S: rpc M: method options hold fields that this protoc-gen-go-granary (" + version + ") does not know"
+	if !strings.Contains(resp.GetError(), want) {
+		t.Errorf("error %q does not contain %q", resp.GetError(), want)
+	}
+}
+
+// TestAllowedCombinations checks option combinations that must pass.
+func TestAllowedCombinations(t *testing.T) {
+	tests := []struct{ name, body string }{
+		{"read_only with always_interleave", `service S { rpc M(Req) returns (Resp) { option (granary.v1.method) = {read_only: true, always_interleave: true}; } }`},
+		{"one_way with always_interleave", `service S { rpc M(Req) returns (google.protobuf.Empty) { option (granary.v1.method) = {one_way: true, always_interleave: true}; } }`},
+		{"stateless worker placed locally", `service S { option (granary.v1.grain) = {stateless_worker: true, placement: PLACEMENT_PREFER_LOCAL, max_local_workers: 1}; }`},
+		{"reentrant stateless worker", `service S { option (granary.v1.grain) = {stateless_worker: true, reentrant: true}; }`},
+		{"zero durations", `service S { option (granary.v1.grain) = {collection_age: {}}; rpc M(Req) returns (Resp) { option (granary.v1.method) = {timeout: {}}; } }`},
+		{"longest time.Duration", `service S { option (granary.v1.grain) = {collection_age: {seconds: 9223372036, nanos: 854775807}}; }`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := runPlugin(t, map[string]string{"bad.proto": badHeader + tt.body + "\n"}, "bad.proto")
+			if resp.Error != nil {
+				t.Fatalf("plugin failed: %s", resp.GetError())
+			}
+			if len(resp.File) != 1 {
+				t.Errorf("plugin wrote %d files, want 1", len(resp.File))
+			}
+		})
+	}
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/compiler/protogen"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+)
+
+// emptyFullName is the only response type a one-way rpc may have.
+const emptyFullName protoreflect.FullName = "google.protobuf.Empty"
+
+// A grainType is one service as the generator emits it: the service, the
+// file it is declared in, and its checked options. It is built by
+// loadGrainType, which is the only place that reads the proto options, so
+// the emitter works from plain Go values.
+type grainType struct {
+	file    *protogen.File
+	svc     *protogen.Service
+	opts    typeOptions
+	methods []*grainMethod
+}
+
+// typeOptions are a service's grain options, checked and converted to the
+// values that grain.TypeOptions holds. Zero values mean "not set".
+type typeOptions struct {
+	placement       granaryv1.Placement
+	reentrant       bool
+	collectionAge   time.Duration
+	statelessWorker bool
+	maxLocalWorkers int
+	keyKind         granaryv1.KeyKind // never KEY_KIND_UNSPECIFIED
+}
+
+// A grainMethod is one rpc with its checked method options.
+type grainMethod struct {
+	m                *protogen.Method
+	index            int
+	oneWay           bool
+	alwaysInterleave bool
+	readOnly         bool
+	timeout          time.Duration
+}
+
+// placementIdents maps each placement to the name of its grain.Placement
+// constant; PLACEMENT_UNSPECIFIED is grain.PlacementDefault, the zero value,
+// which the emitter leaves out.
+var placementIdents = map[granaryv1.Placement]string{
+	granaryv1.Placement_PLACEMENT_UNSPECIFIED:      "PlacementDefault",
+	granaryv1.Placement_PLACEMENT_RANDOM:           "PlacementRandom",
+	granaryv1.Placement_PLACEMENT_PREFER_LOCAL:     "PlacementPreferLocal",
+	granaryv1.Placement_PLACEMENT_HASH:             "PlacementHash",
+	granaryv1.Placement_PLACEMENT_ACTIVATION_COUNT: "PlacementActivationCount",
+}
+
+// keyKindIdents maps each key kind to the name of its grain.KeyKind
+// constant. KEY_KIND_UNSPECIFIED is read as KEY_KIND_STRING before this map
+// is consulted.
+var keyKindIdents = map[granaryv1.KeyKind]string{
+	granaryv1.KeyKind_KEY_KIND_STRING: "KeyString",
+	granaryv1.KeyKind_KEY_KIND_INT64:  "KeyInt64",
+	granaryv1.KeyKind_KEY_KIND_UUID:   "KeyUUID",
+}
+
+// loadGrainType reads and checks the options of svc, declared in f. It
+// returns every problem it finds, each naming the file, the service and,
+// for method problems, the rpc, so that one run of the plugin reports them
+// all.
+func loadGrainType(f *protogen.File, svc *protogen.Service) (*grainType, []error) {
+	t := &grainType{file: f, svc: svc}
+	var errs []error
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: service %s: %s", f.Desc.Path(), svc.Desc.FullName(), fmt.Sprintf(format, args...)))
+	}
+
+	o, err := extension[*granaryv1.GrainOptions](svc.Desc.Options(), &descriptorpb.ServiceOptions{}, granaryv1.E_Grain)
+	if err != nil {
+		fail("reading grain options: %v", err)
+		return t, errs
+	}
+	if o == nil {
+		o = &granaryv1.GrainOptions{}
+	}
+	if unknown := o.ProtoReflect().GetUnknown(); len(unknown) > 0 {
+		fail("grain options hold fields that this protoc-gen-go-granary (%s) does not know; rebuild it from the same revision as granary/v1/options.proto", version)
+	}
+
+	t.opts.reentrant = o.GetReentrant()
+	t.opts.statelessWorker = o.GetStatelessWorker()
+
+	t.opts.placement = o.GetPlacement()
+	if _, ok := placementIdents[t.opts.placement]; !ok {
+		fail("grain option placement has the unknown value %d", int32(t.opts.placement))
+	}
+	t.opts.keyKind = o.GetKeyKind()
+	if t.opts.keyKind == granaryv1.KeyKind_KEY_KIND_UNSPECIFIED {
+		t.opts.keyKind = granaryv1.KeyKind_KEY_KIND_STRING
+	}
+	if _, ok := keyKindIdents[t.opts.keyKind]; !ok {
+		fail("grain option key_kind has the unknown value %d", int32(t.opts.keyKind))
+	}
+
+	if d, err := checkDuration(o.GetCollectionAge()); err != nil {
+		fail("grain option collection_age %v", err)
+	} else {
+		t.opts.collectionAge = d
+	}
+
+	switch n := o.GetMaxLocalWorkers(); {
+	case n < 0:
+		fail("grain option max_local_workers is negative (%d)", n)
+	case n > 0 && !t.opts.statelessWorker:
+		fail("grain option max_local_workers (%d) requires stateless_worker: true", n)
+	default:
+		t.opts.maxLocalWorkers = int(n)
+	}
+
+	if t.opts.statelessWorker {
+		switch t.opts.placement {
+		case granaryv1.Placement_PLACEMENT_UNSPECIFIED, granaryv1.Placement_PLACEMENT_PREFER_LOCAL:
+		default:
+			fail("grain option stateless_worker does not allow placement %v: a stateless worker is always activated on the silo that receives the call, so only PLACEMENT_UNSPECIFIED and PLACEMENT_PREFER_LOCAL apply", t.opts.placement)
+		}
+	}
+
+	for i, m := range svc.Methods {
+		gm, merrs := loadGrainMethod(m, i)
+		t.methods = append(t.methods, gm)
+		for _, e := range merrs {
+			fail("rpc %s: %v", m.Desc.Name(), e)
+		}
+	}
+	return t, errs
+}
+
+// loadGrainMethod reads and checks the method options of m, the index-th
+// rpc of its service. The errors it returns do not name the file, service
+// or rpc; loadGrainType adds those.
+func loadGrainMethod(m *protogen.Method, index int) (*grainMethod, []error) {
+	gm := &grainMethod{m: m, index: index}
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	switch cs, ss := m.Desc.IsStreamingClient(), m.Desc.IsStreamingServer(); {
+	case cs && ss:
+		fail("streaming rpcs are not supported yet (this one streams in both directions)")
+	case cs:
+		fail("streaming rpcs are not supported yet (this one streams its requests)")
+	case ss:
+		fail("streaming rpcs are not supported yet (this one streams its responses)")
+	}
+
+	o, err := extension[*granaryv1.MethodOptions](m.Desc.Options(), &descriptorpb.MethodOptions{}, granaryv1.E_Method)
+	if err != nil {
+		fail("reading method options: %v", err)
+		return gm, errs
+	}
+	if o == nil {
+		o = &granaryv1.MethodOptions{}
+	}
+	if unknown := o.ProtoReflect().GetUnknown(); len(unknown) > 0 {
+		fail("method options hold fields that this protoc-gen-go-granary (%s) does not know; rebuild it from the same revision as granary/v1/options.proto", version)
+	}
+	gm.oneWay = o.GetOneWay()
+	gm.alwaysInterleave = o.GetAlwaysInterleave()
+	gm.readOnly = o.GetReadOnly()
+	if d, err := checkDuration(o.GetTimeout()); err != nil {
+		fail("method option timeout %v", err)
+	} else {
+		gm.timeout = d
+	}
+
+	if gm.oneWay {
+		if out := m.Output.Desc.FullName(); out != emptyFullName {
+			fail("method option one_way requires the response type %s, not %s", emptyFullName, out)
+		}
+		if gm.readOnly {
+			fail("method option one_way cannot be combined with read_only: a one-way call returns nothing, so a read-only one would have no effect")
+		}
+		if o.GetTimeout() != nil {
+			fail("method option one_way cannot be combined with timeout: a one-way call has no reply to time out")
+		}
+	}
+	return gm, errs
+}
+
+// extension returns the value of the extension xt in opts, or the zero T
+// when opts does not set it. opts may hold the extension as a typed field,
+// as a dynamic message or as unknown bytes, depending on which registry the
+// descriptors were parsed with, so the options are encoded and decoded
+// again into blank (an empty options message of opts's type) against the
+// extension types linked into this program.
+func extension[T proto.Message](opts, blank proto.Message, xt protoreflect.ExtensionType) (T, error) {
+	var zero T
+	b, err := proto.Marshal(opts)
+	if err != nil {
+		return zero, err
+	}
+	if err := (proto.UnmarshalOptions{Resolver: protoregistry.GlobalTypes}).Unmarshal(b, blank); err != nil {
+		return zero, err
+	}
+	if !proto.HasExtension(blank, xt) {
+		return zero, nil
+	}
+	v, ok := proto.GetExtension(blank, xt).(T)
+	if !ok {
+		return zero, fmt.Errorf("extension %s has the unexpected Go type %T", xt.TypeDescriptor().FullName(), proto.GetExtension(blank, xt))
+	}
+	return v, nil
+}
+
+// checkDuration converts a duration option to a time.Duration. An unset
+// option is zero. The error completes a sentence that begins with the
+// option's name.
+func checkDuration(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	secs, nanos := d.GetSeconds(), d.GetNanos()
+	if nanos <= -1e9 || nanos >= 1e9 || (secs > 0 && nanos < 0) || (secs < 0 && nanos > 0) {
+		return 0, fmt.Errorf("is not normalised (seconds: %d, nanos: %d): seconds and nanos must not have opposite signs, and nanos must lie strictly between -1e9 and 1e9", secs, nanos)
+	}
+	if secs < 0 || nanos < 0 {
+		return 0, fmt.Errorf("is negative (seconds: %d, nanos: %d)", secs, nanos)
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, fmt.Errorf("is out of the range of google.protobuf.Duration (seconds: %d)", secs)
+	}
+	td := d.AsDuration()
+	if back := durationpb.New(td); back.GetSeconds() != secs || back.GetNanos() != nanos {
+		return 0, fmt.Errorf("is too long for a Go time.Duration (seconds: %d); the longest is %v", secs, time.Duration(1<<63-1))
+	}
+	return td, nil
+}

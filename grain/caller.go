@@ -1,0 +1,117 @@
+package grain
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// A Caller sends calls to grains. A silo, a grain's Context (through
+// Context.Caller) and the external client each provide one, so generated
+// references work the same from grain code, from a program hosting a silo,
+// and from outside the cluster.
+type Caller interface {
+	// Invoke calls method m of grain id with req and waits for the reply.
+	// The message req belongs to the callee from then on: the caller must
+	// not change it. For a one-way call Invoke returns (nil, nil) once the
+	// call is queued.
+	Invoke(ctx context.Context, id ID, m *MethodDesc, req proto.Message, opts ...CallOption) (proto.Message, error)
+	// InvokeAsync is Invoke without the wait: the reply arrives through
+	// the Pending it returns.
+	InvokeAsync(ctx context.Context, id ID, m *MethodDesc, req proto.Message, opts ...CallOption) Pending
+}
+
+// A Pending is a call in flight. Await waits for its reply; a grain that
+// awaits lets its processor go, and (if it allows interleaving) other
+// requests run meanwhile. Await may be called more than once and from any
+// goroutine, but a grain must await on its own turn's goroutine.
+type Pending interface {
+	Await(ctx context.Context) (proto.Message, error)
+}
+
+// Future is the typed result of an ...Async method of a generated reference.
+type Future[T proto.Message] struct{ p Pending }
+
+// NewFuture wraps a Pending whose reply is a T. Generated code only.
+func NewFuture[T proto.Message](p Pending) Future[T] { return Future[T]{p: p} }
+
+// Await waits for the reply. A one-way call's reply is the zero T.
+func (f Future[T]) Await(ctx context.Context) (T, error) {
+	var zero T
+	if f.p == nil {
+		return zero, errNoCall
+	}
+	m, err := f.p.Await(ctx)
+	if err != nil || m == nil {
+		return zero, err
+	}
+	return m.(T), nil
+}
+
+// Wait waits for the call to finish and returns its error.
+func (f Future[T]) Wait(ctx context.Context) error {
+	_, err := f.Await(ctx)
+	return err
+}
+
+// A Waiter is anything AwaitAll can wait for: every Future is one.
+type Waiter interface {
+	Wait(ctx context.Context) error
+}
+
+// AwaitAll waits for every call and returns the first error among them (in
+// argument order), or nil. It always waits for all of them, so no reply
+// arrives after it returned.
+func AwaitAll(ctx context.Context, calls ...Waiter) error {
+	var first error
+	for _, c := range calls {
+		if err := c.Wait(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Failed returns a Pending that has already failed with err: a Caller
+// returns one when it could not send the call at all.
+func Failed(err error) Pending { return failed{err} }
+
+type failed struct{ err error }
+
+func (f failed) Await(context.Context) (proto.Message, error) { return nil, f.err }
+
+// CallOption changes one call. Pass them to a reference's methods.
+type CallOption struct {
+	timeout time.Duration
+	oneWay  bool
+}
+
+// WithTimeout bounds the call: the caller gets DeadlineExceeded after d,
+// and the callee's context carries the deadline. The earlier of this and
+// the caller's context deadline wins.
+func WithTimeout(d time.Duration) CallOption { return CallOption{timeout: d} }
+
+// OneWay sends the call without waiting for, or getting, a reply.
+func OneWay() CallOption { return CallOption{oneWay: true} }
+
+// CallOptions is what a list of CallOptions comes to, with a method's own
+// options applied first. Callers' implementations use it.
+type CallOptions struct {
+	Timeout time.Duration // 0: the runtime's default
+	OneWay  bool
+}
+
+// ResolveCallOptions applies m's options, then opts.
+func ResolveCallOptions(m *MethodDesc, opts []CallOption) CallOptions {
+	o := CallOptions{Timeout: m.Timeout, OneWay: m.OneWay}
+	for _, op := range opts {
+		if op.timeout > 0 {
+			o.Timeout = op.timeout
+		}
+		if op.oneWay {
+			o.OneWay = true
+		}
+	}
+	return o
+}

@@ -1,0 +1,194 @@
+package grain
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// A Handler is the generated dispatch function of one grain method: it
+// asserts impl to the grain's interface and req to the method's request
+// type, and calls the method. Generated code only; no reflection.
+type Handler func(impl any, ctx Context, req proto.Message) (proto.Message, error)
+
+// MethodDesc describes one method of a grain type. Generated code fills it
+// in from the proto service and the method options; the runtime reads it
+// and never changes it.
+type MethodDesc struct {
+	// Name is the rpc's name, such as "Deposit".
+	Name string
+	// FullName is the gRPC method name, "/bank.Account/Deposit".
+	FullName string
+	// Index is the method's position in ServiceDesc.Methods.
+	Index int
+	// Handler calls the method on an activation.
+	Handler Handler
+	// NewRequest and NewResponse return empty messages of the method's
+	// types, for decoding off the wire.
+	NewRequest  func() proto.Message
+	NewResponse func() proto.Message
+
+	// OneWay: the caller does not wait and gets no reply (method option
+	// one_way). The request's response type should be google.protobuf.Empty.
+	OneWay bool
+	// AlwaysInterleave: the method may start while any other request of the
+	// activation waits at an await (method option always_interleave).
+	AlwaysInterleave bool
+	// ReadOnly: the method does not change the grain's state, so read-only
+	// requests may interleave with each other (method option read_only).
+	ReadOnly bool
+	// Timeout replaces the silo's default response timeout for this method
+	// when non-zero (method option timeout).
+	Timeout time.Duration
+}
+
+// Placement is the strategy that picks the silo on which a grain is
+// activated. A single silo places everything locally; the strategies
+// matter once there is a cluster.
+type Placement int
+
+const (
+	// PlacementDefault leaves the choice to the silo's configuration.
+	PlacementDefault Placement = iota
+	// PlacementRandom picks a compatible silo at random.
+	PlacementRandom
+	// PlacementPreferLocal activates on the calling silo when it hosts the
+	// type.
+	PlacementPreferLocal
+	// PlacementHash picks a silo by the grain ID's hash.
+	PlacementHash
+	// PlacementActivationCount picks the less loaded of two random silos.
+	PlacementActivationCount
+)
+
+var placementNames = [...]string{"default", "random", "prefer_local", "hash", "activation_count"}
+
+func (p Placement) String() string {
+	if p >= 0 && int(p) < len(placementNames) {
+		return placementNames[p]
+	}
+	return "Placement(?)"
+}
+
+// TypeOptions are the per-type settings of a grain, from the grain options
+// in its proto service, changed by RegisterOptions at registration.
+type TypeOptions struct {
+	// Placement picks the silo that activates the grain.
+	Placement Placement
+	// Reentrant: requests interleave at awaits (grain option reentrant).
+	Reentrant bool
+	// CallChainReentrant admits a request whose call chain already holds
+	// the activation (A→B→A) instead of failing it as a deadlock.
+	CallChainReentrant bool
+	// CollectionAge is how long an activation may stay idle before it is
+	// collected; 0 means the silo's default (grain option collection_age).
+	CollectionAge time.Duration
+	// StatelessWorker: the silo may run several activations of one ID and
+	// spreads calls over them (grain option stateless_worker).
+	StatelessWorker bool
+	// MaxLocalWorkers bounds a stateless worker's activations per silo;
+	// 0 means GOMAXPROCS.
+	MaxLocalWorkers int
+	// KeyKind is the form of the type's keys.
+	KeyKind KeyKind
+}
+
+// ServiceDesc describes a grain type: generated code builds one per proto
+// service and passes it to a Registrar.
+type ServiceDesc struct {
+	// Type is the grain type: the proto service's full name.
+	Type string
+	// Methods is the dispatch table, indexed by MethodDesc.Index.
+	Methods []MethodDesc
+	// Options are the grain options from the proto service.
+	Options TypeOptions
+	// File is the .proto file the service was generated from.
+	File string
+}
+
+// Method returns the method called name, or nil.
+func (d *ServiceDesc) Method(name string) *MethodDesc {
+	for i := range d.Methods {
+		if d.Methods[i].Name == name {
+			return &d.Methods[i]
+		}
+	}
+	return nil
+}
+
+// Factory makes the implementation of a new activation of the grain id. It
+// runs on the activation's turn, before OnActivate.
+type Factory func(id ID) any
+
+// A Registrar accepts grain types: a silo is one. Generated RegisterXGrain
+// functions call it.
+type Registrar interface {
+	RegisterGrain(desc *ServiceDesc, factory Factory, opts ...RegisterOption) error
+}
+
+// A RegisterOption changes a grain type's options at registration.
+type RegisterOption func(*TypeOptions)
+
+// WithReentrant makes the type reentrant, or not.
+func WithReentrant(on bool) RegisterOption { return func(o *TypeOptions) { o.Reentrant = on } }
+
+// WithCallChainReentrancy lets a request whose call chain already holds the
+// activation run, as a nested call would, instead of failing as a
+// deadlock.
+func WithCallChainReentrancy() RegisterOption {
+	return func(o *TypeOptions) { o.CallChainReentrant = true }
+}
+
+// WithCollectionAge sets how long an idle activation lives.
+func WithCollectionAge(d time.Duration) RegisterOption {
+	return func(o *TypeOptions) { o.CollectionAge = d }
+}
+
+// WithStatelessWorker makes the type a stateless worker with at most max
+// local activations (0: GOMAXPROCS).
+func WithStatelessWorker(max int) RegisterOption {
+	return func(o *TypeOptions) { o.StatelessWorker, o.MaxLocalWorkers = true, max }
+}
+
+// WithPlacement sets the placement strategy.
+func WithPlacement(p Placement) RegisterOption { return func(o *TypeOptions) { o.Placement = p } }
+
+// Activator is implemented by grains that want to run code when they are
+// activated. OnActivate runs as the activation's first turn, before any
+// request. An error fails the requests that caused the activation and
+// leaves no activation, so the next call tries again.
+type Activator interface {
+	OnActivate(ctx Context) error
+}
+
+// Deactivator is implemented by grains that want to run code when their
+// activation ends: when it was idle too long, asked to deactivate, panicked
+// or the silo stops. It runs as the activation's last turn.
+type Deactivator interface {
+	OnDeactivate(ctx Context, reason DeactivationReason) error
+}
+
+// DeactivationReason says why an activation ends.
+type DeactivationReason int
+
+const (
+	// DeactivateIdle: collected after CollectionAge without calls.
+	DeactivateIdle DeactivationReason = iota
+	// DeactivateRequested: the grain called DeactivateOnIdle.
+	DeactivateRequested
+	// DeactivateShutdown: the silo is stopping.
+	DeactivateShutdown
+	// DeactivatePanic: grain code panicked.
+	DeactivatePanic
+	// DeactivateOperator: an operator or the runtime asked for it.
+	DeactivateOperator
+)
+
+var reasonNames = [...]string{"idle", "requested", "shutdown", "panic", "operator"}
+
+func (r DeactivationReason) String() string {
+	if r >= 0 && int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "DeactivationReason(?)"
+}

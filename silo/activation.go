@@ -1,0 +1,359 @@
+package silo
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/activation/admission"
+	"github.com/granaryio/granary/grain"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// actState is an activation's lifecycle state. Transitions, each under mu:
+//
+//	activating -> valid         the activate turn, when OnActivate succeeded
+//	activating -> dead          the activate turn, when it failed
+//	valid      -> deactivating beginDeactivationLocked, once nothing runs
+//	deactivating -> dead        the deactivate turn, after OnDeactivate
+//	any        -> dead          Close
+type actState uint8
+
+const (
+	activating actState = iota
+	valid
+	deactivating
+	dead
+)
+
+// activationRec is one activation of a grain: its group (the turns), its
+// implementation, its admission gate and its queue of requests that may not
+// start yet.
+type activationRec struct {
+	s     *Silo
+	typ   *grainType
+	id    grain.ID
+	actID uint64
+	group *activation.Group
+	impl  any        // set by the activate turn; used by turns only
+	set   *workerSet // the stateless-worker set it belongs to, or nil
+
+	mu    sync.Mutex
+	state actState
+	gate  admission.Gate
+	queue []*call // requests not started: gate-queued, or held while activating or deactivating
+	qhead int
+	seq   uint64
+	// deactivate is the reason for a deactivation asked for while
+	// requests run; set means no new request starts here.
+	deactivate   grain.DeactivationReason
+	deactPending bool
+	touched      bool      // a request ran since the collector last looked
+	idleSince    time.Time // when the collector last saw it touched
+	timers       []*grainTimer
+	ticksRunning int // interleaving timer ticks, which bypass the gate
+	log          *zap.Logger
+}
+
+func (s *Silo) newActivation(id grain.ID, typ *grainType) *activationRec {
+	a := &activationRec{
+		s:     s,
+		typ:   typ,
+		id:    id,
+		actID: s.nextActID.Add(1),
+		group: s.pool.NewGroup(id.String()),
+	}
+	a.gate.Reentrant = typ.opts.Reentrant
+	a.gate.ChainReentrant = typ.opts.CallChainReentrant
+	return a
+}
+
+func (a *activationRec) logger() *zap.Logger {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.log == nil {
+		a.log = a.s.log.With(zap.Stringer("grain", a.id), zap.Uint64("activation", a.actID))
+	}
+	return a.log
+}
+
+// start queues the activate turn. Called once, by whoever created it.
+func (a *activationRec) start() error {
+	h := a.s.newCall(1)
+	h.act, h.hook, h.deadline = a, hookActivate, a.s.clock.Now().Add(a.s.cfg.ResponseTimeout)
+	return a.group.EnqueueSystem(activation.Turn{Name: "OnActivate", Task: h})
+}
+
+// submit offers a request. It returns start when the caller must queue the
+// request's turn; retry when this activation is gone and the caller must
+// route the request again. Otherwise the activation kept it, or settled it
+// (a deadlock). Any goroutine.
+func (a *activationRec) submit(c *call) (start, retry bool) {
+	c.act = a
+	a.mu.Lock()
+	switch {
+	case a.state == dead:
+		a.mu.Unlock()
+		c.act = nil
+		return false, true
+	case a.state != valid || a.deactPending:
+		a.pushLocked(c)
+		a.mu.Unlock()
+		return false, false
+	}
+	d := a.admitLocked(c)
+	a.mu.Unlock()
+	switch d {
+	case admission.Start:
+		return true, false
+	case admission.Deadlock:
+		c.settle(nil, nil, deadlockError(c))
+		c.release()
+	}
+	return false, false
+}
+
+// admitLocked runs the gate on c, queuing it when it must wait. mu held.
+func (a *activationRec) admitLocked(c *call) admission.Decision {
+	a.seq++
+	c.seq = a.seq
+	d := a.gate.Admit(c.seq, c.kind, a.holdsChainLocked(c))
+	switch d {
+	case admission.Start:
+		a.touched = true
+	case admission.Queue:
+		a.pushLocked(c)
+	}
+	return d
+}
+
+// holdsChainLocked reports whether a request up c's call chain runs here.
+// mu held.
+func (a *activationRec) holdsChainLocked(c *call) bool {
+	for l := c.chain; l != nil; l = l.next {
+		if l.act == a && a.gate.Holds(l.seq) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *activationRec) pushLocked(c *call) { a.queue = append(a.queue, c) }
+
+func (a *activationRec) popLocked() *call {
+	c := a.queue[a.qhead]
+	a.queue[a.qhead] = nil
+	a.qhead++
+	if a.qhead == len(a.queue) {
+		a.queue, a.qhead = a.queue[:0], 0
+	}
+	return c
+}
+
+func (a *activationRec) queuedLocked() int { return len(a.queue) - a.qhead }
+
+// takeQueueLocked removes and returns every request not started. mu held.
+func (a *activationRec) takeQueueLocked() []*call {
+	q := append([]*call(nil), a.queue[a.qhead:]...)
+	clear(a.queue)
+	a.queue, a.qhead = a.queue[:0], 0
+	for a.gate.Queued() > 0 {
+		a.gate.Drop()
+	}
+	return q
+}
+
+// finish ends request c in the gate; see finishGate.
+func (a *activationRec) finish(e *activation.Exec, c *call) { a.finishGate(e, c.seq, true) }
+
+// finishGate ends the running request (or tick) seq in the gate and starts
+// what may start now, or begins a deactivation that was waiting for the
+// requests to end. touch counts it as activity for idle collection. e is
+// the worker running the turn's Done, or nil.
+func (a *activationRec) finishGate(e *activation.Exec, seq uint64, touch bool) {
+	var buf [8]*call
+	a.mu.Lock()
+	a.gate.Finish(seq)
+	if touch {
+		a.touched = true
+	}
+	if a.deactPending {
+		begin := a.quietLocked()
+		if begin {
+			a.beginDeactivationLocked()
+		}
+		a.mu.Unlock()
+		if begin {
+			a.queueDeactivation(e)
+		}
+		return
+	}
+	starts := buf[:0]
+	for a.queuedLocked() > 0 {
+		head := a.queue[a.qhead]
+		if !a.gate.Next(head.seq, head.kind) {
+			break
+		}
+		starts = append(starts, a.popLocked())
+	}
+	a.mu.Unlock()
+	for _, n := range starts {
+		a.enqueue(e, n)
+	}
+}
+
+// enqueue queues the turn of an admitted request. If the pool has closed,
+// the request fails with Unavailable.
+func (a *activationRec) enqueue(e *activation.Exec, c *call) {
+	t := activation.Turn{Name: c.turnName(), Task: c}
+	var err error
+	if e != nil {
+		err = e.Enqueue(a.group, t)
+	} else {
+		err = a.group.Enqueue(t)
+	}
+	if err != nil {
+		a.mu.Lock()
+		a.gate.Finish(c.seq)
+		a.mu.Unlock()
+		c.settle(e, nil, unavailable(a.s, "its silo is shutting down"))
+		c.release()
+	}
+}
+
+// activated ends the activate turn: the activation becomes valid, or
+// (when err is not nil) dead, failing every request that waited for it.
+func (a *activationRec) activated(e *activation.Exec, err error) {
+	a.mu.Lock()
+	q := a.takeQueueLocked()
+	if err != nil {
+		a.state = dead
+		a.mu.Unlock()
+		a.s.removeActivation(a)
+		for _, c := range q {
+			c.settle(e, nil, err)
+			c.release()
+		}
+		return
+	}
+	a.state = valid
+	a.idleSince = a.s.clock.Now()
+	var starts, deadlocks []*call
+	for _, c := range q {
+		switch a.admitLocked(c) {
+		case admission.Start:
+			starts = append(starts, c)
+		case admission.Deadlock:
+			deadlocks = append(deadlocks, c)
+		}
+	}
+	begin := a.deactPending && a.quietLocked()
+	if begin {
+		a.beginDeactivationLocked()
+	}
+	a.mu.Unlock()
+	for _, c := range deadlocks {
+		c.settle(e, nil, deadlockError(c))
+		c.release()
+	}
+	for _, c := range starts {
+		a.enqueue(e, c)
+	}
+	if begin {
+		a.queueDeactivation(e)
+	}
+}
+
+// requestDeactivation asks for the activation to end as soon as no request
+// runs; requests queued meanwhile go to the next activation. Any
+// goroutine; a turn's own request counts as running until it ends.
+func (a *activationRec) requestDeactivation(reason grain.DeactivationReason) {
+	a.mu.Lock()
+	if a.state != valid && a.state != activating || a.deactPending {
+		a.mu.Unlock()
+		return
+	}
+	a.deactPending, a.deactivate = true, reason
+	begin := a.quietLocked()
+	if begin {
+		a.beginDeactivationLocked()
+	}
+	a.mu.Unlock()
+	if begin {
+		a.queueDeactivation(nil)
+	}
+}
+
+// quietLocked reports whether a valid activation runs nothing, so a
+// deactivation may begin. mu held.
+func (a *activationRec) quietLocked() bool {
+	return a.state == valid && a.gate.Running() == 0 && a.ticksRunning == 0
+}
+
+// beginDeactivationLocked moves a valid, quiet activation to deactivating
+// and stops its timers. The caller then calls queueDeactivation. mu held.
+func (a *activationRec) beginDeactivationLocked() {
+	a.state = deactivating
+	for _, t := range a.timers {
+		t.stopLocked()
+	}
+	a.timers = nil
+}
+
+// queueDeactivation queues the deactivate turn.
+func (a *activationRec) queueDeactivation(e *activation.Exec) {
+	h := a.s.newCall(1)
+	h.act, h.hook, h.reason = a, hookDeactivate, a.deactivate
+	h.deadline = a.s.clock.Now().Add(a.s.cfg.StopDeactivationTimeout)
+	t := activation.Turn{Name: "OnDeactivate", Task: h}
+	var err error
+	if e != nil {
+		err = e.EnqueueSystem(a.group, t)
+	} else {
+		err = a.group.EnqueueSystem(t)
+	}
+	if err != nil {
+		h.release()
+		a.deactivated(e)
+	}
+}
+
+// deactivated ends the deactivate turn: the activation is dead and gone
+// from the catalog, and the requests that arrived meanwhile are routed
+// again, to a new activation.
+func (a *activationRec) deactivated(e *activation.Exec) {
+	a.mu.Lock()
+	a.state = dead
+	q := a.takeQueueLocked()
+	a.mu.Unlock()
+	a.s.removeActivation(a)
+	for _, c := range q {
+		c.act = nil
+		a.s.route(e, c)
+	}
+}
+
+// deadlockError names the call chain that would wait on itself.
+func deadlockError(c *call) error {
+	var ids []string
+	for l := c.chain; l != nil; l = l.next {
+		ids = append(ids, l.act.id.String())
+	}
+	var b strings.Builder
+	for i := len(ids) - 1; i >= 0; i-- {
+		b.WriteString(ids[i])
+		b.WriteString(" → ")
+	}
+	b.WriteString(c.id.String())
+	return status.Errorf(codes.Aborted,
+		"granary: deadlock: call chain %s: %s is waiting for this call and does not admit it (make the grain reentrant, the method always_interleave, or allow call-chain reentrancy)",
+		b.String(), c.id)
+}
+
+func unavailable(s *Silo, why string) error {
+	return status.Error(codes.Unavailable, fmt.Sprintf("granary: silo %s: %s", s.cfg.Name, why))
+}

@@ -1,0 +1,205 @@
+package silo
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+)
+
+// benchGrain is the leanest useful grain: it counts and replies with a
+// fresh message, as a real method would.
+type benchGrain struct {
+	probe.UnimplementedProbeGrain
+	n int64
+}
+
+func (g *benchGrain) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	g.n++
+	return &probe.Reply{N: g.n}, nil
+}
+
+// Read relays to the grain named by the request's text: the grain-to-grain
+// benchmark's caller.
+func (g *benchGrain) Read(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	callee := probe.NewProbeRef(ctx.Caller(), req.Text)
+	inner := &probe.Request{}
+	for range req.N {
+		if _, err := callee.Call(ctx, inner); err != nil {
+			return nil, err
+		}
+	}
+	return &probe.Reply{N: req.N}, nil
+}
+
+func newBenchSilo(b *testing.B) *Silo {
+	b.Helper()
+	s, err := New(DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchGrain{} }); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return s
+}
+
+// BenchmarkBaselineChanAsk is the yardstick for BenchmarkLocalCall: a
+// goroutine actor that answers each request on the caller's reply
+// channel, the plainest request/response in Go.
+func BenchmarkBaselineChanAsk(b *testing.B) {
+	type ask struct {
+		req   *probe.Request
+		reply chan *probe.Reply
+	}
+	asks := make(chan ask)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var n int64
+		for a := range asks {
+			n++
+			a.reply <- &probe.Reply{N: n}
+		}
+	}()
+	reply := make(chan *probe.Reply)
+	req := &probe.Request{}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		asks <- ask{req: req, reply: reply}
+		<-reply
+	}
+	b.StopTimer()
+	close(asks)
+	<-done
+}
+
+// BenchmarkLocalCall: a goroutine outside the silo calls one grain,
+// request/response, one call at a time.
+func BenchmarkLocalCall(b *testing.B) {
+	s := newBenchSilo(b)
+	ref := probe.NewProbeRef(s, "bench")
+	ctx := context.Background()
+	req := &probe.Request{}
+	if _, err := ref.Call(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := ref.Call(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLocalCallParallel: GOMAXPROCS goroutines call 1,000 grains.
+func BenchmarkLocalCallParallel(b *testing.B) {
+	s := newBenchSilo(b)
+	const grains = 1000
+	refs := make([]probe.ProbeRef, grains)
+	for i := range refs {
+		refs[i] = probe.NewProbeRef(s, strconv.Itoa(i))
+		if _, err := refs[i].Call(context.Background(), &probe.Request{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(7919))
+		req := &probe.Request{}
+		ctx := context.Background()
+		for pb.Next() {
+			i++
+			if _, err := refs[i%grains].Call(ctx, req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkGrainToGrain: grain A calls grain B, both local; one op is
+// one call.
+func BenchmarkGrainToGrain(b *testing.B) {
+	s := newBenchSilo(b)
+	a := probe.NewProbeRef(s, "a")
+	if _, err := a.Read(context.Background(), &probe.Request{Text: "b", N: 1}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if _, err := a.Read(context.Background(), &probe.Request{Text: "b", N: int64(b.N)}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkActivate: activations per second, each made by a call to a
+// new grain. It also reports the heap bytes an idle activation of an
+// empty grain keeps, over 100,000 of them.
+func BenchmarkActivate(b *testing.B) {
+	s := newBenchSilo(b)
+	ctx := context.Background()
+	req := &probe.Request{}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := probe.NewProbeRef(s, "act-"+strconv.Itoa(i)).Call(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(bytesPerActivation(b, 100_000)), "B/activation")
+}
+
+// bytesPerActivation activates n empty grains on a fresh silo and returns
+// the heap growth per activation, measured after a GC.
+func bytesPerActivation(b *testing.B, n int) uint64 {
+	s, err := New(DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &emptyGrain{} }); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("idle-%07d", i)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	req := &probe.Request{}
+	for _, k := range keys {
+		if _, err := probe.NewProbeRef(s, k).Call(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if s.Stats().Activations != n {
+		b.Fatalf("%d activations, want %d", s.Stats().Activations, n)
+	}
+	return (after.HeapAlloc - before.HeapAlloc) / uint64(n)
+}
+
+// emptyGrain holds nothing: what remains per activation is the runtime's.
+type emptyGrain struct{ probe.UnimplementedProbeGrain }
+
+func (emptyGrain) Call(grain.Context, *probe.Request) (*probe.Reply, error) { return nil, nil }

@@ -1,0 +1,244 @@
+package silo
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/activation/admission"
+	"github.com/granaryio/granary/grain"
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// A call is one request in flight, from the caller's Invoke to the
+// callee's reply. It is also the callee's turn (its Task) and the home of
+// the callee's Context, so that a local call allocates nothing of its own:
+// records are pooled.
+//
+// Ownership. A record has up to three owners, counted in refs: the caller
+// (until it has read the reply; none for a one-way call), the callee
+// (until its turn ended or it was dropped), and an armed timeout timer
+// (until it fired or was stopped). The last one out returns the record to
+// the pool.
+//
+// Outcome. Exactly one party settles the call, by moving state from
+// pending to settled: the callee with its reply, the timeout with
+// DeadlineExceeded, the caller's cancellation with Canceled, or the
+// runtime with a failure. Only the settler writes resp and err, and only
+// before it notifies the waiter, who reads them after.
+type call struct {
+	// Set by the caller before the call is routed; read-only afterwards.
+	s        *Silo
+	id       grain.ID
+	method   *grain.MethodDesc
+	req      proto.Message
+	deadline time.Time
+	oneWay   bool
+	// cancel is the nearest caller context that can be cancelled (an
+	// outside caller's, or one a grain derived), or nil.
+	cancel  context.Context
+	headers any        // the caller's call headers, grain.HeaderKey's value
+	chain   *chainLink // the requests waiting on this one, innermost first
+	depth   int        // len(chain)
+	caller  *call      // the calling turn's own record, for a call from a grain
+
+	// Set by the activation that runs the call.
+	act    *activationRec
+	seq    uint64
+	kind   admission.Kind
+	tick   *grainTimer // set for a timer tick instead of a request
+	hook   hookKind    // set for a lifecycle turn
+	reason grain.DeactivationReason
+	exec   *activation.Exec // while the turn runs, for its waits
+	ctx    turnCtx
+	result proto.Message // the handler's reply, kept until Done
+	resErr error
+
+	// The outcome.
+	state  atomic.Uint32
+	refs   atomic.Int32
+	resp   proto.Message
+	err    error
+	inPool bool             // the waiter is a turn: notify through ev
+	ev     activation.Event // for a waiter that is a turn
+	donec  chan struct{}    // for a waiter outside the pool; capacity 1
+	timer  clockwork.Timer  // the timeout, created once per record
+}
+
+const (
+	pending uint32 = iota
+	settled
+)
+
+type hookKind uint8
+
+const (
+	hookNone hookKind = iota
+	hookActivate
+	hookDeactivate
+)
+
+// A chainLink is one request up a call chain: the request seq running on
+// activation act, which waits for the calls it made. Links are immutable
+// and shared by every call below them.
+type chainLink struct {
+	act  *activationRec
+	seq  uint64
+	next *chainLink
+}
+
+var callPool = sync.Pool{New: func() any {
+	c := &call{donec: make(chan struct{}, 1)}
+	c.ctx.c = c
+	return c
+}}
+
+// liveCalls counts call records in use while trackCalls is set, so tests
+// can check that a call leaves nothing behind. A global counter would be a
+// shared cache line on every call, so it is off otherwise.
+var (
+	trackCalls bool
+	liveCalls  atomic.Int64
+)
+
+// newCall returns a record with refs owners, settled by nobody yet.
+func (s *Silo) newCall(refs int32) *call {
+	if trackCalls {
+		liveCalls.Add(1)
+	}
+	c := callPool.Get().(*call)
+	c.s = s
+	c.refs.Store(refs)
+	return c
+}
+
+// release drops one owner; the last returns the record to the pool.
+func (c *call) release() {
+	switch n := c.refs.Add(-1); {
+	case n > 0:
+		return
+	case n < 0:
+		panic("silo: call released more often than owned")
+	}
+	if trackCalls {
+		liveCalls.Add(-1)
+	}
+	c.ctx.reset()
+	timer, donec := c.timer, c.donec
+	*c = call{}
+	c.timer, c.donec = timer, donec
+	c.ctx.c = c
+	callPool.Put(c)
+}
+
+// settle records the outcome if nobody has yet, and wakes the waiter. It
+// returns false when the call was settled already. e is the worker
+// running the settling turn, or nil. Any goroutine.
+func (c *call) settle(e *activation.Exec, resp proto.Message, err error) bool {
+	if !c.state.CompareAndSwap(pending, settled) {
+		return false
+	}
+	c.resp, c.err = resp, err
+	switch {
+	case c.oneWay:
+	case c.inPool && e != nil:
+		e.Signal(&c.ev)
+	case c.inPool:
+		c.ev.Signal()
+	default:
+		c.donec <- struct{}{}
+	}
+	return true
+}
+
+// settled reports whether the caller has its outcome already.
+func (c *call) isSettled() bool { return c.state.Load() != pending }
+
+// armTimeout starts the timeout timer, which settles the call with
+// DeadlineExceeded at its deadline. The timer owns a reference until it
+// fired or disarmTimeout stopped it.
+func (c *call) armTimeout(d time.Duration) {
+	c.refs.Add(1)
+	if c.timer == nil {
+		c.timer = c.s.clock.AfterFunc(d, c.expire)
+		return
+	}
+	c.timer.Reset(d)
+}
+
+func (c *call) expire() {
+	c.settle(nil, nil, deadlineError(c))
+	c.release()
+}
+
+// disarmTimeout stops the timer if it has not fired, releasing its
+// reference; a timer that fired releases its own.
+func (c *call) disarmTimeout() {
+	if c.timer.Stop() {
+		c.release()
+	}
+}
+
+// awaitOutside waits for the outcome on a goroutine that is not a turn.
+// Either the awaiting context or the call's own ending gives up the wait.
+func (c *call) awaitOutside(ctx context.Context) (proto.Message, error) {
+	var callDone <-chan struct{}
+	if c.cancel != nil {
+		callDone = c.cancel.Done()
+	}
+	select {
+	case <-c.donec:
+	case <-ctx.Done():
+		c.giveUp(ctx)
+	case <-callDone:
+		c.giveUp(c.cancel)
+	}
+	return c.resp, c.err
+}
+
+// giveUp settles the call with ctx's error, or, if another party settled
+// it at the same moment, takes that outcome. Either way the settler sent
+// the wake-up token, which must be taken: the channel is reused with the
+// record.
+func (c *call) giveUp(ctx context.Context) {
+	c.settle(nil, nil, contextError(ctx))
+	<-c.donec
+}
+
+// awaitInTurn waits for the outcome inside turn e without holding its
+// processor or the group token: interleaving happens here.
+func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
+	if c.cancel != nil {
+		stop := context.AfterFunc(c.cancel, func() { c.settle(nil, nil, contextError(c.cancel)) })
+		defer stop()
+	}
+	e.Wait(&c.ev)
+	return c.resp, c.err
+}
+
+// expired reports whether the call should be dropped instead of run: its
+// caller has its outcome already, or its deadline passed.
+func (c *call) expired(now time.Time) bool {
+	return c.isSettled() || !c.deadline.After(now)
+}
+
+func deadlineError(c *call) error {
+	return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", c.method.Name, c.id)
+}
+
+func contextError(ctx context.Context) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return status.Error(codes.DeadlineExceeded, "granary: caller's deadline passed")
+	}
+	return status.Error(codes.Canceled, "granary: caller canceled the call")
+}
+
+// errorFromPanic is what a caller gets when the grain panicked.
+func errorFromPanic(c *call, pe *activation.PanicError) error {
+	return status.Errorf(codes.Internal, "granary: %s.%s panicked: %v", c.id, c.method.Name, pe.Value)
+}

@@ -1,0 +1,141 @@
+package silo
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/grain"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+)
+
+// Config configures a Silo. Start from DefaultConfig and change what you
+// need; New rejects a Config with a field out of range and names it.
+type Config struct {
+	// Name names the silo in logs. Default "silo".
+	Name string
+
+	// Scheduler configures the pool that runs every activation's turns.
+	// Its Logger defaults to the silo's. Its Clock does not: the
+	// scheduler's monitor measures how long turns run, which a fake clock
+	// that tests advance by minutes would misreport.
+	Scheduler activation.Config
+
+	// ResponseTimeout bounds a call that neither its method (the timeout
+	// method option) nor its caller (grain.WithTimeout, a context
+	// deadline) bounds more tightly. Default 30 s, as in Orleans.
+	ResponseTimeout time.Duration
+
+	// CollectionAge is how long an activation may go without a call before
+	// it is collected, for types that set no age of their own. Default
+	// 15 min, as in Orleans.
+	CollectionAge time.Duration
+
+	// CollectionInterval is how often the collector looks for idle
+	// activations of types that set no interval of their own: an idle
+	// activation lives between CollectionAge and CollectionAge plus
+	// CollectionInterval. Default 1 min, as in Orleans.
+	CollectionInterval time.Duration
+
+	// Types overrides collection per grain type, keyed by type name.
+	Types map[string]TypeConfig
+
+	// MaxCallChain bounds how many grains deep a chain of calls may go; a
+	// call past it fails with ResourceExhausted. It stops runaway
+	// recursion between reentrant grains. Default 256.
+	MaxCallChain int
+
+	// StopDeactivationTimeout bounds how long Stop waits for one
+	// activation's OnDeactivate before it moves on. Default 10 s.
+	StopDeactivationTimeout time.Duration
+
+	// IncomingFilters run around every request a grain on this silo
+	// receives, the first outermost.
+	IncomingFilters []grain.IncomingFilter
+	// OutgoingFilters run around every call sent through this silo's
+	// callers, the first outermost.
+	OutgoingFilters []grain.OutgoingFilter
+
+	// Logger receives the silo's logs; grain loggers derive from it.
+	// Default: a no-op logger.
+	Logger *zap.Logger
+
+	// Clock drives call timeouts, timers, grain.Sleep and collection.
+	// Tests pass a fake clock and advance it. Default: the real clock.
+	Clock clockwork.Clock
+
+	// Directory, Placement and Transport are the cluster seams. A single
+	// silo leaves them nil and gets local implementations: every grain is
+	// placed here and no call leaves the process.
+	Directory Directory
+	Placement Placer
+	Transport Transport
+}
+
+// TypeConfig overrides the silo's collection settings for one grain type.
+// Zero fields keep the type's own option or the silo default.
+type TypeConfig struct {
+	CollectionAge      time.Duration
+	CollectionInterval time.Duration
+}
+
+// DefaultConfig returns the configuration described on each field.
+func DefaultConfig() Config {
+	return Config{
+		Name:                    "silo",
+		Scheduler:               activation.DefaultConfig(),
+		ResponseTimeout:         30 * time.Second,
+		CollectionAge:           15 * time.Minute,
+		CollectionInterval:      time.Minute,
+		MaxCallChain:            256,
+		StopDeactivationTimeout: 10 * time.Second,
+	}
+}
+
+// ConfigError names the field of a Config that is out of range.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "silo: config: " + e.Field + ": " + e.Reason }
+
+func (c *Config) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case c.Name == "":
+		return bad("Name", "must not be empty")
+	case c.ResponseTimeout <= 0:
+		return bad("ResponseTimeout", "%v must be positive", c.ResponseTimeout)
+	case c.CollectionAge <= 0:
+		return bad("CollectionAge", "%v must be positive", c.CollectionAge)
+	case c.CollectionInterval <= 0:
+		return bad("CollectionInterval", "%v must be positive", c.CollectionInterval)
+	case c.MaxCallChain < 1:
+		return bad("MaxCallChain", "%d must be at least 1", c.MaxCallChain)
+	case c.StopDeactivationTimeout <= 0:
+		return bad("StopDeactivationTimeout", "%v must be positive", c.StopDeactivationTimeout)
+	}
+	for typ, tc := range c.Types {
+		if tc.CollectionAge < 0 {
+			return bad(fmt.Sprintf("Types[%q].CollectionAge", typ), "%v must not be negative", tc.CollectionAge)
+		}
+		if tc.CollectionInterval < 0 {
+			return bad(fmt.Sprintf("Types[%q].CollectionInterval", typ), "%v must not be negative", tc.CollectionInterval)
+		}
+	}
+	for i, f := range c.IncomingFilters {
+		if f == nil {
+			return bad(fmt.Sprintf("IncomingFilters[%d]", i), "is nil")
+		}
+	}
+	for i, f := range c.OutgoingFilters {
+		if f == nil {
+			return bad(fmt.Sprintf("OutgoingFilters[%d]", i), "is nil")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,296 @@
+package silo
+
+import (
+	"context"
+
+	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/grain"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxReroutes bounds how often a request chases activations that ended
+// under it before it fails.
+const maxReroutes = 8
+
+// Invoke calls a grain from code that is not a grain (a grain passing its
+// own Context is recognised and calls as itself). It implements
+// grain.Caller.
+func (s *Silo) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
+	if t := turnOf(ctx); t != nil {
+		return s.invoke(t, ctx, id, m, req, opts)
+	}
+	return s.invoke(nil, ctx, id, m, req, opts)
+}
+
+// InvokeAsync is Invoke without the wait.
+func (s *Silo) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
+	return s.invokeAsync(turnOf(ctx), ctx, id, m, req, opts)
+}
+
+// Invoke calls as the grain whose Context made this Caller, whatever
+// context is passed (it must derive from that Context to carry its
+// deadline).
+func (tc turnCaller) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
+	return tc.t.c.s.invoke(tc.t, ctx, id, m, req, opts)
+}
+
+// InvokeAsync is Invoke without the wait.
+func (tc turnCaller) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
+	return tc.t.c.s.invokeAsync(tc.t, ctx, id, m, req, opts)
+}
+
+// turnOf returns the turn whose Context ctx is or derives from, or nil.
+func turnOf(ctx context.Context) *turnCtx {
+	if t, ok := ctx.(*turnCtx); ok {
+		return t
+	}
+	t, _ := ctx.Value(grainCtxKey).(*turnCtx)
+	return t
+}
+
+func (s *Silo) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) (proto.Message, error) {
+	if len(s.cfg.OutgoingFilters) > 0 {
+		return s.filtered(from, ctx, id, m, req, opts).Await(ctx)
+	}
+	o := grain.ResolveCallOptions(m, opts)
+	c, err := s.prepare(from, ctx, id, m, req, o)
+	if err != nil {
+		return nil, err
+	}
+	e := s.send(c)
+	if o.OneWay {
+		return nil, nil
+	}
+	return c.wait(ctx, e)
+}
+
+func (s *Silo) invokeAsync(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
+	if len(s.cfg.OutgoingFilters) > 0 {
+		return s.filtered(from, ctx, id, m, req, opts)
+	}
+	return s.sendAsync(from, ctx, id, m, req, opts)
+}
+
+func (s *Silo) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
+	o := grain.ResolveCallOptions(m, opts)
+	c, err := s.prepare(from, ctx, id, m, req, o)
+	if err != nil {
+		return grain.Failed(err)
+	}
+	s.send(c)
+	if o.OneWay {
+		return grain.Failed(nil)
+	}
+	c.armTimeout(c.deadline.Sub(s.clock.Now()))
+	return &future{c: c}
+}
+
+// filtered runs the outgoing filters around an asynchronous send.
+func (s *Silo) filtered(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
+	fs := s.cfg.OutgoingFilters
+	var next func(i int) grain.Send
+	next = func(i int) grain.Send {
+		if i == len(fs) {
+			return func(ctx context.Context, req proto.Message) grain.Pending {
+				return s.sendAsync(from, ctx, id, m, req, opts)
+			}
+		}
+		return func(ctx context.Context, req proto.Message) grain.Pending {
+			return fs[i](ctx, id, m, req, next(i+1))
+		}
+	}
+	return next(0)(ctx, req)
+}
+
+// prepare makes the call record: deadline, call chain, cancellation.
+func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grain.CallOptions) (*call, error) {
+	if m == nil {
+		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %s without a method", id)
+	}
+	if from != nil && from.c.exec == nil {
+		return nil, errOffTurn
+	}
+	if from == nil && s.stopping.Load() {
+		return nil, unavailable(s, "it is stopping")
+	}
+	if !s.started.Load() {
+		return nil, status.Errorf(codes.Unavailable, "granary: silo %s is not started", s.cfg.Name)
+	}
+	refs := int32(2)
+	if o.OneWay {
+		refs = 1
+	}
+	c := s.newCall(refs)
+	c.id, c.method, c.req, c.oneWay = id, m, req, o.OneWay
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = s.cfg.ResponseTimeout
+	}
+	c.deadline = s.clock.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
+		c.deadline = d
+	}
+	switch {
+	case from == nil:
+		if ctx.Done() != nil {
+			c.cancel = ctx
+		}
+		c.headers = ctx.Value(headerCtxKey)
+	default:
+		p := from.c
+		if p.depth >= s.cfg.MaxCallChain {
+			c.release()
+			if !o.OneWay {
+				c.release()
+			}
+			return nil, status.Errorf(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
+		}
+		c.chain = &chainLink{act: p.act, seq: p.seq, next: p.chain}
+		c.depth = p.depth + 1
+		c.inPool = true
+		c.exec = nil
+		if ctx == context.Context(from) {
+			c.cancel, c.headers = p.cancel, p.headers
+		} else {
+			if ctx.Done() != nil {
+				c.cancel = ctx
+			}
+			c.headers = ctx.Value(headerCtxKey)
+		}
+		c.caller = p
+	}
+	return c, nil
+}
+
+// send routes a prepared call and starts its turn, inline when the caller
+// is a turn and the callee is idle. It returns the caller's Exec, or nil.
+func (s *Silo) send(c *call) *activation.Exec {
+	var e *activation.Exec
+	if c.caller != nil {
+		e = c.caller.exec
+	}
+	s.route(e, c)
+	return e
+}
+
+// route delivers c to its activation and queues its turn if admitted.
+// Failures settle it. e is the running turn's worker, or nil.
+func (s *Silo) route(e *activation.Exec, c *call) {
+	t := s.types[c.id.Type]
+	if t == nil {
+		s.fail(e, c, unknownType(c.id))
+		return
+	}
+	if m := c.method; m.Index < 0 || m.Index >= len(t.desc.Methods) || t.desc.Methods[m.Index].Name != m.Name {
+		s.fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.id.Type, m.Name))
+		return
+	}
+	if err := t.opts.KeyKind.CheckKey(c.id.Key); err != nil {
+		s.fail(e, c, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", c.id, err, c.id.Type, t.opts.KeyKind))
+		return
+	}
+	c.kind = kindOf(c.method)
+	for range maxReroutes {
+		a, to, err := s.activationFor(c.id, t, c)
+		switch {
+		case err != nil:
+			s.fail(e, c, status.Errorf(codes.Unavailable, "granary: placing %s: %v", c.id, err))
+			return
+		case to != "":
+			s.forward(to, c)
+			return
+		}
+		if a == nil {
+			s.fail(e, c, unavailable(s, "it is stopping and activates no new grains"))
+			return
+		}
+		start, retry := a.submit(c)
+		if retry {
+			continue
+		}
+		if start {
+			s.startTurn(e, a, c)
+		}
+		return
+	}
+	s.fail(e, c, status.Errorf(codes.Unavailable, "granary: %s kept deactivating under a call (%d tries)", c.id, maxReroutes))
+}
+
+// startTurn queues an admitted request's turn, or runs it inline when the
+// caller is a turn and the callee's group is idle.
+func (s *Silo) startTurn(e *activation.Exec, a *activationRec, c *call) {
+	if e != nil && !c.oneWay {
+		if e.TryRun(a.group, activation.Turn{Name: c.method.Name, Task: c}) {
+			return
+		}
+	}
+	a.enqueue(e, c)
+}
+
+// fail settles a call that reached no activation.
+func (s *Silo) fail(e *activation.Exec, c *call, err error) {
+	c.settle(e, nil, err)
+	c.release()
+}
+
+// wait waits for the reply of a call sent synchronously.
+func (c *call) wait(ctx context.Context, e *activation.Exec) (proto.Message, error) {
+	if !c.isSettled() {
+		c.armTimeout(c.deadline.Sub(c.s.clock.Now()))
+		var resp proto.Message
+		var err error
+		if c.inPool {
+			resp, err = c.awaitInTurn(e)
+		} else {
+			resp, err = c.awaitOutside(ctx)
+		}
+		c.disarmTimeout()
+		c.release()
+		return resp, err
+	}
+	if c.inPool {
+		e.Wait(&c.ev) // returns at once; consumes the signal
+	} else {
+		<-c.donec
+	}
+	resp, err := c.resp, c.err
+	c.release()
+	return resp, err
+}
+
+// future is the Pending of an asynchronous call.
+type future struct {
+	c    *call
+	resp proto.Message
+	err  error
+	done bool
+}
+
+// Await waits for the reply. A future made by a turn must be awaited by a
+// turn, since its reply wakes a turn.
+func (f *future) Await(ctx context.Context) (proto.Message, error) {
+	if f.done {
+		return f.resp, f.err
+	}
+	c := f.c
+	t := turnOf(ctx)
+	switch {
+	case c.inPool && (t == nil || t.c.exec == nil):
+		return nil, status.Error(codes.FailedPrecondition, "granary: a future made by a grain must be awaited on a grain's turn")
+	case c.inPool:
+		f.resp, f.err = c.awaitInTurn(t.c.exec)
+	case t != nil && t.c.exec != nil:
+		t.c.exec.Blocking(func() { f.resp, f.err = c.awaitOutside(ctx) })
+	default:
+		f.resp, f.err = c.awaitOutside(ctx)
+	}
+	if f.err != nil && !c.isSettled() {
+		return f.resp, f.err
+	}
+	c.disarmTimeout()
+	c.release()
+	f.c, f.done = nil, true
+	return f.resp, f.err
+}

@@ -1,0 +1,255 @@
+package silo
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// collectTestConfig: grains are collected after 10 idle minutes, checked
+// every minute.
+func collectTestConfig(c *Config) {
+	c.CollectionAge = 10 * time.Minute
+	c.CollectionInterval = time.Minute
+}
+
+// advance moves the fake clock on by d, one collection interval (a
+// minute) at a time, waiting each time until the collector has looked.
+func (h *harness) advance(d time.Duration) {
+	h.t.Helper()
+	for ; d > 0; d -= time.Minute {
+		want := h.clock.Now().Add(time.Minute)
+		h.clock.Advance(time.Minute)
+		h.waitCollected(want)
+	}
+}
+
+func (h *harness) waitCollected(want time.Time) {
+	h.t.Helper()
+	timeout := time.After(defaultTestTimeout)
+	for {
+		select {
+		case now := <-h.collected:
+			if !now.Before(want) {
+				return
+			}
+		case <-timeout:
+			h.t.Fatalf("collector did not tick at %v", want)
+		}
+	}
+}
+
+// TestIdleCollection: an idle grain is collected after its age, OnDeactivate
+// runs with reason idle, and the next call makes a new activation. A busy
+// grain is not collected however long it runs.
+func TestIdleCollection(t *testing.T) {
+	h := newHarness(t, harnessOpt{fake: true, cfg: collectTestConfig})
+	ref := h.probe("idle")
+	r1, err := ref.Call(testCtx(t), &probe.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := h.gate()
+	h.script("busy", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		h.event("busy start")
+		hold.wait(ctx, g)
+		return &probe.Reply{}, nil
+	})
+	busy := h.probe("busy").CallAsync(context.Background(), &probe.Request{Tag: "busy"}, grain.WithTimeout(time.Hour))
+	h.waitEvent("busy start")
+
+	h.advance(9 * time.Minute)
+	if got := h.s.Stats().Activations; got != 2 {
+		t.Fatalf("%d activations after 9 idle minutes, want 2", got)
+	}
+	h.advance(3 * time.Minute)
+	h.waitEvent("deactivate probe.Probe/idle idle")
+	h.advance(20 * time.Minute)
+	for _, e := range h.eventLog() {
+		if strings.HasPrefix(e, "deactivate probe.Probe/busy") {
+			t.Fatalf("busy grain collected: %q", h.eventLog())
+		}
+	}
+	r2, err := ref.Call(testCtx(t), &probe.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Activation == r1.Activation || r2.N != 1 {
+		t.Fatalf("re-activation: activation %d (was %d), call count %d: want a new activation", r2.Activation, r1.Activation, r2.N)
+	}
+	hold.open()
+	if err := busy.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDeactivateOnIdle: a grain that asks to deactivate does so after its
+// request, and the next call re-activates it.
+func TestDeactivateOnIdle(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	h.script("bye", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		ctx.DeactivateOnIdle()
+		return &probe.Reply{Activation: ctx.ActivationID()}, nil
+	})
+	ref := h.probe("d")
+	r1, err := ref.Call(testCtx(t), &probe.Request{Tag: "bye"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitEvent("deactivate probe.Probe/d requested")
+	r2, err := ref.Call(testCtx(t), &probe.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Activation == r2.Activation {
+		t.Fatalf("same activation %d after DeactivateOnIdle", r1.Activation)
+	}
+}
+
+// TestActivationFailure: an OnActivate error reaches the caller with its
+// code and leaves no activation; the next call activates afresh.
+func TestActivationFailure(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	fails := 1
+	h.script("activate:flaky", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		if fails > 0 {
+			fails--
+			return nil, status.Error(codes.FailedPrecondition, "not yet")
+		}
+		return nil, nil
+	})
+	ref := h.probe("flaky")
+	_, err := ref.Call(testCtx(t), &probe.Request{})
+	if grain.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "not yet") {
+		t.Fatalf("first call: %v, want FailedPrecondition from OnActivate", err)
+	}
+	if n := h.s.Stats().Activations; n != 0 {
+		t.Fatalf("%d activations left after a failed activation", n)
+	}
+	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatalf("second call: %v", err)
+	}
+}
+
+// TestErrorsKeepCode: an application error keeps its code and message; a
+// plain error arrives as Unknown with its message.
+func TestErrorsKeepCode(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	h.script("denied", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
+		return nil, status.Error(codes.PermissionDenied, "no entry")
+	})
+	plain := errors.New("plain failure")
+	h.script("plain", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
+		return nil, plain
+	})
+	_, err := h.probe("e").Call(testCtx(t), &probe.Request{Tag: "denied"})
+	if s, _ := status.FromError(err); s.Code() != codes.PermissionDenied || s.Message() != "no entry" {
+		t.Fatalf("got %v", err)
+	}
+	_, err = h.probe("e").Call(testCtx(t), &probe.Request{Tag: "plain"})
+	if grain.Code(err) != codes.Unknown || err.Error() != "plain failure" {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestPanicDeactivates: a panic returns Internal, deactivates the
+// activation, and the grain re-activates on its next call.
+func TestPanicDeactivates(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	h.script("boom", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
+		panic("boom")
+	})
+	ref := h.probe("p")
+	r1, err := ref.Call(testCtx(t), &probe.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ref.Call(testCtx(t), &probe.Request{Tag: "boom"})
+	if grain.Code(err) != codes.Internal || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("got %v, want Internal naming the panic", err)
+	}
+	h.waitEvent("deactivate probe.Probe/p panic")
+	r2, err := ref.Call(testCtx(t), &probe.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Activation == r1.Activation {
+		t.Fatal("no re-activation after a panic")
+	}
+}
+
+// TestUnknownTypeMethodKey: calls to an unregistered type, a method the
+// type lacks, and a key of the wrong kind fail with clear codes.
+func TestUnknownTypeMethodKey(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	_, err := h.s.Invoke(testCtx(t), grain.NewID("nope.Missing", "x"), &probe.Probe_ServiceDesc.Methods[0], &probe.Request{})
+	if grain.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "nope.Missing") {
+		t.Fatalf("unknown type: %v", err)
+	}
+	bogus := probe.Probe_ServiceDesc.Methods[0]
+	bogus.Name, bogus.Index = "Bogus", 99
+	_, err = h.s.Invoke(testCtx(t), grain.NewID(probe.ProbeGrainType, "x"), &bogus, &probe.Request{})
+	if grain.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "Bogus") {
+		t.Fatalf("unknown method: %v", err)
+	}
+	_, err = probe.IntProbeRefFromID(h.s, grain.NewID(probe.IntProbeGrainType, "twelve")).Call(testCtx(t), &probe.Request{})
+	if grain.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "int64") {
+		t.Fatalf("bad key: %v", err)
+	}
+	if _, err := probe.NewIntProbeRef(h.s, 12).Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatalf("good int key: %v", err)
+	}
+}
+
+// TestStopDeactivatesAll: Stop runs every activation's OnDeactivate with
+// reason shutdown, and calls afterwards get Unavailable.
+func TestStopDeactivatesAll(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	for _, k := range []string{"a", "b", "c"} {
+		if _, err := h.probe(k).Call(testCtx(t), &probe.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.s.Stop(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range h.eventLog() {
+		if strings.HasPrefix(e, "deactivate ") && strings.HasSuffix(e, " shutdown") {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d shutdown deactivations, want 3: %q", n, h.eventLog())
+	}
+	if _, err := h.probe("a").Call(testCtx(t), &probe.Request{}); grain.Code(err) != codes.Unavailable {
+		t.Fatalf("call after Stop: %v, want Unavailable", err)
+	}
+}
+
+// TestConfigErrorsNameField: bad configuration is refused naming the field.
+func TestConfigErrorsNameField(t *testing.T) {
+	for field, mutate := range map[string]func(*Config){
+		"ResponseTimeout":                 func(c *Config) { c.ResponseTimeout = 0 },
+		"CollectionAge":                   func(c *Config) { c.CollectionAge = -time.Second },
+		"MaxCallChain":                    func(c *Config) { c.MaxCallChain = 0 },
+		`Types["x.Y"].CollectionInterval`: func(c *Config) { c.Types = map[string]TypeConfig{"x.Y": {CollectionInterval: -1}} },
+		"IncomingFilters[0]":              func(c *Config) { c.IncomingFilters = []grain.IncomingFilter{nil} },
+		"Name":                            func(c *Config) { c.Name = "" },
+	} {
+		cfg := DefaultConfig()
+		mutate(&cfg)
+		_, err := New(cfg)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != field {
+			t.Errorf("%s: got %v", field, err)
+		}
+	}
+}

@@ -1,0 +1,343 @@
+package silo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/grain"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrStarted is returned by RegisterGrain after Start.
+var ErrStarted = errors.New("silo: grain types must be registered before Start")
+
+// A Silo hosts grain activations: it activates a grain on its first call,
+// runs its requests on the scheduler under Orleans' admission rules, and
+// collects it when it goes idle. A *Silo is a grain.Caller for code that
+// is not a grain; grains call through their Context.
+type Silo struct {
+	cfg   Config
+	log   *zap.Logger
+	clock clockwork.Clock
+	pool  *activation.Pool
+
+	dir    Directory
+	placer Placer
+	tport  Transport
+
+	types map[string]*grainType // written before Start only
+
+	acts      sync.Map // grain.ID -> *activationRec
+	workers   sync.Map // grain.ID -> *workerSet
+	nextActID atomic.Uint64
+	live      atomic.Int64 // activations in the catalog
+
+	started  atomic.Bool
+	stopping atomic.Bool // no new activations; outside calls refused
+	lifeMu   sync.Mutex
+	stopped  bool
+	collStop chan struct{}
+	collDone chan struct{}
+	emptyc   chan struct{} // closed when live reaches 0 while stopping
+	emptyMu  sync.Mutex
+
+	// collected, when set before Start, is told the clock's time when
+	// the collector starts and after each of its ticks. Tests only.
+	collected func(now time.Time)
+}
+
+// grainType is a registered grain type.
+type grainType struct {
+	desc     *grain.ServiceDesc
+	factory  grain.Factory
+	opts     grain.TypeOptions
+	age      time.Duration
+	interval time.Duration
+	workers  int // stateless worker bound
+}
+
+// New validates cfg and makes a silo. Register grain types, then Start it.
+func New(cfg Config) (*Silo, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Scheduler.Logger == nil {
+		cfg.Scheduler.Logger = cfg.Logger
+	}
+	s := &Silo{
+		cfg:    cfg,
+		log:    cfg.Logger.With(zap.String("silo", cfg.Name)),
+		clock:  cfg.Clock,
+		types:  map[string]*grainType{},
+		dir:    cfg.Directory,
+		placer: cfg.Placement,
+		tport:  cfg.Transport,
+		emptyc: make(chan struct{}),
+	}
+	if s.dir == nil {
+		s.dir = localDirectory{}
+	}
+	if s.placer == nil {
+		s.placer = localPlacer{}
+	}
+	if s.tport == nil {
+		s.tport = noTransport{}
+	}
+	return s, nil
+}
+
+// RegisterGrain registers a grain type; generated RegisterXGrain functions
+// call it. It fails after Start, for a type registered twice, and for
+// options that contradict each other.
+func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opts ...grain.RegisterOption) error {
+	if s.started.Load() {
+		return ErrStarted
+	}
+	switch {
+	case desc == nil || desc.Type == "":
+		return errors.New("silo: RegisterGrain: descriptor without a type")
+	case factory == nil:
+		return fmt.Errorf("silo: RegisterGrain %s: nil factory", desc.Type)
+	case s.types[desc.Type] != nil:
+		return fmt.Errorf("silo: RegisterGrain %s: type registered twice", desc.Type)
+	}
+	for i := range desc.Methods {
+		if m := &desc.Methods[i]; m.Index != i || m.Handler == nil {
+			return fmt.Errorf("silo: RegisterGrain %s: method %q has index %d at position %d or no handler", desc.Type, m.Name, m.Index, i)
+		}
+	}
+	t := &grainType{desc: desc, factory: factory, opts: desc.Options}
+	for _, o := range opts {
+		o(&t.opts)
+	}
+	if t.opts.MaxLocalWorkers < 0 {
+		return fmt.Errorf("silo: RegisterGrain %s: MaxLocalWorkers %d is negative", desc.Type, t.opts.MaxLocalWorkers)
+	}
+	t.age, t.interval = s.cfg.CollectionAge, s.cfg.CollectionInterval
+	if t.opts.CollectionAge > 0 {
+		t.age = t.opts.CollectionAge
+	}
+	if tc, ok := s.cfg.Types[desc.Type]; ok {
+		if tc.CollectionAge > 0 {
+			t.age = tc.CollectionAge
+		}
+		if tc.CollectionInterval > 0 {
+			t.interval = tc.CollectionInterval
+		}
+	}
+	t.workers = t.opts.MaxLocalWorkers
+	if t.workers == 0 {
+		t.workers = runtime.GOMAXPROCS(0)
+	}
+	s.types[desc.Type] = t
+	return nil
+}
+
+// Start starts the scheduler and the idle collector. The silo then serves
+// calls until Stop or Close.
+func (s *Silo) Start(ctx context.Context) error {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.stopped {
+		return errors.New("silo: Start after Stop")
+	}
+	if s.started.Load() {
+		return errors.New("silo: started twice")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	pool, err := activation.New(s.cfg.Scheduler)
+	if err != nil {
+		return &ConfigError{Field: "Scheduler", Reason: err.Error()}
+	}
+	s.pool = pool
+	s.collStop, s.collDone = make(chan struct{}), make(chan struct{})
+	go s.collect()
+	s.started.Store(true)
+	s.log.Info("silo started", zap.Int("grain_types", len(s.types)))
+	return nil
+}
+
+// Stop shuts the silo down gracefully: it refuses new outside calls,
+// deactivates every activation (running OnDeactivate, after the requests
+// they run) and then stops the scheduler. Requests that arrive at an
+// activation while it deactivates fail with Unavailable. If ctx ends first,
+// Stop closes the silo (see Close) and returns ctx's error. Idempotent.
+func (s *Silo) Stop(ctx context.Context) error {
+	if !s.beginStop() {
+		return nil
+	}
+	s.forEachActivation(func(a *activationRec) { a.requestDeactivation(grain.DeactivateShutdown) })
+	s.maybeEmpty()
+	select {
+	case <-s.emptyc:
+	case <-ctx.Done():
+		s.closeAll()
+		return ctx.Err()
+	}
+	if err := s.pool.Stop(ctx); err != nil {
+		s.closeAll()
+		return err
+	}
+	s.log.Info("silo stopped")
+	return nil
+}
+
+// Close stops the silo at once: queued requests fail with Unavailable,
+// running turns finish, no OnDeactivate runs. It waits for the silo's
+// goroutines. Idempotent; safe alongside Stop.
+func (s *Silo) Close() error {
+	s.beginStop()
+	s.closeAll()
+	return nil
+}
+
+// beginStop marks the silo stopping and stops the collector; it reports
+// whether this call did so.
+func (s *Silo) beginStop() bool {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.stopped = true
+	s.stopping.Store(true)
+	if s.started.Load() {
+		close(s.collStop)
+		<-s.collDone
+	}
+	return s.started.Load()
+}
+
+func (s *Silo) closeAll() {
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	s.forEachActivation(func(a *activationRec) {
+		a.mu.Lock()
+		a.state = dead
+		for _, t := range a.timers {
+			t.stopLocked()
+		}
+		q := a.takeQueueLocked()
+		a.mu.Unlock()
+		s.removeActivation(a)
+		for _, c := range q {
+			c.settle(nil, nil, unavailable(s, "it closed"))
+			c.release()
+		}
+	})
+}
+
+// forEachActivation calls fn for every activation in the catalog.
+func (s *Silo) forEachActivation(fn func(a *activationRec)) {
+	s.acts.Range(func(_, v any) bool {
+		fn(v.(*activationRec))
+		return true
+	})
+	s.workers.Range(func(_, v any) bool {
+		for _, a := range v.(*workerSet).snapshot() {
+			fn(a)
+		}
+		return true
+	})
+}
+
+// Stats is a snapshot of a silo's counters.
+type Stats struct {
+	Activations int              // activations in the catalog
+	Scheduler   activation.Stats // the pool's counters
+}
+
+// Stats returns the silo's counters. Any goroutine.
+func (s *Silo) Stats() Stats {
+	st := Stats{Activations: int(s.live.Load())}
+	if s.pool != nil {
+		st.Scheduler = s.pool.Stats()
+	}
+	return st
+}
+
+// removeActivation drops a dead activation from the catalog.
+func (s *Silo) removeActivation(a *activationRec) {
+	removed := false
+	if a.set != nil {
+		removed = a.set.remove(a)
+	} else {
+		removed = s.acts.CompareAndDelete(a.id, a)
+	}
+	if !removed {
+		return
+	}
+	s.dir.Unregister(a.id, s.cfg.Name)
+	if s.live.Add(-1) == 0 {
+		s.maybeEmpty()
+	}
+}
+
+func (s *Silo) maybeEmpty() {
+	s.emptyMu.Lock()
+	defer s.emptyMu.Unlock()
+	if s.stopping.Load() && s.live.Load() == 0 {
+		select {
+		case <-s.emptyc:
+		default:
+			close(s.emptyc)
+		}
+	}
+}
+
+// activationFor returns the activation a request for id goes to, making
+// one if there is none and placement puts the grain here. It returns the
+// silo to forward to when the grain lives elsewhere, and nil and "" when
+// this silo is stopping.
+func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (*activationRec, string, error) {
+	if t.opts.StatelessWorker {
+		return s.workerFor(id, t, c), "", nil
+	}
+	if v, ok := s.acts.Load(id); ok {
+		return v.(*activationRec), "", nil
+	}
+	if s.stopping.Load() {
+		return nil, "", nil
+	}
+	if to, err := s.placeRemote(id, t); to != "" || err != nil {
+		return nil, to, err
+	}
+	a := s.newActivation(id, t)
+	if v, loaded := s.acts.LoadOrStore(id, a); loaded {
+		return v.(*activationRec), "", nil
+	}
+	s.activated(a)
+	return a, "", nil
+}
+
+// activated counts a new activation and queues its activate turn.
+func (s *Silo) activated(a *activationRec) {
+	s.live.Add(1)
+	s.dir.Register(a.id, s.cfg.Name)
+	if err := a.start(); err != nil {
+		a.activated(nil, unavailable(s, "its silo is shutting down"))
+	}
+}
+
+// unknownType is the error for a call to a type no silo hosts.
+func unknownType(id grain.ID) error {
+	return status.Errorf(codes.NotFound, "granary: unknown grain type %q (calling %s): no silo registered it", id.Type, id)
+}

@@ -1,0 +1,189 @@
+package silo
+
+import (
+	"time"
+
+	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/activation/admission"
+	"github.com/granaryio/granary/grain"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// grainTimer is a grain timer: its ticks are turns of the activation. A
+// tick is queued only when the previous one finished, so ticks never
+// overlap; the next is due a period after the previous ended.
+//
+// A non-interleaving tick goes through the admission gate like an
+// exclusive request: it waits for running requests, and requests wait for
+// it, across its awaits too. An interleaving tick bypasses the gate: it
+// runs between other turns and lets requests start while it awaits.
+type grainTimer struct {
+	a    *activationRec
+	name string
+	fn   grain.TimerFunc
+	opts grain.TimerOptions
+
+	// Guarded by a.mu.
+	period   time.Duration
+	clk      clockwork.Timer
+	stopped  bool
+	inFlight bool // a tick is queued or running
+	refire   bool // the clock fired, or Change was called, during a tick
+}
+
+func (a *activationRec) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
+	switch {
+	case fn == nil:
+		return nil, status.Error(codes.InvalidArgument, "granary: RegisterTimer: nil TimerFunc")
+	case due < 0 || period < 0:
+		return nil, status.Errorf(codes.InvalidArgument, "granary: RegisterTimer %q: negative due time %v or period %v", name, due, period)
+	}
+	t := &grainTimer{a: a, name: "timer " + name, fn: fn, period: period}
+	for _, o := range opts {
+		o(&t.opts)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state != valid && a.state != activating || a.deactPending {
+		return nil, status.Errorf(codes.FailedPrecondition, "granary: RegisterTimer %q: activation of %s is ending", name, a.id)
+	}
+	t.clk = a.s.clock.AfterFunc(due, t.fire)
+	a.timers = append(a.timers, t)
+	return t, nil
+}
+
+// fire runs on the clock's goroutine when a tick is due: it queues the
+// tick's turn unless one is in flight.
+func (t *grainTimer) fire() {
+	a := t.a
+	a.mu.Lock()
+	if t.stopped || a.state != valid || a.deactPending {
+		a.mu.Unlock()
+		return
+	}
+	if t.inFlight {
+		t.refire = true
+		a.mu.Unlock()
+		return
+	}
+	t.inFlight = true
+	c := a.s.newCall(1)
+	c.act, c.tick = a, t
+	c.deadline = a.s.clock.Now().Add(a.s.cfg.ResponseTimeout)
+	start := true
+	if t.opts.Interleave {
+		c.kind = admission.Interleave
+		a.ticksRunning++
+	} else {
+		a.seq++
+		c.seq = a.seq
+		if a.gate.Admit(c.seq, admission.Exclusive, false) == admission.Queue {
+			a.pushLocked(c)
+			start = false
+		}
+	}
+	a.mu.Unlock()
+	if start {
+		a.enqueue(nil, c)
+	}
+}
+
+// run is the tick's turn.
+func (t *grainTimer) run(c *call) {
+	t.a.mu.Lock()
+	stopped := t.stopped
+	t.a.mu.Unlock()
+	if stopped {
+		return
+	}
+	if err := t.fn(&c.ctx); err != nil {
+		t.a.logger().Warn("timer tick failed", zap.String("timer", t.name), zap.Error(err))
+	}
+}
+
+// done ends a tick's turn and arms the next.
+func (t *grainTimer) done(e *activation.Exec, c *call, panicked bool) {
+	a := t.a
+	a.mu.Lock()
+	t.inFlight = false
+	if !t.stopped {
+		switch {
+		case t.refire:
+			t.refire = false
+			t.clk.Reset(0)
+		case t.period > 0:
+			t.clk.Reset(t.period)
+		}
+	}
+	if t.opts.KeepAlive {
+		a.touched = true
+	}
+	if t.opts.Interleave {
+		a.ticksRunning--
+		begin := a.deactPending && a.quietLocked()
+		if begin {
+			a.beginDeactivationLocked()
+		}
+		a.mu.Unlock()
+		if begin {
+			a.queueDeactivation(e)
+		}
+	} else {
+		a.mu.Unlock()
+		a.finishGate(e, c.seq, t.opts.KeepAlive)
+	}
+	if panicked {
+		a.requestDeactivation(grain.DeactivatePanic)
+	}
+	c.release()
+}
+
+// Change sets a new due time and period.
+func (t *grainTimer) Change(due, period time.Duration) error {
+	if due < 0 || period < 0 {
+		return status.Errorf(codes.InvalidArgument, "granary: Timer.Change %q: negative due time %v or period %v", t.name, due, period)
+	}
+	t.a.mu.Lock()
+	defer t.a.mu.Unlock()
+	if t.stopped {
+		return status.Errorf(codes.FailedPrecondition, "granary: Timer.Change %q: the timer is stopped", t.name)
+	}
+	t.period = period
+	if t.inFlight {
+		t.clk.Stop()
+		t.refire = false
+		if due == 0 {
+			t.refire = true
+		} else {
+			t.clk.Reset(due)
+		}
+		return nil
+	}
+	t.clk.Reset(due)
+	return nil
+}
+
+// Stop stops the timer. Idempotent.
+func (t *grainTimer) Stop() {
+	a := t.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.stopLocked()
+	for i, x := range a.timers {
+		if x == t {
+			a.timers = append(a.timers[:i], a.timers[i+1:]...)
+			break
+		}
+	}
+}
+
+func (t *grainTimer) stopLocked() {
+	t.stopped = true
+	t.clk.Stop()
+}

@@ -1,0 +1,88 @@
+package silo
+
+import (
+	"math"
+	"sync"
+
+	"github.com/granaryio/granary/activation/admission"
+	"github.com/granaryio/granary/grain"
+)
+
+// workerSet holds the local activations of one stateless-worker grain ID.
+// Sets are never removed from the catalog: removing one could orphan an
+// activation another goroutine is adding to it, and a set is small.
+type workerSet struct {
+	mu   sync.Mutex
+	acts []*activationRec
+}
+
+// workerFor picks the activation of a stateless worker that takes c: an
+// idle one, else a new one while fewer than the type's bound exist, else
+// the least loaded. Lock order: set, then activation.
+func (s *Silo) workerFor(id grain.ID, t *grainType, c *call) *activationRec {
+	v, ok := s.workers.Load(id)
+	if !ok {
+		if s.stopping.Load() {
+			return nil
+		}
+		v, _ = s.workers.LoadOrStore(id, &workerSet{})
+	}
+	ws := v.(*workerSet)
+	ws.mu.Lock()
+	var best *activationRec
+	bestLoad := math.MaxInt
+	for _, a := range ws.acts {
+		a.mu.Lock()
+		load := a.gate.Running() + a.queuedLocked()
+		usable := (a.state == valid || a.state == activating) && !a.deactPending && !a.holdsChainLocked(c)
+		a.mu.Unlock()
+		if usable && load < bestLoad {
+			best, bestLoad = a, load
+		}
+	}
+	var fresh *activationRec
+	if bestLoad > 0 && len(ws.acts) < t.workers && !s.stopping.Load() {
+		fresh = s.newActivation(id, t)
+		fresh.set = ws
+		ws.acts = append(ws.acts, fresh)
+		best = fresh
+	}
+	if best == nil && len(ws.acts) > 0 {
+		best = ws.acts[0]
+	}
+	ws.mu.Unlock()
+	if fresh != nil {
+		s.activated(fresh)
+	}
+	return best
+}
+
+// remove drops a from the set; it reports whether a was there.
+func (ws *workerSet) remove(a *activationRec) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for i, x := range ws.acts {
+		if x == a {
+			ws.acts = append(ws.acts[:i], ws.acts[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (ws *workerSet) snapshot() []*activationRec {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return append([]*activationRec(nil), ws.acts...)
+}
+
+// kindOf is how a method's requests share an activation.
+func kindOf(m *grain.MethodDesc) admission.Kind {
+	switch {
+	case m.AlwaysInterleave:
+		return admission.Interleave
+	case m.ReadOnly:
+		return admission.ReadOnly
+	}
+	return admission.Exclusive
+}
