@@ -84,7 +84,7 @@ func (a *activationRec) logger() *zap.Logger {
 // start queues the activate turn. Called once, by whoever created it.
 func (a *activationRec) start() error {
 	h := a.s.newCall(1)
-	h.act, h.hook, h.deadline = a, hookActivate, a.s.clock.Now().Add(a.s.cfg.ResponseTimeout)
+	h.act, h.hook, h.due = a, hookActivate, a.s.since()+a.s.cfg.ResponseTimeout
 	return a.group.EnqueueSystem(activation.Turn{Name: "OnActivate", Task: h})
 }
 
@@ -308,7 +308,7 @@ func (a *activationRec) beginDeactivationLocked() {
 func (a *activationRec) queueDeactivation(e *activation.Exec) {
 	h := a.s.newCall(1)
 	h.act, h.hook, h.reason = a, hookDeactivate, a.deactivate
-	h.deadline = a.s.clock.Now().Add(a.s.cfg.StopDeactivationTimeout)
+	h.due = a.s.since() + a.s.cfg.StopDeactivationTimeout
 	t := activation.Turn{Name: "OnDeactivate", Task: h}
 	var err error
 	if e != nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/activation/admission"
 	"github.com/granaryio/granary/grain"
-	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -33,12 +32,14 @@ import (
 // before it notifies the waiter, who reads them after.
 type call struct {
 	// Set by the caller before the call is routed; read-only afterwards.
-	s        *Silo
-	id       grain.ID
-	method   *grain.MethodDesc
-	req      proto.Message
-	deadline time.Time
-	oneWay   bool
+	s      *Silo
+	id     grain.ID
+	method *grain.MethodDesc
+	req    proto.Message
+	// due is the call's deadline as an offset from the silo's epoch (see
+	// Silo.since).
+	due    time.Duration
+	oneWay bool
 	// cancel is the nearest caller context that can be cancelled (an
 	// outside caller's, or one a grain derived), or nil.
 	cancel  context.Context
@@ -67,7 +68,11 @@ type call struct {
 	inPool bool             // the waiter is a turn: notify through ev
 	ev     activation.Event // for a waiter that is a turn
 	donec  chan struct{}    // for a waiter outside the pool; capacity 1
-	timer  clockwork.Timer  // the timeout, created once per record
+
+	// Links in the timeout wheel, guarded by the slot's lock; wslot is
+	// the slot while linked.
+	wslot        *wheelSlot
+	wnext, wprev *call
 }
 
 const (
@@ -129,9 +134,9 @@ func (c *call) release() {
 		liveCalls.Add(-1)
 	}
 	c.ctx.reset()
-	timer, donec := c.timer, c.donec
+	donec := c.donec
 	*c = call{}
-	c.timer, c.donec = timer, donec
+	c.donec = donec
 	c.ctx.c = c
 	callPool.Put(c)
 }
@@ -159,30 +164,13 @@ func (c *call) settle(e *activation.Exec, resp proto.Message, err error) bool {
 // settled reports whether the caller has its outcome already.
 func (c *call) isSettled() bool { return c.state.Load() != pending }
 
-// armTimeout starts the timeout timer, which settles the call with
-// DeadlineExceeded at its deadline. The timer owns a reference until it
-// fired or disarmTimeout stopped it.
-func (c *call) armTimeout(d time.Duration) {
-	c.refs.Add(1)
-	if c.timer == nil {
-		c.timer = c.s.clock.AfterFunc(d, c.expire)
-		return
-	}
-	c.timer.Reset(d)
-}
+// armTimeout links the call into the timeout wheel, which settles it
+// with DeadlineExceeded once it is due; the wheel owns a reference until
+// then or until disarmTimeout.
+func (c *call) armTimeout() { c.s.wheel.add(c) }
 
-func (c *call) expire() {
-	c.settle(nil, nil, deadlineError(c))
-	c.release()
-}
-
-// disarmTimeout stops the timer if it has not fired, releasing its
-// reference; a timer that fired releases its own.
-func (c *call) disarmTimeout() {
-	if c.timer.Stop() {
-		c.release()
-	}
-}
+// disarmTimeout unlinks the call from the wheel if it is still there.
+func (c *call) disarmTimeout() { c.s.wheel.remove(c) }
 
 // awaitOutside waits for the outcome on a goroutine that is not a turn.
 // Either the awaiting context or the call's own ending gives up the wait.
@@ -191,9 +179,14 @@ func (c *call) awaitOutside(ctx context.Context) (proto.Message, error) {
 	if c.cancel != nil {
 		callDone = c.cancel.Done()
 	}
+	waitDone := ctx.Done()
+	if waitDone == nil && callDone == nil {
+		<-c.donec // only the reply or the timeout can end the wait
+		return c.resp, c.err
+	}
 	select {
 	case <-c.donec:
-	case <-ctx.Done():
+	case <-waitDone:
 		c.giveUp(ctx)
 	case <-callDone:
 		c.giveUp(c.cancel)
@@ -222,10 +215,15 @@ func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
 }
 
 // expired reports whether the call should be dropped instead of run: its
-// caller has its outcome already, or its deadline passed.
-func (c *call) expired(now time.Time) bool {
-	return c.isSettled() || !c.deadline.After(now)
+// caller has its outcome already (the timeout timer settles a two-way
+// call at its deadline, so no clock read is needed), or, for a one-way
+// call, which has no timer, its deadline passed.
+func (c *call) expired() bool {
+	return c.isSettled() || c.oneWay && c.s.since() >= c.due
 }
+
+// deadline is the call's deadline as a time.
+func (c *call) deadline() time.Time { return c.s.epoch.Add(c.due) }
 
 func deadlineError(c *call) error {
 	return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", c.method.Name, c.id)

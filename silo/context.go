@@ -41,14 +41,14 @@ func (t *turnCtx) lazy() context.Context {
 		if parent == nil {
 			parent = context.Background()
 		}
-		t.derived, t.stop = context.WithDeadline(parent, t.c.deadline)
+		t.derived, t.stop = context.WithDeadline(parent, t.c.deadline())
 	})
 	return t.derived
 }
 
 // Deadline is the call's deadline: the earliest of the caller's, the
 // method's timeout and the silo's response timeout.
-func (t *turnCtx) Deadline() (time.Time, bool) { return t.c.deadline, true }
+func (t *turnCtx) Deadline() (time.Time, bool) { return t.c.deadline(), true }
 
 // Done closes when the deadline passes or the caller cancels.
 func (t *turnCtx) Done() <-chan struct{} { return t.lazy().Done() }

@@ -83,7 +83,7 @@ func (s *Silo) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *gra
 	if o.OneWay {
 		return grain.Failed(nil)
 	}
-	c.armTimeout(c.deadline.Sub(s.clock.Now()))
+	c.armTimeout()
 	return &future{c: c}
 }
 
@@ -128,9 +128,9 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 	if timeout <= 0 {
 		timeout = s.cfg.ResponseTimeout
 	}
-	c.deadline = s.clock.Now().Add(timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
-		c.deadline = d
+	c.due = s.callNow() + timeout
+	if d, ok := ctx.Deadline(); ok {
+		c.due = min(c.due, d.Sub(s.epoch))
 	}
 	switch {
 	case from == nil:
@@ -238,7 +238,7 @@ func (s *Silo) fail(e *activation.Exec, c *call, err error) {
 // wait waits for the reply of a call sent synchronously.
 func (c *call) wait(ctx context.Context, e *activation.Exec) (proto.Message, error) {
 	if !c.isSettled() {
-		c.armTimeout(c.deadline.Sub(c.s.clock.Now()))
+		c.armTimeout()
 		var resp proto.Message
 		var err error
 		if c.inPool {

@@ -78,7 +78,7 @@ func (s *Silo) placeRemote(id grain.ID, t *grainType) (string, error) {
 
 // forward sends a call to another silo.
 func (s *Silo) forward(to string, c *call) {
-	s.tport.Forward(to, c.id, c.method, c.req, c.deadline, func(resp proto.Message, err error) {
+	s.tport.Forward(to, c.id, c.method, c.req, c.deadline(), func(resp proto.Message, err error) {
 		c.settle(nil, resp, err)
 		c.release()
 	})

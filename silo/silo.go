@@ -28,7 +28,13 @@ type Silo struct {
 	cfg   Config
 	log   *zap.Logger
 	clock clockwork.Clock
-	pool  *activation.Pool
+	epoch time.Time // the clock's time at New; deadlines are offsets from it
+	// realClock: the clock is the real one, so since may read the
+	// monotonic clock directly.
+	realClock bool
+	pool      *activation.Pool
+
+	wheel timeoutWheel
 
 	dir    Directory
 	placer Placer
@@ -36,19 +42,18 @@ type Silo struct {
 
 	types map[string]*grainType // written before Start only
 
-	acts      sync.Map // grain.ID -> *activationRec
-	workers   sync.Map // grain.ID -> *workerSet
 	nextActID atomic.Uint64
 	live      atomic.Int64 // activations in the catalog
 
-	started  atomic.Bool
-	stopping atomic.Bool // no new activations; outside calls refused
-	lifeMu   sync.Mutex
-	stopped  bool
-	collStop chan struct{}
-	collDone chan struct{}
-	emptyc   chan struct{} // closed when live reaches 0 while stopping
-	emptyMu  sync.Mutex
+	started   atomic.Bool
+	wheelOnce sync.Once
+	stopping  atomic.Bool // no new activations; outside calls refused
+	lifeMu    sync.Mutex
+	stopped   bool
+	collStop  chan struct{}
+	collDone  chan struct{}
+	emptyc    chan struct{} // closed when live reaches 0 while stopping
+	emptyMu   sync.Mutex
 
 	// collected, when set before Start, is told the clock's time when
 	// the collector starts and after each of its ticks. Tests only.
@@ -63,6 +68,11 @@ type grainType struct {
 	age      time.Duration
 	interval time.Duration
 	workers  int // stateless worker bound
+
+	// The catalog of this type's activations, keyed by grain key: a
+	// string key hashes several times faster than a grain.ID.
+	acts sync.Map // key -> *activationRec
+	sets sync.Map // key -> *workerSet, for a stateless worker
 }
 
 // New validates cfg and makes a silo. Register grain types, then Start it.
@@ -70,7 +80,8 @@ func New(cfg Config) (*Silo, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if cfg.Clock == nil {
+	realClock := cfg.Clock == nil
+	if realClock {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	if err := cfg.validate(); err != nil {
@@ -89,6 +100,7 @@ func New(cfg Config) (*Silo, error) {
 		tport:  cfg.Transport,
 		emptyc: make(chan struct{}),
 	}
+	s.epoch, s.realClock = s.clock.Now(), realClock
 	if s.dir == nil {
 		s.dir = localDirectory{}
 	}
@@ -167,6 +179,8 @@ func (s *Silo) Start(ctx context.Context) error {
 		return &ConfigError{Field: "Scheduler", Reason: err.Error()}
 	}
 	s.pool = pool
+	s.wheel.init(s, s.cfg.TimeoutResolution)
+	go s.wheel.run()
 	s.collStop, s.collDone = make(chan struct{}), make(chan struct{})
 	go s.collect()
 	s.started.Store(true)
@@ -195,6 +209,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 		s.closeAll()
 		return err
 	}
+	s.haltWheel()
 	s.log.Info("silo stopped")
 	return nil
 }
@@ -229,6 +244,7 @@ func (s *Silo) closeAll() {
 	if s.pool != nil {
 		s.pool.Close()
 	}
+	defer s.haltWheel()
 	s.forEachActivation(func(a *activationRec) {
 		a.mu.Lock()
 		a.state = dead
@@ -245,18 +261,30 @@ func (s *Silo) closeAll() {
 	})
 }
 
+// haltWheel stops the timeout sweeper once; it runs until the pool is
+// stopped, since draining calls still need their timeouts.
+func (s *Silo) haltWheel() {
+	s.wheelOnce.Do(func() {
+		if s.started.Load() {
+			s.wheel.halt()
+		}
+	})
+}
+
 // forEachActivation calls fn for every activation in the catalog.
 func (s *Silo) forEachActivation(fn func(a *activationRec)) {
-	s.acts.Range(func(_, v any) bool {
-		fn(v.(*activationRec))
-		return true
-	})
-	s.workers.Range(func(_, v any) bool {
-		for _, a := range v.(*workerSet).snapshot() {
-			fn(a)
-		}
-		return true
-	})
+	for _, t := range s.types {
+		t.acts.Range(func(_, v any) bool {
+			fn(v.(*activationRec))
+			return true
+		})
+		t.sets.Range(func(_, v any) bool {
+			for _, a := range v.(*workerSet).snapshot() {
+				fn(a)
+			}
+			return true
+		})
+	}
 }
 
 // Stats is a snapshot of a silo's counters.
@@ -274,13 +302,34 @@ func (s *Silo) Stats() Stats {
 	return st
 }
 
+// since returns the time since the silo's epoch. With the real clock it
+// reads only the monotonic clock: a call's one clock read, and on some
+// virtual machines a full time.Now costs as much as a channel operation.
+func (s *Silo) since() time.Duration {
+	if s.realClock {
+		return time.Since(s.epoch) // clockwork's Since reads the wall clock too
+	}
+	return s.clock.Since(s.epoch)
+}
+
+// callNow is the time a call starts at, for its deadline: the timeout
+// wheel's coarse clock with the real clock, which costs no clock read, and
+// the exact time with a fake one, which tests move in jumps far larger
+// than a tick.
+func (s *Silo) callNow() time.Duration {
+	if s.realClock {
+		return s.wheel.coarseNow()
+	}
+	return s.since()
+}
+
 // removeActivation drops a dead activation from the catalog.
 func (s *Silo) removeActivation(a *activationRec) {
 	removed := false
 	if a.set != nil {
 		removed = a.set.remove(a)
 	} else {
-		removed = s.acts.CompareAndDelete(a.id, a)
+		removed = a.typ.acts.CompareAndDelete(a.id.Key, a)
 	}
 	if !removed {
 		return
@@ -311,7 +360,7 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (*activationRec
 	if t.opts.StatelessWorker {
 		return s.workerFor(id, t, c), "", nil
 	}
-	if v, ok := s.acts.Load(id); ok {
+	if v, ok := t.acts.Load(id.Key); ok {
 		return v.(*activationRec), "", nil
 	}
 	if s.stopping.Load() {
@@ -321,7 +370,7 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (*activationRec
 		return nil, to, err
 	}
 	a := s.newActivation(id, t)
-	if v, loaded := s.acts.LoadOrStore(id, a); loaded {
+	if v, loaded := t.acts.LoadOrStore(id.Key, a); loaded {
 		return v.(*activationRec), "", nil
 	}
 	s.activated(a)

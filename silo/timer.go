@@ -72,7 +72,7 @@ func (t *grainTimer) fire() {
 	t.inFlight = true
 	c := a.s.newCall(1)
 	c.act, c.tick = a, t
-	c.deadline = a.s.clock.Now().Add(a.s.cfg.ResponseTimeout)
+	c.due = a.s.since() + a.s.cfg.ResponseTimeout
 	start := true
 	if t.opts.Interleave {
 		c.kind = admission.Interleave

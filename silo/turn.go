@@ -1,8 +1,6 @@
 package silo
 
 import (
-	"errors"
-
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
 	"go.uber.org/zap"
@@ -31,7 +29,7 @@ func (c *call) Run(e *activation.Exec) {
 		}
 	case c.tick != nil:
 		c.tick.run(c)
-	case c.expired(c.s.clock.Now()):
+	case c.expired():
 		c.resErr = deadlineError(c)
 	default:
 		c.result, c.resErr = c.s.dispatch(&c.ctx, c)
@@ -42,8 +40,7 @@ func (c *call) Run(e *activation.Exec) {
 // what may start now.
 func (c *call) Done(e *activation.Exec, err error) {
 	a := c.act
-	var pe *activation.PanicError
-	panicked := errors.As(err, &pe)
+	pe, panicked := err.(*activation.PanicError)
 	if panicked {
 		a.logger().Error("grain code panicked; deactivating",
 			zap.String("turn", pe.Turn), zap.Any("panic", pe.Value), zap.ByteString("stack", pe.Stack))

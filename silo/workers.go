@@ -20,12 +20,12 @@ type workerSet struct {
 // idle one, else a new one while fewer than the type's bound exist, else
 // the least loaded. Lock order: set, then activation.
 func (s *Silo) workerFor(id grain.ID, t *grainType, c *call) *activationRec {
-	v, ok := s.workers.Load(id)
+	v, ok := t.sets.Load(id.Key)
 	if !ok {
 		if s.stopping.Load() {
 			return nil
 		}
-		v, _ = s.workers.LoadOrStore(id, &workerSet{})
+		v, _ = t.sets.LoadOrStore(id.Key, &workerSet{})
 	}
 	ws := v.(*workerSet)
 	ws.mu.Lock()
