@@ -55,9 +55,9 @@ bench: $(BENCHSTAT)
 	$(BENCHSTAT) bench.out
 	$(GO) run ./bench/ratios bench.out
 
-## run: a short demo of the scheduler.
+## run: the bank example: concurrent transfers, a refused overdraft and a deadlock refused at once.
 run:
-	$(GO) run ./examples/scheduler
+	$(GO) run ./examples/bank
 
 ## generate: regenerate the Go code beside the .proto files under proto/.
 generate: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRANARY)

@@ -133,25 +133,30 @@ func UUIDKey(u [16]byte) string {
 	return string(b[:])
 }
 
-// ParseUUIDKey reads a key that UUIDKey formatted.
+// ParseUUIDKey reads a key that UUIDKey formatted: 32 lower-case hex
+// digits with dashes at offsets 8, 13, 18 and 23, and nowhere else.
 func ParseUUIDKey(key string) ([16]byte, error) {
 	var u [16]byte
-	if len(key) != 36 || key[8] != '-' || key[13] != '-' || key[18] != '-' || key[23] != '-' {
-		return u, fmt.Errorf("%w: %q is not a canonical UUID", ErrBadKey, key)
+	bad := func() ([16]byte, error) {
+		return [16]byte{}, fmt.Errorf("%w: %q is not a canonical UUID", ErrBadKey, key)
 	}
-	j := 0
-	for i := 0; i < 36; {
-		if key[i] == '-' {
+	if len(key) != 36 {
+		return bad()
+	}
+	i := 0
+	for j := range u {
+		if j == 4 || j == 6 || j == 8 || j == 10 {
+			if key[i] != '-' {
+				return bad()
+			}
 			i++
-			continue
 		}
 		hi, ok1 := unhex(key[i])
 		lo, ok2 := unhex(key[i+1])
 		if !ok1 || !ok2 {
-			return u, fmt.Errorf("%w: %q is not a canonical UUID", ErrBadKey, key)
+			return bad()
 		}
 		u[j] = hi<<4 | lo
-		j++
 		i += 2
 	}
 	return u, nil

@@ -165,8 +165,8 @@ func (c *call) settle(e *activation.Exec, resp proto.Message, err error) bool {
 func (c *call) isSettled() bool { return c.state.Load() != pending }
 
 // armTimeout links the call into the timeout wheel, which settles it
-// with DeadlineExceeded once it is due; the wheel owns a reference until
-// then or until disarmTimeout.
+// with DeadlineExceeded once it is due. The caller must disarmTimeout
+// before it releases the call.
 func (c *call) armTimeout() { c.s.wheel.add(c) }
 
 // disarmTimeout unlinks the call from the wheel if it is still there.

@@ -55,9 +55,12 @@ func (w *timeoutWheel) slotOf(due time.Duration) *wheelSlot {
 	return &w.slots[uint64(due/w.res)%wheelSlots]
 }
 
-// add links c, which takes a reference owned by the wheel until remove or
-// expiry. A call due in a tick whose slot was already visited is settled
-// at once: it is due within one Resolution, if not overdue. Any goroutine.
+// add links c. The wheel holds no reference of its own: the sweeper
+// settles an expired call under its slot's lock, and the caller unlinks
+// (remove) before it lets the record go, so the record outlives the
+// sweeper's use of it. A call due in a tick whose slot was already
+// visited is settled at once: it is due within one Resolution, if not
+// overdue. Caller's goroutine.
 func (w *timeoutWheel) add(c *call) {
 	sl := w.slotOf(c.due)
 	sl.mu.Lock()
@@ -68,7 +71,6 @@ func (w *timeoutWheel) add(c *call) {
 		c.settle(nil, nil, deadlineError(c))
 		return
 	}
-	c.refs.Add(1)
 	c.wslot, c.wnext, c.wprev = sl, sl.head, nil
 	if sl.head != nil {
 		sl.head.wprev = c
@@ -77,9 +79,8 @@ func (w *timeoutWheel) add(c *call) {
 	sl.mu.Unlock()
 }
 
-// remove unlinks c if the sweeper has not expired it, releasing the
-// wheel's reference; an expired call's reference is the sweeper's to
-// release. Any goroutine.
+// remove unlinks c unless the sweeper expired it. After it returns the
+// sweeper no longer touches c. Caller's goroutine, before it releases c.
 func (w *timeoutWheel) remove(c *call) {
 	sl := w.slotOf(c.due)
 	sl.mu.Lock()
@@ -89,7 +90,6 @@ func (w *timeoutWheel) remove(c *call) {
 	}
 	sl.unlinkLocked(c)
 	sl.mu.Unlock()
-	c.release()
 }
 
 func (sl *wheelSlot) unlinkLocked(c *call) {
@@ -131,24 +131,19 @@ func (w *timeoutWheel) run() {
 // expire settles the calls due in tick, which have the tick's slot;
 // calls of later turns of the wheel stay. Sweeper only.
 func (w *timeoutWheel) expire(tick time.Duration) {
-	var due *call
 	sl := &w.slots[uint64(tick)%wheelSlots]
 	sl.mu.Lock()
+	defer sl.mu.Unlock()
 	w.swept.Store(int64(tick))
 	for c := sl.head; c != nil; {
 		next := c.wnext
 		if c.due/w.res <= tick {
 			sl.unlinkLocked(c)
-			c.wnext, due = due, c
+			// Under the lock: the caller may free c once it is unlinked
+			// and the lock is free. Settling never blocks.
+			c.settle(nil, nil, deadlineError(c))
 		}
 		c = next
-	}
-	sl.mu.Unlock()
-	for due != nil {
-		c := due
-		due, c.wnext = c.wnext, nil
-		c.settle(nil, nil, deadlineError(c))
-		c.release()
 	}
 }
 

@@ -178,7 +178,10 @@ func (s *Silo) send(c *call) *activation.Exec {
 // route delivers c to its activation and queues its turn if admitted.
 // Failures settle it. e is the running turn's worker, or nil.
 func (s *Silo) route(e *activation.Exec, c *call) {
-	t := s.types[c.id.Type]
+	t := s.byMethod[c.method]
+	if t == nil || t.desc.Type != c.id.Type {
+		t = s.types[c.id.Type]
+	}
 	if t == nil {
 		s.fail(e, c, unknownType(c.id))
 		return

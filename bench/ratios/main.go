@@ -26,6 +26,8 @@ var pairs = []struct {
 	target     float64
 }{
 	{"RoundTrip", "BaselineChanRoundTrip", 1.5},
+	{"LocalCall", "BaselineChanAsk", 2},
+	{"GrainToGrain", "BaselineChanAsk", 0},
 	{"Handoff/inline", "BaselineChanRoundTrip", 2},
 	{"Handoff/blocking", "BaselineChanRoundTrip", 2},
 	{"GoroutinePerRun/RoundTrip", "BaselineChanRoundTrip", 0},

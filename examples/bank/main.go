@@ -1,0 +1,238 @@
+// Command bank tells a short story with Granary grains: two accounts, many
+// concurrent transfers between them, an overdraft that is refused, and an
+// audit whose calls go round in a circle, which the runtime refuses at once
+// as a deadlock instead of letting it hang until the response timeout.
+//
+// The story goes to stdout and is the same on every run; the silo's and the
+// grains' logs go to stderr. The command exits with status 1, naming the
+// step, if anything turns out other than the story says.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	bankpb "github.com/granaryio/granary/proto/examples/bank"
+	"github.com/granaryio/granary/silo"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const (
+	// opening balances of the two accounts.
+	aliceOpening, bobOpening = 100, 50
+	// transfersEachWay is how many transfers of 1 go each way at once.
+	transfersEachWay = 20
+	// fastFailure is the bound under which a refused deadlock counts as
+	// failing fast; the silo's response timeout is 30 s.
+	fastFailure = time.Second
+	// stopTimeout bounds the graceful stop: past it the silo is closed.
+	stopTimeout = 10 * time.Second
+)
+
+func main() {
+	if err := run(context.Background(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bank:", err)
+		os.Exit(1)
+	}
+}
+
+// run starts a silo, tells the story on stdout and stops the silo.
+func run(ctx context.Context, stdout io.Writer) error {
+	logger, err := zap.NewDevelopment() // console encoding, to stderr
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logger.Sync() }() // syncing stderr may fail; nothing to do about it
+
+	cfg := silo.DefaultConfig()
+	cfg.Name = "bank"
+	cfg.Logger = logger
+	l := newLedger()
+	s, err := startSilo(ctx, cfg, l)
+	if err != nil {
+		return err
+	}
+	defer s.Close() // a no-op after a graceful Stop; stops the silo on an early return
+
+	b := &bank{s: s, out: stdout, ledger: l}
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"open accounts", b.open},
+		{"concurrent transfers", b.concurrentTransfers},
+		{"serialised accounts", b.serialised},
+		{"overdraft", b.overdraft},
+		{"audit", b.audit},
+	}
+	for i, step := range steps {
+		fmt.Fprintf(stdout, "%d. %s\n", i+1, step.name)
+		if err := step.fn(ctx); err != nil {
+			return fmt.Errorf("step %d (%s): %w", i+1, step.name, err)
+		}
+	}
+
+	fmt.Fprintf(stdout, "%d. graceful stop\n", len(steps)+1)
+	stopCtx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	if err := s.Stop(stopCtx); err != nil {
+		return fmt.Errorf("graceful stop: %w", err)
+	}
+	fmt.Fprintln(stdout, "   silo stopped")
+	return nil
+}
+
+// startSilo makes a silo from cfg, registers the bank's grain types on it,
+// their accounts writing to l, and starts it.
+func startSilo(ctx context.Context, cfg silo.Config, l *ledger) (*silo.Silo, error) {
+	s, err := silo.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := bankpb.RegisterAccountGrain(s, newAccount(l)); err != nil {
+		return nil, err
+	}
+	if err := bankpb.RegisterTransferGrain(s, newTransfer); err != nil {
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// bank drives the story from outside any grain: the silo is its Caller.
+type bank struct {
+	s            *silo.Silo
+	out          io.Writer
+	ledger       *ledger
+	nextTransfer int64 // key of the next transfer grain: each transfer is a new grain
+}
+
+func (b *bank) account(name string) bankpb.AccountRef { return bankpb.NewAccountRef(b.s, name) }
+
+func (b *bank) transfer() bankpb.TransferRef {
+	b.nextTransfer++
+	return bankpb.NewTransferRef(b.s, b.nextTransfer)
+}
+
+// open opens alice's and bob's accounts by depositing into them.
+func (b *bank) open(ctx context.Context) error {
+	for _, o := range []struct {
+		name   string
+		amount int64
+	}{{"alice", aliceOpening}, {"bob", bobOpening}} {
+		bal, err := b.account(o.name).Deposit(ctx, &bankpb.DepositRequest{Amount: o.amount})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(b.out, "   %s opens with %d\n", o.name, bal.GetAmount())
+	}
+	return nil
+}
+
+// concurrentTransfers sends transfersEachWay transfers of 1 each way, all
+// at once, and checks that no money was made or lost.
+func (b *bank) concurrentTransfers(ctx context.Context) error {
+	var runs []grain.Waiter
+	for range transfersEachWay {
+		runs = append(runs,
+			b.transfer().RunAsync(ctx, &bankpb.TransferRequest{From: "alice", To: "bob", Amount: 1}),
+			b.transfer().RunAsync(ctx, &bankpb.TransferRequest{From: "bob", To: "alice", Amount: 1}))
+	}
+	if err := grain.AwaitAll(ctx, runs...); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.out, "   %d transfers of 1 alice→bob and %d bob→alice, launched together\n", transfersEachWay, transfersEachWay)
+	alice, bob, err := b.balances(ctx)
+	if err != nil {
+		return err
+	}
+	if alice+bob != aliceOpening+bobOpening {
+		return fmt.Errorf("total %d, want %d: money was made or lost", alice+bob, aliceOpening+bobOpening)
+	}
+	fmt.Fprintf(b.out, "   total %d (conserved)\n", alice+bob)
+	return nil
+}
+
+// serialised shows from the ledger that each account ran one request at a
+// time, though forty transfers used it at once.
+func (b *bank) serialised(ctx context.Context) error {
+	for _, name := range []string{"alice", "bob"} {
+		writes, most := b.ledger.stats(name)
+		if most != 1 {
+			return fmt.Errorf("%s: %d requests inside the account at once, want 1", name, most)
+		}
+		fmt.Fprintf(b.out, "   %s: %d ledger writes, at most %d request inside the account at a time\n", name, writes, most)
+	}
+	return nil
+}
+
+// overdraft tries to move more than alice has: the transfer fails with
+// FailedPrecondition and the balances stay as they were.
+func (b *bank) overdraft(ctx context.Context) error {
+	alice0, bob0, err := b.balances(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = b.transfer().Run(ctx, &bankpb.TransferRequest{From: "alice", To: "bob", Amount: 1000})
+	if grain.Code(err) != codes.FailedPrecondition {
+		return fmt.Errorf("transfer of 1000 from alice: got %v, want FailedPrecondition", err)
+	}
+	fmt.Fprintf(b.out, "   transfer of 1000 alice→bob refused: %s: %s\n", grain.Code(err), status.Convert(err).Message())
+	alice, bob, err := b.balances(ctx)
+	if err != nil {
+		return err
+	}
+	if alice != alice0 || bob != bob0 {
+		return fmt.Errorf("balances moved from alice %d, bob %d", alice0, bob0)
+	}
+	fmt.Fprintln(b.out, "   balances unchanged")
+	return nil
+}
+
+// audit asks alice to audit against bob. The calls go alice → bob → alice;
+// alice is busy with the audit and not reentrant, so the runtime refuses
+// the last call at once with Aborted, naming the chain.
+func (b *bank) audit(ctx context.Context) error {
+	start := time.Now()
+	_, err := b.account("alice").Audit(ctx, &bankpb.AuditRequest{Peer: "bob"})
+	took := time.Since(start)
+	const chain = "bank.Account/alice → bank.Account/bob → bank.Account/alice"
+	if grain.Code(err) != codes.Aborted || !strings.Contains(err.Error(), chain) {
+		return fmt.Errorf("audit of alice against bob: got %v, want Aborted naming %s", err, chain)
+	}
+	fmt.Fprintf(b.out, "   audit of alice against bob refused: %s: %s\n", grain.Code(err), status.Convert(err).Message())
+	if took >= fastFailure {
+		return fmt.Errorf("the deadlock took %v to fail, want under %v", took, fastFailure)
+	}
+	fmt.Fprintf(b.out, "   failed fast: under %v, not after the %v response timeout\n", fastFailure, silo.DefaultConfig().ResponseTimeout)
+	// Nothing was left held: alice answers at once.
+	if _, _, err := b.balances(ctx); err != nil {
+		return errors.Join(errors.New("alice or bob unusable after the refused audit"), err)
+	}
+	fmt.Fprintln(b.out, "   alice and bob still answer afterwards")
+	return nil
+}
+
+// balances reads and prints both balances.
+func (b *bank) balances(ctx context.Context) (alice, bob int64, err error) {
+	a, err := b.account("alice").GetBalance(ctx, &bankpb.GetBalanceRequest{})
+	if err != nil {
+		return 0, 0, err
+	}
+	c, err := b.account("bob").GetBalance(ctx, &bankpb.GetBalanceRequest{})
+	if err != nil {
+		return 0, 0, err
+	}
+	fmt.Fprintf(b.out, "   balances: alice %d, bob %d\n", a.GetAmount(), c.GetAmount())
+	return a.GetAmount(), c.GetAmount(), nil
+}

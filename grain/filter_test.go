@@ -1,0 +1,67 @@
+package grain_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/granaryio/granary/grain"
+)
+
+func TestHeader(t *testing.T) {
+	bg := context.Background()
+	if got := grain.Header(bg, "trace"); got != "" {
+		t.Errorf("Header of a context without headers = %q, want \"\"", got)
+	}
+	if bg.Value(grain.HeaderKey()) != nil {
+		t.Error("a context without headers has a value under HeaderKey")
+	}
+
+	a := grain.WithHeader(bg, "trace", "t1")
+	b := grain.WithHeader(a, "auth", "token")
+	c := grain.WithHeader(b, "trace", "t2")
+	d, cancel := context.WithCancel(c)
+	defer cancel()
+	e := grain.WithHeader(d, "auth", "")
+
+	tests := []struct {
+		name string
+		ctx  context.Context
+		key  string
+		want string
+	}{
+		{"set", a, "trace", "t1"},
+		{"absent key", a, "auth", ""},
+		{"outer context keeps its headers", b, "trace", "t1"},
+		{"second key", b, "auth", "token"},
+		{"latest value wins", c, "trace", "t2"},
+		{"parent unchanged by a child", a, "trace", "t1"},
+		{"earlier key still seen past a later one", c, "auth", "token"},
+		{"through a derived context", d, "trace", "t2"},
+		{"an empty value replaces", e, "auth", ""},
+		{"other key past an empty value", e, "trace", "t2"},
+		{"key match is exact", c, "Trace", ""},
+		{"empty key absent", c, "", ""},
+	}
+	for _, tt := range tests {
+		if got := grain.Header(tt.ctx, tt.key); got != tt.want {
+			t.Errorf("%s: Header(%q) = %q, want %q", tt.name, tt.key, got, tt.want)
+		}
+	}
+}
+
+// A runtime passes a caller's headers on to the callee by copying the value
+// under HeaderKey into the callee's context.
+func TestHeaderKeyCarriesHeaders(t *testing.T) {
+	caller := grain.WithHeader(grain.WithHeader(context.Background(), "trace", "t1"), "auth", "token")
+	callee := context.WithValue(context.Background(), grain.HeaderKey(), caller.Value(grain.HeaderKey()))
+	for key, want := range map[string]string{"trace": "t1", "auth": "token", "other": ""} {
+		if got := grain.Header(callee, key); got != want {
+			t.Errorf("Header(callee, %q) = %q, want %q", key, got, want)
+		}
+	}
+	// The callee adding a header does not change the caller's.
+	grain.WithHeader(callee, "trace", "t9")
+	if got := grain.Header(caller, "trace"); got != "t1" {
+		t.Errorf("caller's trace header = %q after the callee set its own, want t1", got)
+	}
+}
