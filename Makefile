@@ -24,7 +24,7 @@ PROTOC_GEN_GO_GRANARY_SRCS := $(wildcard cmd/protoc-gen-go-granary/*.go proto/gr
 BENCH       ?= .
 BENCH_COUNT ?= 6
 BENCH_TIME  ?= 1s
-BENCH_PKGS  ?= ./activation/
+BENCH_PKGS  ?= ./activation/ ./silo/
 
 .PHONY: all build test fmt-check vet lint race bench run generate generate-check tools clean
 

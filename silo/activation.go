@@ -156,9 +156,19 @@ func (a *activationRec) popLocked() *call {
 
 func (a *activationRec) queuedLocked() int { return len(a.queue) - a.qhead }
 
-// takeQueueLocked removes and returns every request not started. mu held.
+// takeQueueLocked removes and returns every request not started. Timer
+// ticks among them are dropped: they belong to this activation and die
+// with it. mu held.
 func (a *activationRec) takeQueueLocked() []*call {
-	q := append([]*call(nil), a.queue[a.qhead:]...)
+	var q []*call
+	for _, c := range a.queue[a.qhead:] {
+		if c.tick != nil {
+			c.tick.inFlight = false
+			c.release()
+			continue
+		}
+		q = append(q, c)
+	}
 	clear(a.queue)
 	a.queue, a.qhead = a.queue[:0], 0
 	for a.gate.Queued() > 0 {
@@ -182,14 +192,7 @@ func (a *activationRec) finishGate(e *activation.Exec, seq uint64, touch bool) {
 		a.touched = true
 	}
 	if a.deactPending {
-		begin := a.quietLocked()
-		if begin {
-			a.beginDeactivationLocked()
-		}
-		a.mu.Unlock()
-		if begin {
-			a.queueDeactivation(e)
-		}
+		a.unlockMaybeDeactivate(e)
 		return
 	}
 	starts := buf[:0]
@@ -251,20 +254,13 @@ func (a *activationRec) activated(e *activation.Exec, err error) {
 			deadlocks = append(deadlocks, c)
 		}
 	}
-	begin := a.deactPending && a.quietLocked()
-	if begin {
-		a.beginDeactivationLocked()
-	}
-	a.mu.Unlock()
+	a.unlockMaybeDeactivate(e) // begins only if nothing started
 	for _, c := range deadlocks {
 		c.settle(e, nil, deadlockError(c))
 		c.release()
 	}
 	for _, c := range starts {
 		a.enqueue(e, c)
-	}
-	if begin {
-		a.queueDeactivation(e)
 	}
 }
 
@@ -278,13 +274,19 @@ func (a *activationRec) requestDeactivation(reason grain.DeactivationReason) {
 		return
 	}
 	a.deactPending, a.deactivate = true, reason
-	begin := a.quietLocked()
+	a.unlockMaybeDeactivate(nil)
+}
+
+// unlockMaybeDeactivate releases mu, first beginning the deactivation that
+// was asked for if nothing runs any more. mu held on entry, not on return.
+func (a *activationRec) unlockMaybeDeactivate(e *activation.Exec) {
+	begin := a.deactPending && a.quietLocked()
 	if begin {
 		a.beginDeactivationLocked()
 	}
 	a.mu.Unlock()
 	if begin {
-		a.queueDeactivation(nil)
+		a.queueDeactivation(e)
 	}
 }
 

@@ -38,18 +38,24 @@ func (g *benchGrain) Read(ctx grain.Context, req *probe.Request) (*probe.Reply, 
 }
 
 func newBenchSilo(b *testing.B) *Silo {
+	return startBenchSilo(b, func() probe.ProbeGrain { return &benchGrain{} })
+}
+
+// startBenchSilo starts a silo whose probe grains are made by impl, and
+// closes it when the benchmark ends.
+func startBenchSilo(b *testing.B, impl func() probe.ProbeGrain) *Silo {
 	b.Helper()
 	s, err := New(DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchGrain{} }); err != nil {
+	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return impl() }); err != nil {
 		b.Fatal(err)
 	}
 	if err := s.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = s.Stop(context.Background()) })
+	b.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
@@ -167,16 +173,7 @@ func BenchmarkActivate(b *testing.B) {
 // bytesPerActivation activates n empty grains on a fresh silo and returns
 // the heap growth per activation, measured after a GC.
 func bytesPerActivation(b *testing.B, n int) uint64 {
-	s, err := New(DefaultConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &emptyGrain{} }); err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	s := startBenchSilo(b, func() probe.ProbeGrain { return emptyGrain{} })
 	defer s.Close()
 	keys := make([]string, n)
 	for i := range keys {

@@ -38,7 +38,11 @@ type call struct {
 	req    proto.Message
 	// due is the call's deadline as an offset from the silo's epoch (see
 	// Silo.since).
-	due    time.Duration
+	due time.Duration
+	// exact is the caller's context deadline when it is the call's, kept
+	// as given: an offset from the epoch converts back to a wall time a
+	// few nanoseconds off, since wall and monotonic clocks drift apart.
+	exact  time.Time
 	oneWay bool
 	// cancel is the nearest caller context that can be cancelled (an
 	// outside caller's, or one a grain derived), or nil.
@@ -65,7 +69,8 @@ type call struct {
 	refs   atomic.Int32
 	resp   proto.Message
 	err    error
-	inPool bool             // the waiter is a turn: notify through ev
+	waiter waiterKind       // who waits for the outcome, and how to wake it
+	inPool bool             // the caller is a turn (waiter is turnWaiter unless one-way)
 	ev     activation.Event // for a waiter that is a turn
 	donec  chan struct{}    // for a waiter outside the pool; capacity 1
 
@@ -74,6 +79,18 @@ type call struct {
 	wslot        *wheelSlot
 	wnext, wprev *call
 }
+
+// waiterKind says how settle wakes the caller. A record nobody waits on
+// (a one-way call, a timer tick, a lifecycle hook) gets no wake-up: a
+// token sent to its channel would stay there and wake the record's next
+// user at once.
+type waiterKind uint8
+
+const (
+	noWaiter      waiterKind = iota
+	outsideWaiter            // a goroutine outside the pool, on donec
+	turnWaiter               // a turn, on ev
+)
 
 const (
 	pending uint32 = iota
@@ -150,13 +167,12 @@ func (c *call) settle(e *activation.Exec, resp proto.Message, err error) bool {
 	}
 	c.resp, c.err = resp, err
 	switch {
-	case c.oneWay:
-	case c.inPool && e != nil:
-		e.Signal(&c.ev)
-	case c.inPool:
-		c.ev.Signal()
-	default:
+	case c.waiter == outsideWaiter:
 		c.donec <- struct{}{}
+	case c.waiter == turnWaiter && e != nil:
+		e.Signal(&c.ev)
+	case c.waiter == turnWaiter:
+		c.ev.Signal()
 	}
 	return true
 }
@@ -223,7 +239,12 @@ func (c *call) expired() bool {
 }
 
 // deadline is the call's deadline as a time.
-func (c *call) deadline() time.Time { return c.s.epoch.Add(c.due) }
+func (c *call) deadline() time.Time {
+	if !c.exact.IsZero() {
+		return c.exact
+	}
+	return c.s.epoch.Add(c.due)
+}
 
 func deadlineError(c *call) error {
 	return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", c.method.Name, c.id)

@@ -20,12 +20,7 @@ import (
 func TestTimeout(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
 	calls0 := liveCalls.Load()
-	release := h.gate()
-	h.script("long", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
-		h.event("long start")
-		release.wait(ctx, g)
-		return &probe.Reply{}, nil
-	})
+	release := h.hold("long")
 	h.script("late", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
 		h.event("late executed")
 		return &probe.Reply{}, nil

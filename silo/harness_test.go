@@ -273,6 +273,19 @@ func (h *harness) gate() gate {
 	return g
 }
 
+// hold scripts requests tagged tag to record "<tag> start", wait on a
+// gate the test opens, and record "<tag> end". It returns the gate.
+func (h *harness) hold(tag string) gate {
+	g := h.gate()
+	h.script(tag, func(ctx grain.Context, pg *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		h.event("%s start", tag)
+		g.wait(ctx, pg)
+		h.event("%s end", tag)
+		return &probe.Reply{}, nil
+	})
+	return g
+}
+
 func (g gate) open() { g.once.Do(func() { close(g.c) }) }
 
 func (g gate) wait(ctx grain.Context, pg *probeGrain) {

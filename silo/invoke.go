@@ -124,13 +124,21 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 	}
 	c := s.newCall(refs)
 	c.id, c.method, c.req, c.oneWay = id, m, req, o.OneWay
+	if !o.OneWay {
+		c.waiter = outsideWaiter
+		if from != nil {
+			c.waiter = turnWaiter
+		}
+	}
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = s.cfg.ResponseTimeout
 	}
 	c.due = s.callNow() + timeout
 	if d, ok := ctx.Deadline(); ok {
-		c.due = min(c.due, d.Sub(s.epoch))
+		if due := d.Sub(s.epoch); due < c.due {
+			c.due, c.exact = due, d
+		}
 	}
 	switch {
 	case from == nil:

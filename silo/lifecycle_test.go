@@ -56,12 +56,7 @@ func TestIdleCollection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold := h.gate()
-	h.script("busy", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
-		h.event("busy start")
-		hold.wait(ctx, g)
-		return &probe.Reply{}, nil
-	})
+	hold := h.hold("busy")
 	busy := h.probe("busy").CallAsync(context.Background(), &probe.Request{Tag: "busy"}, grain.WithTimeout(time.Hour))
 	h.waitEvent("busy start")
 

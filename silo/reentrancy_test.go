@@ -57,13 +57,7 @@ func TestDeadlockFailsFast(t *testing.T) {
 // (without its processor) starts no other request until it ends.
 func TestNonReentrantAcrossAwaits(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
-	hold := h.gate()
-	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
-		h.event("hold start")
-		hold.wait(ctx, g)
-		h.event("hold end")
-		return &probe.Reply{}, nil
-	})
+	hold := h.hold("hold")
 	h.script("second", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		h.event("second")
 		return &probe.Reply{}, nil
@@ -92,13 +86,7 @@ func TestNonReentrantAcrossAwaits(t *testing.T) {
 // probe fails the test if it does).
 func TestReentrantInterleavesAtAwaits(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
-	hold := h.gate()
-	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
-		h.event("hold start")
-		hold.wait(ctx, g)
-		h.event("hold end")
-		return &probe.Reply{}, nil
-	})
+	hold := h.hold("hold")
 	h.script("second", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		h.event("second")
 		return &probe.Reply{}, nil
@@ -154,12 +142,7 @@ func TestReadOnlyTogether(t *testing.T) {
 // non-reentrant grain's request waits.
 func TestAlwaysInterleave(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
-	hold := h.gate()
-	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
-		h.event("hold start")
-		hold.wait(ctx, g)
-		return &probe.Reply{}, nil
-	})
+	hold := h.hold("hold")
 	ref := h.probe("ai")
 	first := ref.CallAsync(testCtx(t), &probe.Request{Tag: "hold"})
 	h.waitEvent("hold start")

@@ -123,14 +123,7 @@ func (t *grainTimer) done(e *activation.Exec, c *call, panicked bool) {
 	}
 	if t.opts.Interleave {
 		a.ticksRunning--
-		begin := a.deactPending && a.quietLocked()
-		if begin {
-			a.beginDeactivationLocked()
-		}
-		a.mu.Unlock()
-		if begin {
-			a.queueDeactivation(e)
-		}
+		a.unlockMaybeDeactivate(e)
 	} else {
 		a.mu.Unlock()
 		a.finishGate(e, c.seq, t.opts.KeepAlive)

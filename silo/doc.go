@@ -1,0 +1,36 @@
+// Package silo hosts grain activations: it is Granary's runtime on one
+// process. A Silo activates a grain on its first call, runs its requests as
+// turns on the activation scheduler under Orleans' admission rules, and
+// collects it when it has been idle for its collection age.
+//
+// Use it in four steps: New with a Config (DefaultConfig and change what
+// you need), register grain types with the generated RegisterXGrain
+// functions, Start, and at the end Stop (graceful) or Close. A *Silo is a
+// grain.Caller, so generated references work from any goroutine of the
+// hosting program; grains call each other through their Context.
+//
+// The contract:
+//
+//   - One activation per grain ID on a silo (stateless workers excepted:
+//     up to their bound, spread by load). OnActivate runs before any
+//     request; if it fails, the requests that caused it get its error and
+//     no activation remains, so the next call tries again.
+//   - Non-reentrant grains start one request at a time, across awaits
+//     too. Reentrant grains, always-interleave and read-only methods,
+//     interleaving timers and call-chain reentrancy relax this at awaits
+//     only (see package admission).
+//   - A call whose call chain already holds its target, where the target
+//     does not admit it, fails at once with Aborted naming the chain.
+//   - Every call ends: with its reply, its error, DeadlineExceeded at its
+//     deadline (the earliest of the caller's context, the method's timeout
+//     and Config.ResponseTimeout), Canceled when the caller gives up, or
+//     Unavailable when the silo stops. A request whose caller already has
+//     its outcome is dropped, never executed.
+//   - A panic in grain code returns Internal to its caller and deactivates
+//     the activation; the silo keeps serving.
+//   - Stop deactivates every activation, running OnDeactivate, then stops
+//     the scheduler; it waits for every goroutine the silo started.
+//
+// Directory, Placer and Transport are the seams through which a cluster
+// extends a silo; a silo alone uses local implementations.
+package silo

@@ -1,0 +1,55 @@
+package silo
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+)
+
+// TestReviewCallInsideBlocking: grain code inside ctx.Blocking still sees
+// c.exec set, so a call (or Sleep) made there runs Exec.Wait on a
+// goroutine that holds neither its token nor a processor. Exec.Wait takes
+// that for "the pool closed" and parks; the reply's Signal pushes a
+// continuation that hands the group's token to the parked goroutine; when
+// fn returns, Blocking's retake finds the group taken (by itself), queues
+// a second continuation and parks for good. The activation never runs
+// again, and Stop/Close (pool.Close waits for it) hang forever. Runs in a
+// subprocess, since the hang cannot be cleaned up.
+func TestReviewCallInsideBlocking(t *testing.T) {
+	if os.Getenv("REVIEW_CHILD") == "1" {
+		reviewCallInsideBlockingChild(t)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestReviewCallInsideBlocking$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "REVIEW_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child failed (%v; killed = hung in Stop):\n%.1500s", err, out)
+	}
+}
+
+func reviewCallInsideBlockingChild(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	h.script("nested", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		var err error
+		g.pause(func() {
+			ctx.Blocking(func() {
+				id, _ := grain.ParseID(probeID("nb"))
+				_, err = ctx.Caller().Invoke(ctx, id, &probe.Probe_ServiceDesc.Methods[0], &probe.Request{})
+			})
+		})
+		return &probe.Reply{}, err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := h.probe("na").Call(ctx, &probe.Request{Tag: "nested"}); err != nil {
+		t.Error(err)
+	}
+}
