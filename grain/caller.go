@@ -24,8 +24,12 @@ type Caller interface {
 
 // A Pending is a call in flight. Await waits for its reply; a grain that
 // awaits lets its processor go, and (if it allows interleaving) other
-// requests run meanwhile. Await may be called more than once and from any
-// goroutine, but a grain must await on its own turn's goroutine.
+// requests run meanwhile. Await may be called more than once, and, for a
+// call made outside any grain, from several goroutines at once; every
+// Await gets the same outcome. An Await whose context ends stops waiting
+// but leaves the call running: only the context the call was made with
+// cancels it. A call made by a grain must be awaited during the method
+// that made it.
 type Pending interface {
 	Await(ctx context.Context) (proto.Message, error)
 }

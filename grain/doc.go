@@ -24,6 +24,12 @@
 //     application error made with status.Error keeps its code and message;
 //     any other error reaches the caller as Unknown with its message.
 //     Runtime failures use NotFound (unknown grain type or method),
-//     DeadlineExceeded, Unavailable, Aborted (deadlock), Internal (panic)
-//     and InvalidArgument.
+//     InvalidArgument (a key of the wrong kind, a bad timer),
+//     DeadlineExceeded, Canceled (the caller gave up), Unavailable (the
+//     silo is stopping or unreachable), Aborted (deadlock),
+//     ResourceExhausted (a call chain too deep), FailedPrecondition (a
+//     Context or Future used off its turn) and Internal (panic).
+//   - A context derived from a grain's Context (context.WithTimeout and
+//     the like) may be passed to calls; it carries the call chain, and it
+//     ends when the method returns.
 package grain

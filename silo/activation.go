@@ -85,7 +85,11 @@ func (a *activationRec) logger() *zap.Logger {
 func (a *activationRec) start() error {
 	h := a.s.newCall(1)
 	h.act, h.hook, h.due = a, hookActivate, a.s.since()+a.s.cfg.ResponseTimeout
-	return a.group.EnqueueSystem(activation.Turn{Name: "OnActivate", Task: h})
+	err := a.group.EnqueueSystem(activation.Turn{Name: "OnActivate", Task: h})
+	if err != nil {
+		h.release()
+	}
+	return err
 }
 
 // submit offers a request. It returns start when the caller must queue the
@@ -100,7 +104,10 @@ func (a *activationRec) submit(c *call) (start, retry bool) {
 		a.mu.Unlock()
 		c.act = nil
 		return false, true
-	case a.state != valid || a.deactPending:
+	case a.state != valid || a.deactPending && !a.holdsChainLocked(c):
+		// Held for after activation, or for the next activation. A
+		// request whose chain holds a request running here is not held:
+		// that request cannot end, nor the deactivation begin, without it.
 		a.pushLocked(c)
 		a.mu.Unlock()
 		return false, false
@@ -221,7 +228,16 @@ func (a *activationRec) enqueue(e *activation.Exec, c *call) {
 	}
 	if err != nil {
 		a.mu.Lock()
-		a.gate.Finish(c.seq)
+		switch {
+		case c.tick != nil && c.kind == admission.Interleave:
+			a.ticksRunning-- // an interleaving tick never entered the gate
+			c.tick.inFlight = false
+		case c.tick != nil:
+			a.gate.Finish(c.seq)
+			c.tick.inFlight = false
+		default:
+			a.gate.Finish(c.seq)
+		}
 		a.mu.Unlock()
 		c.settle(e, nil, unavailable(a.s, "its silo is shutting down"))
 		c.release()
@@ -233,8 +249,15 @@ func (a *activationRec) enqueue(e *activation.Exec, c *call) {
 func (a *activationRec) activated(e *activation.Exec, err error) {
 	a.mu.Lock()
 	q := a.takeQueueLocked()
+	if a.state == dead && err == nil { // the silo closed meanwhile
+		err = unavailable(a.s, "it closed")
+	}
 	if err != nil {
 		a.state = dead
+		for _, t := range a.timers {
+			t.stopLocked()
+		}
+		a.timers = nil
 		a.mu.Unlock()
 		a.s.removeActivation(a)
 		for _, c := range q {
@@ -254,7 +277,17 @@ func (a *activationRec) activated(e *activation.Exec, err error) {
 			deadlocks = append(deadlocks, c)
 		}
 	}
+	var due []*grainTimer
+	for _, t := range a.timers {
+		if t.dueWhileActivating {
+			t.dueWhileActivating = false
+			due = append(due, t)
+		}
+	}
 	a.unlockMaybeDeactivate(e) // begins only if nothing started
+	for _, t := range due {
+		t.fire()
+	}
 	for _, c := range deadlocks {
 		c.settle(e, nil, deadlockError(c))
 		c.release()
@@ -335,6 +368,7 @@ func (a *activationRec) deactivated(e *activation.Exec) {
 	a.s.removeActivation(a)
 	for _, c := range q {
 		c.act = nil
+		c.inline = false // this is a turn's Done, not the caller's turn
 		a.s.route(e, c)
 	}
 }

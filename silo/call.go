@@ -69,10 +69,14 @@ type call struct {
 	refs   atomic.Int32
 	resp   proto.Message
 	err    error
-	waiter waiterKind       // who waits for the outcome, and how to wake it
-	inPool bool             // the caller is a turn (waiter is turnWaiter unless one-way)
-	ev     activation.Event // for a waiter that is a turn
-	donec  chan struct{}    // for a waiter outside the pool; capacity 1
+	waiter waiterKind // who waits for the outcome, and how to wake it
+	inPool bool       // the caller is a turn (waiter is turnWaiter unless one-way)
+	inline bool       // the callee may run on the caller's goroutine (TryRun)
+	// blocking: this record's turn is inside Context.Blocking, holding no
+	// processor; calls it makes wait as outside callers do.
+	blocking bool
+	ev       activation.Event // for a waiter that is a turn
+	donec    chan struct{}    // for a waiter outside the pool; capacity 1
 
 	// Links in the timeout wheel, guarded by the slot's lock; wslot is
 	// the slot while linked.
@@ -210,6 +214,24 @@ func (c *call) awaitOutside(ctx context.Context) (proto.Message, error) {
 	return c.resp, c.err
 }
 
+// awaitFuture is awaitOutside for an Await of a future: when the
+// awaiting context ends first, it stops waiting (ok false) without
+// settling the call, which a later Await may still wait for.
+func (c *call) awaitFuture(ctx context.Context) (resp proto.Message, err error, ok bool) {
+	var callDone <-chan struct{}
+	if c.cancel != nil {
+		callDone = c.cancel.Done()
+	}
+	select {
+	case <-c.donec:
+	case <-callDone:
+		c.giveUp(c.cancel)
+	case <-ctx.Done():
+		return nil, nil, false
+	}
+	return c.resp, c.err, true
+}
+
 // giveUp settles the call with ctx's error, or, if another party settled
 // it at the same moment, takes that outcome. Either way the settler sent
 // the wake-up token, which must be taken: the channel is reused with the
@@ -223,8 +245,18 @@ func (c *call) giveUp(ctx context.Context) {
 // processor or the group token: interleaving happens here.
 func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
 	if c.cancel != nil {
-		stop := context.AfterFunc(c.cancel, func() { c.settle(nil, nil, contextError(c.cancel)) })
-		defer stop()
+		// If stop finds the callback started, wait for it to finish:
+		// the caller releases c right after this returns.
+		fired := make(chan struct{})
+		stop := context.AfterFunc(c.cancel, func() {
+			defer close(fired)
+			c.settle(nil, nil, contextError(c.cancel))
+		})
+		defer func() {
+			if !stop() {
+				<-fired
+			}
+		}()
 	}
 	e.Wait(&c.ev)
 	return c.resp, c.err

@@ -212,3 +212,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestCloseWakesSleepers: Close does not wait out a grain's Sleep, nor a
+// call queued behind it; both callers get Unavailable.
+func TestCloseWakesSleepers(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	h.script("nap", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		h.event("napping")
+		var err error
+		g.pause(func() { err = ctx.Sleep(time.Hour) })
+		return &probe.Reply{}, err
+	})
+	ref := h.probe("z")
+	nap := ref.CallAsync(context.Background(), &probe.Request{Tag: "nap"}, grain.WithTimeout(2*time.Hour))
+	h.waitEvent("napping")
+	queued := ref.CallAsync(context.Background(), &probe.Request{}, grain.WithTimeout(2*time.Hour))
+	closed := make(chan struct{})
+	go func() { _ = h.s.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("Close waited for a sleeping grain")
+	}
+	for _, f := range []grain.Future[*probe.Reply]{nap, queued} {
+		if _, err := f.Await(testCtx(t)); grain.Code(err) != codes.Unavailable {
+			t.Fatalf("got %v, want Unavailable", err)
+		}
+	}
+}

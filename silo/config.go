@@ -52,8 +52,9 @@ type Config struct {
 	// recursion between reentrant grains. Default 256.
 	MaxCallChain int
 
-	// StopDeactivationTimeout bounds how long Stop waits for one
-	// activation's OnDeactivate before it moves on. Default 10 s.
+	// StopDeactivationTimeout is the deadline of the Context that
+	// OnDeactivate runs with: a hook that respects its context ends by
+	// then. Stop itself is bounded by its own context. Default 10 s.
 	StopDeactivationTimeout time.Duration
 
 	// IncomingFilters run around every request a grain on this silo

@@ -35,15 +35,30 @@ func (t *turnCtx) reset() {
 	*t = turnCtx{}
 }
 
+// lazy makes the context behind Done, Err and AfterFunc. With a fake
+// clock it carries only cancellation: a real-time timer cannot fire at a
+// fake-clock deadline (Deadline still reports it).
 func (t *turnCtx) lazy() context.Context {
 	t.once.Do(func() {
 		parent := t.c.cancel
 		if parent == nil {
 			parent = context.Background()
 		}
-		t.derived, t.stop = context.WithDeadline(parent, t.c.deadline())
+		if t.c.s.realClock {
+			t.derived, t.stop = context.WithDeadline(parent, t.c.deadline())
+		} else {
+			t.derived, t.stop = context.WithCancel(parent)
+		}
 	})
 	return t.derived
+}
+
+// AfterFunc arranges for f to run when the context is done. The context
+// package uses it for contexts derived from a grain's, instead of a
+// goroutine that would watch this one after its method returned: derived
+// contexts end when the method does.
+func (t *turnCtx) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(t.lazy(), f)
 }
 
 // Deadline is the call's deadline: the earliest of the caller's, the
@@ -91,42 +106,79 @@ func (t *turnCtx) RegisterTimer(name string, fn grain.TimerFunc, due, period tim
 	return t.c.act.registerTimer(name, fn, due, period, opts)
 }
 
-// Sleep waits without holding a processor.
+// Sleep waits without holding a processor, for d or until the call's
+// deadline or the caller's cancellation, whichever comes first; those end
+// it with DeadlineExceeded or Canceled.
 func (t *turnCtx) Sleep(d time.Duration) error {
+	c := t.c
 	e := t.exec()
-	if e == nil {
+	if e == nil && !c.blocking {
 		return errOffTurn
 	}
-	if d <= 0 {
-		return nil
+	short := false
+	if left := c.due - c.s.since(); left < d {
+		d, short = max(left, 0), true
 	}
-	w := &sleeper{}
-	timer := t.c.s.clock.AfterFunc(d, w.ev.Signal)
-	defer timer.Stop()
-	if t.c.cancel != nil {
-		stop := context.AfterFunc(t.c.cancel, w.ev.Signal)
+	switch {
+	case d <= 0:
+	case e == nil:
+		t.sleepBlocking(d)
+	default:
+		w := &sleeper{}
+		timer := c.s.clock.AfterFunc(d, w.ev.Signal)
+		defer timer.Stop()
+		if c.cancel != nil {
+			stop := context.AfterFunc(c.cancel, w.ev.Signal)
+			defer stop()
+		}
+		stop := context.AfterFunc(c.s.closed, w.ev.Signal)
 		defer stop()
 		e.Wait(&w.ev)
-		return t.c.cancel.Err()
 	}
-	e.Wait(&w.ev)
+	switch {
+	case c.s.closed.Err() != nil:
+		return unavailable(c.s, "it closed")
+	case c.cancel != nil && c.cancel.Err() != nil:
+		return contextError(c.cancel)
+	case short:
+		return status.Errorf(codes.DeadlineExceeded, "granary: Sleep in %s outlasts the call's deadline", c.act.id)
+	}
 	return nil
 }
 
-// Blocking runs fn without holding a processor.
+// sleepBlocking sleeps on the goroutine of a turn inside Blocking, which
+// holds no processor.
+func (t *turnCtx) sleepBlocking(d time.Duration) {
+	var done <-chan struct{}
+	if t.c.cancel != nil {
+		done = t.c.cancel.Done()
+	}
+	select {
+	case <-t.c.s.clock.After(d):
+	case <-done:
+	}
+}
+
+// Blocking runs fn without holding a processor. Calls fn makes through
+// this grain's Caller wait as an outside goroutine's do, keeping the call
+// chain.
 func (t *turnCtx) Blocking(fn func()) {
-	if e := t.exec(); e != nil {
-		e.Blocking(fn)
+	c := t.c
+	e := c.exec
+	if e == nil {
+		fn()
 		return
 	}
-	fn()
+	c.exec, c.blocking = nil, true
+	defer func() { c.exec, c.blocking = e, false }()
+	e.Blocking(fn)
 }
 
 func (t *turnCtx) exec() *activation.Exec { return t.c.exec }
 
 type sleeper struct{ ev activation.Event }
 
-var errOffTurn = status.Error(codes.FailedPrecondition, "granary: a grain Context was used after its method returned or off its goroutine")
+var errOffTurn = status.Error(codes.FailedPrecondition, "granary: a grain Context was used after its method returned")
 
 // turnCaller is the Caller a grain's Context hands out: calls through it
 // are made on behalf of the turn, whatever context the grain passes.

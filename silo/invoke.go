@@ -2,6 +2,7 @@ package silo
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
@@ -59,6 +60,7 @@ func (s *Silo) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *grain.
 	if err != nil {
 		return nil, err
 	}
+	c.inline = c.inPool && !o.OneWay // a synchronous call may run its callee inline
 	e := s.send(c)
 	if o.OneWay {
 		return nil, nil
@@ -84,7 +86,7 @@ func (s *Silo) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *gra
 		return grain.Failed(nil)
 	}
 	c.armTimeout()
-	return &future{c: c}
+	return newFuture(c, from)
 }
 
 // filtered runs the outgoing filters around an asynchronous send.
@@ -109,7 +111,11 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 	if m == nil {
 		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %s without a method", id)
 	}
-	if from != nil && from.c.exec == nil {
+	// A call from a grain waits as a turn, unless the grain is inside
+	// Context.Blocking, where it holds no processor and waits like an
+	// outside goroutine (keeping its call chain).
+	inTurn := from != nil && from.c.exec != nil
+	if from != nil && !inTurn && !from.c.blocking {
 		return nil, errOffTurn
 	}
 	if from == nil && s.stopping.Load() {
@@ -126,7 +132,7 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 	c.id, c.method, c.req, c.oneWay = id, m, req, o.OneWay
 	if !o.OneWay {
 		c.waiter = outsideWaiter
-		if from != nil {
+		if inTurn {
 			c.waiter = turnWaiter
 		}
 	}
@@ -157,8 +163,9 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 		}
 		c.chain = &chainLink{act: p.act, seq: p.seq, next: p.chain}
 		c.depth = p.depth + 1
-		c.inPool = true
-		c.exec = nil
+		if inTurn {
+			c.inPool, c.caller = true, p
+		}
 		if ctx == context.Context(from) {
 			c.cancel, c.headers = p.cancel, p.headers
 		} else {
@@ -167,7 +174,6 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 			}
 			c.headers = ctx.Value(headerCtxKey)
 		}
-		c.caller = p
 	}
 	return c, nil
 }
@@ -232,7 +238,7 @@ func (s *Silo) route(e *activation.Exec, c *call) {
 // startTurn queues an admitted request's turn, or runs it inline when the
 // caller is a turn and the callee's group is idle.
 func (s *Silo) startTurn(e *activation.Exec, a *activationRec, c *call) {
-	if e != nil && !c.oneWay {
+	if e != nil && c.inline {
 		if e.TryRun(a.group, activation.Turn{Name: c.method.Name, Task: c}) {
 			return
 		}
@@ -274,34 +280,56 @@ func (c *call) wait(ctx context.Context, e *activation.Exec) (proto.Message, err
 // future is the Pending of an asynchronous call.
 type future struct {
 	c    *call
+	from *turnCtx      // the turn that made the call, or nil
+	lock chan struct{} // capacity 1: held by the Await waiting on the call
+	done atomic.Bool
 	resp proto.Message
 	err  error
-	done bool
 }
 
-// Await waits for the reply. A future made by a turn must be awaited by a
-// turn, since its reply wakes a turn.
+func newFuture(c *call, from *turnCtx) *future {
+	return &future{c: c, from: from, lock: make(chan struct{}, 1)}
+}
+
+// Await waits for the reply. Any number of goroutines may await a future
+// made outside a turn: they take turns waiting, and once the reply is in,
+// every Await returns it at once. An Await whose context ends returns the
+// context's error and leaves the call running (its own context and
+// deadline still bound it). A future made by a turn is awaited by that
+// turn, during the method that made it, since its reply wakes the turn.
 func (f *future) Await(ctx context.Context) (proto.Message, error) {
-	if f.done {
+	if f.done.Load() {
+		return f.resp, f.err
+	}
+	select {
+	case f.lock <- struct{}{}:
+	case <-ctx.Done():
+		return nil, contextError(ctx)
+	}
+	defer func() { <-f.lock }()
+	if f.done.Load() {
 		return f.resp, f.err
 	}
 	c := f.c
-	t := turnOf(ctx)
-	switch {
-	case c.inPool && (t == nil || t.c.exec == nil):
-		return nil, status.Error(codes.FailedPrecondition, "granary: a future made by a grain must be awaited on a grain's turn")
-	case c.inPool:
-		f.resp, f.err = c.awaitInTurn(t.c.exec)
+	var resp proto.Message
+	var err error
+	ok := true
+	switch t := turnOf(ctx); {
+	case c.waiter == turnWaiter && (f.from == nil || f.from.c.exec == nil):
+		return nil, status.Error(codes.FailedPrecondition, "granary: a future made by a grain must be awaited during the method that made it")
+	case c.waiter == turnWaiter:
+		resp, err = c.awaitInTurn(f.from.c.exec)
 	case t != nil && t.c.exec != nil:
-		t.c.exec.Blocking(func() { f.resp, f.err = c.awaitOutside(ctx) })
+		t.c.exec.Blocking(func() { resp, err, ok = c.awaitFuture(ctx) })
 	default:
-		f.resp, f.err = c.awaitOutside(ctx)
+		resp, err, ok = c.awaitFuture(ctx)
 	}
-	if f.err != nil && !c.isSettled() {
-		return f.resp, f.err
+	if !ok {
+		return nil, contextError(ctx)
 	}
 	c.disarmTimeout()
 	c.release()
-	f.c, f.done = nil, true
-	return f.resp, f.err
+	f.c, f.resp, f.err = nil, resp, err
+	f.done.Store(true)
+	return resp, err
 }

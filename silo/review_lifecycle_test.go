@@ -222,7 +222,7 @@ func TestReviewSleepIgnoresDeadline(t *testing.T) {
 
 type noopTask struct{}
 
-func (noopTask) Run(*activation.Exec)        {}
+func (noopTask) Run(*activation.Exec)         {}
 func (noopTask) Done(*activation.Exec, error) {}
 
 // TestReviewInterleavedTickAfterPoolClosePanics: fire() of an interleaving

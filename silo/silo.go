@@ -50,6 +50,10 @@ type Silo struct {
 	nextActID atomic.Uint64
 	live      atomic.Int64 // activations in the catalog
 
+	// closed ends when the silo closes; sleeping turns watch it.
+	closed   context.Context
+	closeNow context.CancelFunc
+
 	started   atomic.Bool
 	wheelOnce sync.Once
 	stopping  atomic.Bool // no new activations; outside calls refused
@@ -107,6 +111,7 @@ func New(cfg Config) (*Silo, error) {
 		emptyc:   make(chan struct{}),
 	}
 	s.epoch, s.realClock = s.clock.Now(), realClock
+	s.closed, s.closeNow = context.WithCancel(context.Background())
 	if s.dir == nil {
 		s.dir = localDirectory{}
 	}
@@ -221,6 +226,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 		return err
 	}
 	s.haltWheel()
+	s.closeNow()
 	s.log.Info("silo stopped")
 	return nil
 }
@@ -252,10 +258,10 @@ func (s *Silo) beginStop() bool {
 }
 
 func (s *Silo) closeAll() {
-	if s.pool != nil {
-		s.pool.Close()
-	}
 	defer s.haltWheel()
+	s.closeNow() // wakes sleeping turns, so the pool's Close need not wait for them
+	// Fail what is queued first: the pool's Close waits for running turns,
+	// and a turn may be waiting for one of these calls.
 	s.forEachActivation(func(a *activationRec) {
 		a.mu.Lock()
 		a.state = dead
@@ -270,6 +276,9 @@ func (s *Silo) closeAll() {
 			c.release()
 		}
 	})
+	if s.pool != nil {
+		s.pool.Close()
+	}
 }
 
 // haltWheel stops the timeout sweeper once; it runs until the pool is
@@ -374,26 +383,45 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (*activationRec
 	if v, ok := t.acts.Load(id.Key); ok {
 		return v.(*activationRec), "", nil
 	}
+	// Count the activation before looking at stopping: Stop sets stopping
+	// before it looks at the catalog, and waits for the count to reach
+	// zero, so either it sees this activation or this sees it stopping.
+	s.live.Add(1)
 	if s.stopping.Load() {
+		s.unreserve()
 		return nil, "", nil
 	}
 	if to, err := s.placeRemote(id, t); to != "" || err != nil {
+		s.unreserve()
 		return nil, to, err
 	}
 	a := s.newActivation(id, t)
 	if v, loaded := t.acts.LoadOrStore(id.Key, a); loaded {
+		s.unreserve()
 		return v.(*activationRec), "", nil
 	}
 	s.activated(a)
 	return a, "", nil
 }
 
-// activated counts a new activation and queues its activate turn.
+// unreserve gives back a count taken for an activation not made.
+func (s *Silo) unreserve() {
+	if s.live.Add(-1) == 0 {
+		s.maybeEmpty()
+	}
+}
+
+// activated queues a new activation's activate turn; the caller counted
+// it in live. If the silo began stopping meanwhile, the activation is
+// asked to deactivate as soon as it is up.
 func (s *Silo) activated(a *activationRec) {
-	s.live.Add(1)
 	s.dir.Register(a.id, s.cfg.Name)
 	if err := a.start(); err != nil {
 		a.activated(nil, unavailable(s, "its silo is shutting down"))
+		return
+	}
+	if s.stopping.Load() {
+		a.requestDeactivation(grain.DeactivateShutdown)
 	}
 }
 

@@ -32,6 +32,8 @@ type grainTimer struct {
 	stopped  bool
 	inFlight bool // a tick is queued or running
 	refire   bool // the clock fired, or Change was called, during a tick
+	// dueWhileActivating: the first tick came due before OnActivate ended.
+	dueWhileActivating bool
 }
 
 func (a *activationRec) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
@@ -60,6 +62,11 @@ func (a *activationRec) registerTimer(name string, fn grain.TimerFunc, due, peri
 func (t *grainTimer) fire() {
 	a := t.a
 	a.mu.Lock()
+	if a.state == activating && !t.stopped {
+		t.dueWhileActivating = true // fired by activated
+		a.mu.Unlock()
+		return
+	}
 	if t.stopped || a.state != valid || a.deactPending {
 		a.mu.Unlock()
 		return
@@ -126,9 +133,12 @@ func (t *grainTimer) done(e *activation.Exec, c *call, panicked bool) {
 		a.unlockMaybeDeactivate(e)
 	} else {
 		a.mu.Unlock()
+		if panicked { // before the gate admits the queue onto this activation
+			a.requestDeactivation(grain.DeactivatePanic)
+		}
 		a.finishGate(e, c.seq, t.opts.KeepAlive)
 	}
-	if panicked {
+	if panicked && t.opts.Interleave {
 		a.requestDeactivation(grain.DeactivatePanic)
 	}
 	c.release()

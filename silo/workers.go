@@ -41,14 +41,29 @@ func (s *Silo) workerFor(id grain.ID, t *grainType, c *call) *activationRec {
 		}
 	}
 	var fresh *activationRec
-	if bestLoad > 0 && len(ws.acts) < t.workers && !s.stopping.Load() {
-		fresh = s.newActivation(id, t)
-		fresh.set = ws
-		ws.acts = append(ws.acts, fresh)
-		best = fresh
+	if bestLoad > 0 && len(ws.acts) < t.workers {
+		s.live.Add(1) // before looking at stopping: see activationFor
+		if s.stopping.Load() {
+			s.unreserve()
+		} else {
+			fresh = s.newActivation(id, t)
+			fresh.set = ws
+			ws.acts = append(ws.acts, fresh)
+			best = fresh
+		}
 	}
-	if best == nil && len(ws.acts) > 0 {
-		best = ws.acts[0]
+	if best == nil {
+		// Every worker is ending or in this call's chain: take one that
+		// is not dead; submit retries or reports a deadlock.
+		for _, a := range ws.acts {
+			a.mu.Lock()
+			alive := a.state != dead
+			a.mu.Unlock()
+			if alive {
+				best = a
+				break
+			}
+		}
 	}
 	ws.mu.Unlock()
 	if fresh != nil {
