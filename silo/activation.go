@@ -104,6 +104,13 @@ func (a *activationRec) submit(c *call) (start, retry bool) {
 		a.mu.Unlock()
 		c.act = nil
 		return false, true
+	case a.state == activating && a.inChainLocked(c):
+		// A call from OnActivate came back: it would wait for the
+		// activation that waits for it.
+		a.mu.Unlock()
+		c.settle(nil, nil, deadlockError(c))
+		c.release()
+		return false, false
 	case a.state != valid || a.deactPending && !a.holdsChainLocked(c):
 		// Held for after activation, or for the next activation. A
 		// request whose chain holds a request running here is not held:
@@ -143,6 +150,17 @@ func (a *activationRec) admitLocked(c *call) admission.Decision {
 func (a *activationRec) holdsChainLocked(c *call) bool {
 	for l := c.chain; l != nil; l = l.next {
 		if l.act == a && a.gate.Holds(l.seq) {
+			return true
+		}
+	}
+	return false
+}
+
+// inChainLocked reports whether c's call chain passes through this
+// activation at all (its hooks included). mu held.
+func (a *activationRec) inChainLocked(c *call) bool {
+	for l := c.chain; l != nil; l = l.next {
+		if l.act == a {
 			return true
 		}
 	}

@@ -248,3 +248,30 @@ func TestConfigErrorsNameField(t *testing.T) {
 		}
 	}
 }
+
+// TestActivateCallsBack: OnActivate calling a grain that calls back is a
+// deadlock, refused at once with Aborted; the activation fails with that
+// error and the next call, which does not call back, succeeds.
+func TestActivateCallsBack(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	first := true
+	h.script("activate:loop", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		if !first {
+			return nil, nil
+		}
+		first = false
+		_, err := g.forward(ctx, &probe.Request{Path: []string{probeID("helper"), probeID("loop")}})
+		return nil, err
+	})
+	start := time.Now()
+	_, err := h.probe("loop").Call(testCtx(t), &probe.Request{})
+	if grain.Code(err) != codes.Aborted || !strings.Contains(err.Error(), "probe.Probe/loop → probe.Probe/helper → probe.Probe/loop") {
+		t.Fatalf("got %v, want Aborted naming the chain", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("refused after %v, not at once", took)
+	}
+	if _, err := h.probe("loop").Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -53,14 +53,14 @@ func reentrantID(key string) string { return "probe.ReentrantProbe/" + key }
 
 var _ = grain.ID{}
 
-// runReviewChild re-runs test name in a subprocess (REVIEW_CHILD=1), for
+// runInChild re-runs test name in a subprocess (GRANARY_TEST_CHILD=1), for
 // reproductions that crash or hang the process, and fails with its output.
-func runReviewChild(t *testing.T, name string, d time.Duration) {
+func runInChild(t *testing.T, name string, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+name+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "REVIEW_CHILD=1")
+	cmd.Env = append(os.Environ(), "GRANARY_TEST_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		s := string(out)

@@ -11,7 +11,7 @@ import (
 	"github.com/granaryio/granary/proto/probe"
 )
 
-// TestReviewCallInsideBlocking: grain code inside ctx.Blocking still sees
+// TestRegressCallInsideBlocking: grain code inside ctx.Blocking still sees
 // c.exec set, so a call (or Sleep) made there runs Exec.Wait on a
 // goroutine that holds neither its token nor a processor. Exec.Wait takes
 // that for "the pool closed" and parks; the reply's Signal pushes a
@@ -20,22 +20,22 @@ import (
 // a second continuation and parks for good. The activation never runs
 // again, and Stop/Close (pool.Close waits for it) hang forever. Runs in a
 // subprocess, since the hang cannot be cleaned up.
-func TestReviewCallInsideBlocking(t *testing.T) {
-	if os.Getenv("REVIEW_CHILD") == "1" {
-		reviewCallInsideBlockingChild(t)
+func TestRegressCallInsideBlocking(t *testing.T) {
+	if os.Getenv("GRANARY_TEST_CHILD") == "1" {
+		callInsideBlockingChild(t)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestReviewCallInsideBlocking$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "REVIEW_CHILD=1")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRegressCallInsideBlocking$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "GRANARY_TEST_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child failed (%v; killed = hung in Stop):\n%.1500s", err, out)
 	}
 }
 
-func reviewCallInsideBlockingChild(t *testing.T) {
+func callInsideBlockingChild(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
 	h.script("nested", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		var err error

@@ -28,13 +28,13 @@ func (p blockingPlacer) Place(id grain.ID, _ grain.TypeOptions, caller string) (
 	return caller, nil
 }
 
-// TestReviewStopMissesActivationCreatedDuringStop: activationFor checks
+// TestRegressStopMissesActivationCreatedDuringStop: activationFor checks
 // s.stopping, then (after Placer.Place) stores and counts a new activation.
 // If Stop runs in between, its forEachActivation does not see the new
 // activation, so nobody asks it to deactivate: live never returns to 0 and
 // Stop waits on emptyc until its context ends (with live == 0 at that
 // moment it instead returns without the activation's OnDeactivate).
-func TestReviewStopMissesActivationCreatedDuringStop(t *testing.T) {
+func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
 	bp := blockingPlacer{placing: make(chan struct{}), proceed: make(chan struct{})}
 	h := newHarness(t, harnessOpt{cfg: func(c *Config) { c.Placement = bp }})
 	hold := h.gate()
@@ -74,13 +74,13 @@ func TestReviewStopMissesActivationCreatedDuringStop(t *testing.T) {
 	}
 }
 
-// TestReviewAsyncCallRunsInline: sendAsync goes through startTurn, which
+// TestRegressAsyncCallRunsInline: sendAsync goes through startTurn, which
 // runs the callee with Exec.TryRun when the caller is a turn and the
 // callee is idle. InvokeAsync therefore does not return until the callee's
 // whole turn has run, waits included: a fan-out of async calls to idle
 // grains runs one after the other, and a callee that waits for something
 // its caller does after InvokeAsync deadlocks.
-func TestReviewAsyncCallRunsInline(t *testing.T) {
+func TestRegressAsyncCallRunsInline(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
 	hold := h.gate()
 	keys := []string{"fb1", "fb2", "fb3"}
@@ -112,13 +112,13 @@ func TestReviewAsyncCallRunsInline(t *testing.T) {
 	_ = f.Wait(testCtx(t))
 }
 
-// TestReviewChainReentryHeldByPendingDeactivation: submit() queues every
+// TestRegressChainReentryHeldByPendingDeactivation: submit() queues every
 // request to a valid activation with deactPending, before the admission
 // gate can see that the request's call chain holds a running request
 // there. A reentrant (or call-chain-reentrant) grain that asked to
 // deactivate, or any such grain during Stop, deadlocks on A -> B -> A
 // until the call times out, where it would otherwise admit the call.
-func TestReviewChainReentryHeldByPendingDeactivation(t *testing.T) {
+func TestRegressChainReentryHeldByPendingDeactivation(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
 	h.script("loop", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		if len(req.Path) == 0 {
@@ -139,12 +139,12 @@ func TestReviewChainReentryHeldByPendingDeactivation(t *testing.T) {
 	}
 }
 
-// TestReviewTimerFromOnActivateLost: grain timers may be registered in
+// TestRegressTimerFromOnActivateLost: grain timers may be registered in
 // OnActivate (registerTimer accepts state activating), but fire() drops a
 // tick whose clock fires while the activation is still activating and
 // does not re-arm the clock: the timer never ticks again, whatever its
 // period.
-func TestReviewTimerFromOnActivateLost(t *testing.T) {
+func TestRegressTimerFromOnActivateLost(t *testing.T) {
 	h := newHarness(t, harnessOpt{fake: true})
 	hold := h.gate()
 	h.script("activate:ta", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -176,12 +176,12 @@ func TestReviewTimerFromOnActivateLost(t *testing.T) {
 	t.Fatal("a periodic timer registered in OnActivate never ticked")
 }
 
-// TestReviewFilteredTurnCallerNeedsTurnCtx: turnCaller promises to call
+// TestRegressFilteredTurnCallerNeedsTurnCtx: turnCaller promises to call
 // "on behalf of the turn, whatever context the grain passes". Without
 // outgoing filters that holds; with any outgoing filter, invoke() goes
 // through future.Await(ctx), which looks for the turn in ctx and fails
 // the call with FailedPrecondition (leaving it running, never awaited).
-func TestReviewFilteredTurnCallerNeedsTurnCtx(t *testing.T) {
+func TestRegressFilteredTurnCallerNeedsTurnCtx(t *testing.T) {
 	pass := func(ctx context.Context, target grain.ID, m *grain.MethodDesc, req proto.Message, next grain.Send) grain.Pending {
 		return next(ctx, req)
 	}
@@ -199,11 +199,11 @@ func TestReviewFilteredTurnCallerNeedsTurnCtx(t *testing.T) {
 	}
 }
 
-// TestReviewSleepIgnoresDeadline: grain.Context.Sleep "waits for d, or
+// TestRegressSleepIgnoresDeadline: grain.Context.Sleep "waits for d, or
 // until the context ends", and the Context carries the call's deadline;
 // turnCtx.Sleep only watches the caller's cancellation, so a request
 // sleeps (and holds a non-reentrant grain) long after its deadline.
-func TestReviewSleepIgnoresDeadline(t *testing.T) {
+func TestRegressSleepIgnoresDeadline(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
 	h.script("sleepy", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		var err error
@@ -225,19 +225,19 @@ type noopTask struct{}
 func (noopTask) Run(*activation.Exec)         {}
 func (noopTask) Done(*activation.Exec, error) {}
 
-// TestReviewInterleavedTickAfterPoolClosePanics: fire() of an interleaving
+// TestRegressInterleavedTickAfterPoolClosePanics: fire() of an interleaving
 // timer calls enqueue(nil, c) for a tick that never entered the gate
 // (c.seq == 0). Between closeAll's pool.Close() (which waits for running
 // turns) and its loop that stops timers, Enqueue returns ErrClosed and
 // enqueue() calls gate.Finish(0), which panics on the clock goroutine and
 // kills the process. Run in a subprocess.
-func TestReviewInterleavedTickAfterPoolClosePanics(t *testing.T) {
-	if os.Getenv("REVIEW_CHILD") == "1" {
-		reviewInterleavedTickChild(t)
+func TestRegressInterleavedTickAfterPoolClosePanics(t *testing.T) {
+	if os.Getenv("GRANARY_TEST_CHILD") == "1" {
+		interleavedTickChild(t)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReviewInterleavedTickAfterPoolClosePanics$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "REVIEW_CHILD=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRegressInterleavedTickAfterPoolClosePanics$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GRANARY_TEST_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	if strings.Contains(string(out), "panic:") || err != nil {
 		i := strings.Index(string(out), "panic:")
@@ -248,7 +248,7 @@ func TestReviewInterleavedTickAfterPoolClosePanics(t *testing.T) {
 	}
 }
 
-func reviewInterleavedTickChild(t *testing.T) {
+func interleavedTickChild(t *testing.T) {
 	h := newHarness(t, harnessOpt{fake: true})
 	hold := h.gate()
 	h.script("setup", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -268,7 +268,7 @@ func reviewInterleavedTickChild(t *testing.T) {
 	h.waitEvent("hold start")
 	closed := make(chan struct{})
 	go func() { h.s.Close(); close(closed) }()
-	probeGroup := h.s.pool.NewGroup("review")
+	probeGroup := h.s.pool.NewGroup("probe-group")
 	waitFor(t, "pool closed", func() bool {
 		return probeGroup.Enqueue(activation.Turn{Task: noopTask{}}) == activation.ErrClosed
 	})

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// TestReviewQueuedTickLeavesWakeToken: a non-interleaving timer tick that
+// TestRegressQueuedTickLeavesWakeToken: a non-interleaving timer tick that
 // is queued behind a running request when the activation deactivates is
 // taken by deactivated() with the requests and routed as if it were a
 // request. route fails it (no method, zero ID) and settle sends a wake-up
@@ -21,7 +21,7 @@ import (
 // record goes back to callPool with the token in its channel. The next
 // outside caller that gets this record returns from awaitOutside at once
 // with a stale (nil, nil) outcome while its callee still runs.
-func TestReviewQueuedTickLeavesWakeToken(t *testing.T) {
+func TestRegressQueuedTickLeavesWakeToken(t *testing.T) {
 	h := newHarness(t, harnessOpt{fake: true})
 	hold := h.gate()
 	h.script("setup", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -75,7 +75,7 @@ func TestReviewQueuedTickLeavesWakeToken(t *testing.T) {
 	}
 }
 
-// TestReviewCancelAfterFuncUsesReleasedRecord: awaitInTurn registers
+// TestRegressCancelAfterFuncUsesReleasedRecord: awaitInTurn registers
 // context.AfterFunc(c.cancel, settle) and defers stop(). When the caller's
 // context is cancelled while the reply is on its way, AfterFunc has
 // already started its goroutine, stop() returns false without waiting,
@@ -85,9 +85,9 @@ func TestReviewQueuedTickLeavesWakeToken(t *testing.T) {
 //
 // Runs in a subprocess: when the goroutine runs after the reset,
 // contextError(nil) dereferences nil and kills the process.
-func TestReviewCancelAfterFuncUsesReleasedRecord(t *testing.T) {
-	if os.Getenv("REVIEW_CHILD") != "1" {
-		runReviewChild(t, "TestReviewCancelAfterFuncUsesReleasedRecord", 60*time.Second)
+func TestRegressCancelAfterFuncUsesReleasedRecord(t *testing.T) {
+	if os.Getenv("GRANARY_TEST_CHILD") != "1" {
+		runInChild(t, "TestRegressCancelAfterFuncUsesReleasedRecord", 60*time.Second)
 		return
 	}
 	h := newHarness(t, harnessOpt{})
@@ -143,7 +143,7 @@ func TestReviewCancelAfterFuncUsesReleasedRecord(t *testing.T) {
 	}
 }
 
-// TestReviewDerivedContextRace: a grain that derives a cancellable context
+// TestRegressDerivedContextRace: a grain that derives a cancellable context
 // from its grain.Context (context.WithCancel(ctx), the usual idiom) makes
 // the context package start a goroutine that calls ctx.Done() and
 // ctx.Err(), because *turnCtx is neither a *cancelCtx (Value hides it) nor
@@ -154,9 +154,9 @@ func TestReviewCancelAfterFuncUsesReleasedRecord(t *testing.T) {
 //
 // Runs in a subprocess: when that goroutine runs after the reset, lazy()
 // calls c.deadline() with c.s == nil and kills the process.
-func TestReviewDerivedContextRace(t *testing.T) {
-	if os.Getenv("REVIEW_CHILD") != "1" {
-		runReviewChild(t, "TestReviewDerivedContextRace", 60*time.Second)
+func TestRegressDerivedContextRace(t *testing.T) {
+	if os.Getenv("GRANARY_TEST_CHILD") != "1" {
+		runInChild(t, "TestRegressDerivedContextRace", 60*time.Second)
 		return
 	}
 	h := newHarness(t, harnessOpt{})
@@ -173,7 +173,7 @@ func TestReviewDerivedContextRace(t *testing.T) {
 	}
 }
 
-// TestReviewConcurrentAwait: grain.Pending says Await "may be called more
+// TestRegressConcurrentAwait: grain.Pending says Await "may be called more
 // than once and from any goroutine". Two goroutines awaiting the same
 // outside future race on future.done/resp/err, and only one of them gets
 // the single wake-up token in donec: the other waits until its context
@@ -182,9 +182,9 @@ func TestReviewDerivedContextRace(t *testing.T) {
 // blocks on, or steals, a token of whatever call reuses it.
 // Runs in a subprocess: without -race the second awaiter usually dies of
 // a nil dereference in disarmTimeout on the recycled record.
-func TestReviewConcurrentAwait(t *testing.T) {
-	if os.Getenv("REVIEW_CHILD") != "1" {
-		runReviewChild(t, "TestReviewConcurrentAwait", 30*time.Second)
+func TestRegressConcurrentAwait(t *testing.T) {
+	if os.Getenv("GRANARY_TEST_CHILD") != "1" {
+		runInChild(t, "TestRegressConcurrentAwait", 30*time.Second)
 		return
 	}
 	h := newHarness(t, harnessOpt{})
