@@ -223,6 +223,9 @@ func (s *Silo) route(e *activation.Exec, c *call) {
 			s.fail(e, c, unavailable(s, "it is stopping and activates no new grains"))
 			return
 		}
+		if c.act == a {
+			return // queued in the activation it made, before it was published
+		}
 		start, retry := a.submit(c)
 		if retry {
 			continue

@@ -13,68 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// TestRegressQueuedTickLeavesWakeToken: a non-interleaving timer tick that
-// is queued behind a running request when the activation deactivates is
-// taken by deactivated() with the requests and routed as if it were a
-// request. route fails it (no method, zero ID) and settle sends a wake-up
-// token into its donec, since a tick is neither one-way nor inPool; then the
-// record goes back to callPool with the token in its channel. The next
-// outside caller that gets this record returns from awaitOutside at once
-// with a stale (nil, nil) outcome while its callee still runs.
-func TestRegressQueuedTickLeavesWakeToken(t *testing.T) {
-	h := newHarness(t, harnessOpt{fake: true})
-	hold := h.gate()
-	h.script("setup", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
-		_, err := ctx.RegisterTimer("t", func(ctx grain.Context) error {
-			h.event("tick")
-			return nil
-		}, time.Minute, 0)
-		return &probe.Reply{}, err
-	})
-	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
-		h.event("hold start")
-		hold.wait(ctx, g)
-		return &probe.Reply{}, nil
-	})
-	h.script("bye", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
-		ctx.DeactivateOnIdle()
-		return &probe.Reply{}, nil
-	})
-	ref := h.probe("tq")
-	if _, err := ref.Call(testCtx(t), &probe.Request{Tag: "setup"}); err != nil {
-		t.Fatal(err)
-	}
-	f := ref.CallAsync(testCtx(t), &probe.Request{Tag: "hold"}, grain.WithTimeout(time.Hour))
-	h.waitEvent("hold start")
-	a := actOf(h, probe.ProbeGrainType, "tq")
-	h.clock.Advance(time.Minute) // the tick queues behind "hold"
-	var tick *call
-	var donec chan struct{}
-	waitFor(t, "tick queued", func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if a.queuedLocked() == 1 && a.queue[a.qhead].tick != nil {
-			tick, donec = a.queue[a.qhead], a.queue[a.qhead].donec
-			return true
-		}
-		return false
-	})
-	// An always-interleave request asks for deactivation while "hold" runs.
-	if _, err := ref.Interleave(testCtx(t), &probe.Request{Tag: "bye"}); err != nil {
-		t.Fatal(err)
-	}
-	hold.open()
-	if err := f.Wait(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	h.waitEvent("deactivate probe.Probe/tq requested")
-	waitFor(t, "tick record released", func() bool { return tick.refs.Load() == 0 })
-	if n := len(donec); n != 0 {
-		t.Fatalf("the queued tick's record went back to callPool with %d wake-up token(s) in donec: "+
-			"deactivated() routed the tick as a request and fail() settled it", n)
-	}
-}
-
 // TestRegressCancelAfterFuncUsesReleasedRecord: awaitInTurn registers
 // context.AfterFunc(c.cancel, settle) and defers stop(). When the caller's
 // context is cancelled while the reply is on its way, AfterFunc has

@@ -373,7 +373,11 @@ func (s *Silo) maybeEmpty() {
 }
 
 // activationFor returns the activation a request for id goes to, making
-// one if there is none and placement puts the grain here. It returns the
+// one if there is none and placement puts the grain here. A request that
+// makes an activation is queued in it before the activation is published
+// (c.act is then set): otherwise a failing OnActivate could end the
+// activation before the request reached it, and the request would make
+// another instead of getting the error. It returns the
 // silo to forward to when the grain lives elsewhere, and nil and "" when
 // this silo is stopping.
 func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (*activationRec, string, error) {
@@ -396,10 +400,12 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (*activationRec
 		return nil, to, err
 	}
 	a := s.newActivation(id, t)
+	a.pushLocked(c) // a is not published yet: no lock needed
 	if v, loaded := t.acts.LoadOrStore(id.Key, a); loaded {
 		s.unreserve()
 		return v.(*activationRec), "", nil
 	}
+	c.act = a
 	s.activated(a)
 	return a, "", nil
 }

@@ -48,6 +48,8 @@ func (s *Silo) workerFor(id grain.ID, t *grainType, c *call) *activationRec {
 		} else {
 			fresh = s.newActivation(id, t)
 			fresh.set = ws
+			fresh.pushLocked(c) // queued before it is published: see activationFor
+			c.act = fresh
 			ws.acts = append(ws.acts, fresh)
 			best = fresh
 		}
