@@ -237,14 +237,7 @@ func (a *activationRec) finishGate(e *activation.Exec, seq uint64, touch bool) {
 // enqueue queues the turn of an admitted request. If the pool has closed,
 // the request fails with Unavailable.
 func (a *activationRec) enqueue(e *activation.Exec, c *call) {
-	t := activation.Turn{Name: c.turnName(), Task: c}
-	var err error
-	if e != nil {
-		err = e.Enqueue(a.group, t)
-	} else {
-		err = a.group.Enqueue(t)
-	}
-	if err != nil {
+	if err := a.push(e, activation.Turn{Name: c.turnName(), Task: c}, false); err != nil {
 		a.mu.Lock()
 		switch {
 		case c.tick != nil && c.kind == admission.Interleave:
@@ -260,6 +253,21 @@ func (a *activationRec) enqueue(e *activation.Exec, c *call) {
 		c.settle(e, nil, unavailable(a.s, "its silo is shutting down"))
 		c.release()
 	}
+}
+
+// push queues a turn on the activation's group: through e, the worker
+// running the current turn, when there is one, so the group runs next on
+// its processor; otherwise as any goroutine.
+func (a *activationRec) push(e *activation.Exec, t activation.Turn, system bool) error {
+	switch {
+	case e != nil && system:
+		return e.EnqueueSystem(a.group, t)
+	case e != nil:
+		return e.Enqueue(a.group, t)
+	case system:
+		return a.group.EnqueueSystem(t)
+	}
+	return a.group.Enqueue(t)
 }
 
 // activated ends the activate turn: the activation becomes valid, or
@@ -362,14 +370,7 @@ func (a *activationRec) queueDeactivation(e *activation.Exec) {
 	h := a.s.newCall(1)
 	h.act, h.hook, h.reason = a, hookDeactivate, a.deactivate
 	h.due = a.s.since() + a.s.cfg.StopDeactivationTimeout
-	t := activation.Turn{Name: "OnDeactivate", Task: h}
-	var err error
-	if e != nil {
-		err = e.EnqueueSystem(a.group, t)
-	} else {
-		err = a.group.EnqueueSystem(t)
-	}
-	if err != nil {
+	if err := a.push(e, activation.Turn{Name: "OnDeactivate", Task: h}, true); err != nil {
 		h.release()
 		a.deactivated(e)
 	}

@@ -154,7 +154,7 @@ func (c *call) release() {
 	if trackCalls {
 		liveCalls.Add(-1)
 	}
-	c.ctx.reset()
+	c.ctx.stopDerived()
 	donec := c.donec
 	*c = call{}
 	c.donec = donec
@@ -193,8 +193,11 @@ func (c *call) armTimeout() { c.s.wheel.add(c) }
 func (c *call) disarmTimeout() { c.s.wheel.remove(c) }
 
 // awaitOutside waits for the outcome on a goroutine that is not a turn.
-// Either the awaiting context or the call's own ending gives up the wait.
-func (c *call) awaitOutside(ctx context.Context) (proto.Message, error) {
+// The call's own context ending cancels the call. The awaiting context
+// ending does too when it is the call's (a synchronous call: cancelOnCtx);
+// for an Await of a future it only ends the wait (ok false), leaving the
+// call for a later Await.
+func (c *call) awaitOutside(ctx context.Context, cancelOnCtx bool) (resp proto.Message, err error, ok bool) {
 	var callDone <-chan struct{}
 	if c.cancel != nil {
 		callDone = c.cancel.Done()
@@ -202,32 +205,17 @@ func (c *call) awaitOutside(ctx context.Context) (proto.Message, error) {
 	waitDone := ctx.Done()
 	if waitDone == nil && callDone == nil {
 		<-c.donec // only the reply or the timeout can end the wait
-		return c.resp, c.err
+		return c.resp, c.err, true
 	}
 	select {
 	case <-c.donec:
+	case <-callDone:
+		c.giveUp(c.cancel)
 	case <-waitDone:
+		if !cancelOnCtx {
+			return nil, nil, false
+		}
 		c.giveUp(ctx)
-	case <-callDone:
-		c.giveUp(c.cancel)
-	}
-	return c.resp, c.err
-}
-
-// awaitFuture is awaitOutside for an Await of a future: when the
-// awaiting context ends first, it stops waiting (ok false) without
-// settling the call, which a later Await may still wait for.
-func (c *call) awaitFuture(ctx context.Context) (resp proto.Message, err error, ok bool) {
-	var callDone <-chan struct{}
-	if c.cancel != nil {
-		callDone = c.cancel.Done()
-	}
-	select {
-	case <-c.donec:
-	case <-callDone:
-		c.giveUp(c.cancel)
-	case <-ctx.Done():
-		return nil, nil, false
 	}
 	return c.resp, c.err, true
 }

@@ -3,6 +3,7 @@ package silo
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,9 +153,11 @@ func TestStatelessWorkersParallel(t *testing.T) {
 // TestFilters: incoming and outgoing filters run in order around calls,
 // and a header set by an outgoing filter reaches the callee.
 func TestFilters(t *testing.T) {
-	var log []string
-	var logMu = make(chan struct{}, 1)
-	note := func(s string) { logMu <- struct{}{}; log = append(log, s); <-logMu }
+	var (
+		log   []string
+		logMu sync.Mutex
+	)
+	note := func(s string) { logMu.Lock(); defer logMu.Unlock(); log = append(log, s) }
 	in := func(name string) grain.IncomingFilter {
 		return func(ctx grain.Context, m *grain.MethodDesc, req proto.Message, next grain.Invocation) (proto.Message, error) {
 			note(name + " in " + m.Name + " auth=" + grain.Header(ctx, "auth"))

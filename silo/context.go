@@ -28,11 +28,12 @@ var (
 	headerCtxKey = grain.HeaderKey()
 )
 
-func (t *turnCtx) reset() {
+// stopDerived releases the context behind Done, if one was made; the
+// record's release zeroes the rest.
+func (t *turnCtx) stopDerived() {
 	if t.stop != nil {
 		t.stop()
 	}
-	*t = turnCtx{}
 }
 
 // lazy makes the context behind Done, Err and AfterFunc. With a fake

@@ -38,7 +38,7 @@ type timeoutWheel struct {
 type wheelSlot struct {
 	mu   sync.Mutex
 	head *call
-	_    [40]byte // one slot per cache line: callers on different cores
+	_    [48]byte // with mu and head, one slot per 64-byte cache line
 }
 
 func (w *timeoutWheel) init(s *Silo, res time.Duration) {

@@ -19,10 +19,7 @@ const maxReroutes = 8
 // own Context is recognised and calls as itself). It implements
 // grain.Caller.
 func (s *Silo) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
-	if t := turnOf(ctx); t != nil {
-		return s.invoke(t, ctx, id, m, req, opts)
-	}
-	return s.invoke(nil, ctx, id, m, req, opts)
+	return s.invoke(turnOf(ctx), ctx, id, m, req, opts)
 }
 
 // InvokeAsync is Invoke without the wait.
@@ -264,7 +261,7 @@ func (c *call) wait(ctx context.Context, e *activation.Exec) (proto.Message, err
 		if c.inPool {
 			resp, err = c.awaitInTurn(e)
 		} else {
-			resp, err = c.awaitOutside(ctx)
+			resp, err, _ = c.awaitOutside(ctx, true)
 		}
 		c.disarmTimeout()
 		c.release()
@@ -323,9 +320,9 @@ func (f *future) Await(ctx context.Context) (proto.Message, error) {
 	case c.waiter == turnWaiter:
 		resp, err = c.awaitInTurn(f.from.c.exec)
 	case t != nil && t.c.exec != nil:
-		t.c.exec.Blocking(func() { resp, err, ok = c.awaitFuture(ctx) })
+		t.c.exec.Blocking(func() { resp, err, ok = c.awaitOutside(ctx, false) })
 	default:
-		resp, err, ok = c.awaitFuture(ctx)
+		resp, err, ok = c.awaitOutside(ctx, false)
 	}
 	if !ok {
 		return nil, contextError(ctx)

@@ -21,23 +21,6 @@ func actOf(h *harness, typ, key string) *activationRec {
 	return v.(*activationRec)
 }
 
-// waitEventWithin is waitEvent with a shorter bound, for tests whose
-// failure mode is "never happens".
-func (h *harness) waitEventWithin(d time.Duration, want string) bool {
-	h.t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case e := <-h.eventc:
-			if e == want {
-				return true
-			}
-		case <-deadline:
-			return false
-		}
-	}
-}
-
 // waitNoGoroutineIn waits until no goroutine's stack mentions fn: for
 // clock callbacks started with `go`, whose end nothing announces.
 func waitNoGoroutineIn(t *testing.T, fn string) {

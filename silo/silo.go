@@ -62,7 +62,7 @@ type Silo struct {
 	collStop  chan struct{}
 	collDone  chan struct{}
 	emptyc    chan struct{} // closed when live reaches 0 while stopping
-	emptyMu   sync.Mutex
+	emptyOnce sync.Once
 
 	// collected, when set before Start, is told the clock's time when
 	// the collector starts and after each of its ticks. Tests only.
@@ -361,14 +361,8 @@ func (s *Silo) removeActivation(a *activationRec) {
 }
 
 func (s *Silo) maybeEmpty() {
-	s.emptyMu.Lock()
-	defer s.emptyMu.Unlock()
 	if s.stopping.Load() && s.live.Load() == 0 {
-		select {
-		case <-s.emptyc:
-		default:
-			close(s.emptyc)
-		}
+		s.emptyOnce.Do(func() { close(s.emptyc) })
 	}
 }
 
