@@ -865,8 +865,12 @@ type NodeMeta struct {
 	GrainTypes []string   `protobuf:"bytes,4,rep,name=grain_types,json=grainTypes,proto3" json:"grain_types,omitempty"`
 	Status     SiloStatus `protobuf:"varint,5,opt,name=status,proto3,enum=granary.v1.SiloStatus" json:"status,omitempty"`
 	// Load: activations in the catalog and turns waiting in the scheduler.
-	Activations   uint64 `protobuf:"varint,6,opt,name=activations,proto3" json:"activations,omitempty"`
-	Queued        uint64 `protobuf:"varint,7,opt,name=queued,proto3" json:"queued,omitempty"`
+	Activations uint64 `protobuf:"varint,6,opt,name=activations,proto3" json:"activations,omitempty"`
+	Queued      uint64 `protobuf:"varint,7,opt,name=queued,proto3" json:"queued,omitempty"`
+	// The 64-bit FNV-1a hash of the cluster ID: a member whose hash differs
+	// belongs to another cluster and is refused, even if its packets got
+	// past memberlist's label check.
+	ClusterHash   uint64 `protobuf:"fixed64,8,opt,name=cluster_hash,json=clusterHash,proto3" json:"cluster_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -950,6 +954,13 @@ func (x *NodeMeta) GetQueued() uint64 {
 	return 0
 }
 
+func (x *NodeMeta) GetClusterHash() uint64 {
+	if x != nil {
+		return x.ClusterHash
+	}
+	return 0
+}
+
 var File_granary_v1_wire_proto protoreflect.FileDescriptor
 
 const file_granary_v1_wire_proto_rawDesc = "" +
@@ -1009,7 +1020,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x120\n" +
 	"\x05entry\x18\x02 \x01(\v2\x1a.granary.v1.DirectoryEntryR\x05entry\x126\n" +
 	"\brejected\x18\x03 \x03(\v2\x1a.granary.v1.DirectoryEntryR\brejected\x124\n" +
-	"\awinners\x18\x04 \x03(\v2\x1a.granary.v1.DirectoryEntryR\awinners\"\xe2\x01\n" +
+	"\awinners\x18\x04 \x03(\v2\x1a.granary.v1.DirectoryEntryR\awinners\"\x85\x02\n" +
 	"\bNodeMeta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12\x14\n" +
@@ -1018,7 +1029,8 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"grainTypes\x12.\n" +
 	"\x06status\x18\x05 \x01(\x0e2\x16.granary.v1.SiloStatusR\x06status\x12 \n" +
 	"\vactivations\x18\x06 \x01(\x04R\vactivations\x12\x16\n" +
-	"\x06queued\x18\a \x01(\x04R\x06queued*\xb5\x01\n" +
+	"\x06queued\x18\a \x01(\x04R\x06queued\x12!\n" +
+	"\fcluster_hash\x18\b \x01(\x06R\vclusterHash*\xb5\x01\n" +
 	"\fEnvelopeKind\x12\x1d\n" +
 	"\x19ENVELOPE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ENVELOPE_KIND_HELLO\x10\x01\x12\x19\n" +

@@ -1,0 +1,221 @@
+package directory
+
+import (
+	"iter"
+	"maps"
+	"slices"
+
+	"github.com/granaryio/granary/grain"
+	"go.uber.org/zap"
+)
+
+// SetMembers installs a new view: active lists the ACTIVE silos (joining
+// and shutting-down silos are not on the ring), and local yields this
+// silo's own activations (it may be nil when there are none). Calls must
+// not overlap: the membership layer calls it from one goroutine, in the
+// order of its views. local is read before mu is taken, so it may hold the
+// silo's own locks. Any goroutine.
+//
+// It rebuilds the ring, then:
+//
+//   - Entries of the own partition that another silo now owns are
+//     extracted and handed to their new owners, in OpHandoff batches of at
+//     most Config.HandoffBatch. Entries whose handoff fails are dropped:
+//     the silos holding their activations register them again, as below.
+//   - Each local activation whose owner changed between the old ring and
+//     the new is registered again at its new owner (in the same handoff
+//     batches, or in the own partition when that is this silo). This
+//     rebuilds the entries lost with a dead owner, and finds duplicates
+//     made while views disagreed: an activation whose entry meets another
+//     recorded first is reported to Config.Lost.
+//
+// A silo missing from active, such as this one while it shuts down, owns
+// nothing: with this silo alone, or no silo at all, the ring is empty and
+// Lookup and Register fail with Unavailable. A silo named dead by SiloDead
+// that appears in active again is taken to be alive.
+func (d *Directory) SetMembers(active []string, local iter.Seq[Item]) {
+	next := NewRing(active, d.cfg.VirtualNodes)
+	prev := d.ring.Load()
+	var moving []Item // own activations whose owner changes
+	if local != nil && !prev.Equal(next) {
+		for it := range local {
+			if it.ID.IsZero() || it.Entry.Silo == "" {
+				continue
+			}
+			if o := next.OwnerOf(it.ID); o != "" && o != prev.OwnerOf(it.ID) {
+				moving = append(moving, it)
+			}
+		}
+	}
+
+	var (
+		lost    []lostItem
+		batches = make(map[string][]Item)
+	)
+	d.mu.Lock()
+	for _, s := range next.Silos() {
+		d.forgetDeadLocked(s)
+	}
+	if d.ring.Load().Equal(next) {
+		d.mu.Unlock()
+		return
+	}
+	d.ring.Store(next)
+	moved := d.part.Extract(func(id grain.ID) bool { return next.OwnerOf(id) == d.self })
+	handed := make(map[grain.ID]Entry, len(moved))
+	for _, it := range moved {
+		handed[it.ID] = it.Entry
+	}
+	d.batchLocked(batches, moved, next)
+	for _, it := range moving {
+		switch o := next.OwnerOf(it.ID); {
+		case o == d.self:
+			if w, err := d.registerLocked(it.ID, it.Entry); err == nil && w != it.Entry {
+				lost = append(lost, lostItem{it, w})
+			}
+		case handed[it.ID] == it.Entry:
+			// The moved entry is this activation's: it travels once.
+		default:
+			batches[o] = append(batches[o], it)
+		}
+	}
+	d.mu.Unlock()
+
+	d.log.Debug("directory: new view",
+		zap.Strings("active", next.Silos()), zap.Int("moved", len(moved)), zap.Int("reregistered", len(moving)))
+	for _, l := range lost {
+		d.reportLost(l.item.ID, l.item.Entry, l.winner)
+	}
+	d.sendHandoffs(batches)
+}
+
+// HandOffAll takes this silo off its own ring and hands every entry of its
+// partition to its owner on what remains. Call it when this silo leaves
+// gracefully, once it takes no new activations; SetMembers with an active
+// list that lacks this silo does the same, so a silo whose membership
+// layer reports its own departure need not call it. Any goroutine.
+func (d *Directory) HandOffAll() {
+	batches := make(map[string][]Item)
+	d.mu.Lock()
+	next := d.ring.Load().Without(d.self)
+	d.ring.Store(next)
+	moved := d.part.Extract(func(grain.ID) bool { return false })
+	d.batchLocked(batches, moved, next)
+	d.mu.Unlock()
+	d.sendHandoffs(batches)
+}
+
+// batchLocked adds items to batches, keyed by their owners on ring; items
+// without an owner (an empty ring) are dropped. mu held.
+func (d *Directory) batchLocked(batches map[string][]Item, items []Item, ring *Ring) {
+	for _, it := range items {
+		o := ring.OwnerOf(it.ID)
+		if o == "" {
+			d.dropped.Add(1)
+			continue
+		}
+		batches[o] = append(batches[o], it)
+	}
+}
+
+// SiloDead forgets silo, which failed or left: entries naming it are
+// purged from the own partition and the cache, and refused from now on
+// (messages sent before it died may still arrive with some). It does not
+// change the ring: the membership layer first installs a view without the
+// silo with SetMembers, then calls SiloDead, on every silo. A silo may be
+// named dead while still on the ring (its entries are purged, requests
+// still route to it and fail); this silo itself is never dead to itself.
+// Member IDs must be unique per process: a restarted silo has a new one.
+// A silo that joins should be told of the silos that died recently too
+// (memberlist keeps them in its state a while), since messages they sent
+// may still arrive. Any goroutine.
+func (d *Directory) SiloDead(silo string) {
+	if silo == "" || silo == d.self {
+		return
+	}
+	d.mu.Lock()
+	n := d.part.PurgeSilo(silo)
+	if _, ok := d.dead[silo]; !ok {
+		d.dead[silo] = struct{}{}
+		d.deadOrder = append(d.deadOrder, silo)
+		if len(d.deadOrder) > maxDead {
+			delete(d.dead, d.deadOrder[0])
+			d.deadOrder = d.deadOrder[1:]
+		}
+	}
+	d.mu.Unlock()
+	d.cache.InvalidateSilo(silo)
+	d.log.Debug("directory: silo dead", zap.String("dead", silo), zap.Int("purged", n))
+}
+
+// forgetDeadLocked takes silo out of the dead set. mu held.
+func (d *Directory) forgetDeadLocked(silo string) {
+	if _, ok := d.dead[silo]; !ok {
+		return
+	}
+	delete(d.dead, silo)
+	d.deadOrder = slices.DeleteFunc(d.deadOrder, func(s string) bool { return s == silo })
+}
+
+type lostItem struct {
+	item   Item
+	winner Entry
+}
+
+// reportLost tells Config.Lost that local, an activation of this silo,
+// lost id's registration to winner, and caches the winner. mu not held.
+func (d *Directory) reportLost(id grain.ID, local, winner Entry) {
+	d.lost.Add(1)
+	d.cache.Put(id, winner)
+	d.log.Debug("directory: activation lost its registration",
+		zap.Stringer("grain", id), zap.Stringer("local", local), zap.Stringer("winner", winner))
+	if d.cfg.Lost != nil {
+		d.cfg.Lost(id, local, winner)
+	}
+}
+
+// sendHandoffs sends batches, keyed by owner, in messages of at most
+// Config.HandoffBatch items. mu not held.
+func (d *Directory) sendHandoffs(batches map[string][]Item) {
+	for _, to := range slices.Sorted(maps.Keys(batches)) {
+		items := batches[to]
+		for len(items) > 0 {
+			n := min(len(items), d.cfg.HandoffBatch)
+			chunk := items[:n:n]
+			items = items[n:]
+			d.handedOff.Add(uint64(n))
+			d.sender.Send(to, &Request{Op: OpHandoff, Items: chunk}, func(resp *Response, err error) {
+				if err == nil && resp == nil {
+					err = errNoResponse
+				}
+				if err != nil {
+					d.dropped.Add(uint64(len(chunk)))
+					d.log.Warn("directory: handoff failed; its entries are dropped, and their silos register them again",
+						zap.String("to", to), zap.Int("entries", len(chunk)), zap.Error(err))
+					return
+				}
+				d.settleRejected(resp)
+			})
+		}
+	}
+}
+
+// settleRejected reports the own activations among a handoff's rejected
+// items to Config.Lost. Every silo a handoff passes through does this for
+// its own, so each rejection is reported by the silo it concerns; the
+// others learn it when they register their activations again. mu not
+// held.
+func (d *Directory) settleRejected(resp *Response) {
+	if len(resp.Winners) != len(resp.Rejected) {
+		d.log.Warn("directory: handoff answer with unpaired winners",
+			zap.Int("rejected", len(resp.Rejected)), zap.Int("winners", len(resp.Winners)))
+	}
+	for i, r := range resp.Rejected {
+		if i >= len(resp.Winners) {
+			break
+		}
+		if w := resp.Winners[i]; r.Entry.Silo == d.self && w != r.Entry && !w.IsZero() {
+			d.reportLost(r.ID, r.Entry, w)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+// Package transport carries envelopes between the silos of a cluster.
+//
+// Between each ordered pair of silos there is one bidirectional stream: the
+// dialling silo sends its requests (and one-way messages and directory
+// requests) on it, and the other silo sends the responses back on the same
+// stream. Every message on a stream is a frame: the encoding of a
+// granaryv1.Batch, built by concatenating the encodings of the envelopes
+// queued since the last frame. Callers encode their own envelopes, on their
+// own goroutines, and append them to the stream's send queue; one writer
+// goroutine per stream sends whatever is queued as one frame. Coalescing is
+// what makes the stream fast: a gRPC message costs tens of microseconds
+// here, an envelope in a batch a fraction of one.
+//
+// A stream is a Conn from a Network: NewGRPCNetwork runs streams as the
+// gRPC method /granary.v1.SiloTransport/Connect, and NewMemNetwork runs them
+// in memory for tests, where links can be cut and dials refused.
+//
+// Contract:
+//
+//   - Call sends a request and calls its done callback exactly once: with
+//     the response, or with a gRPC status error (Unavailable when the peer
+//     cannot be reached, its stream broke with the request in flight, or
+//     RemovePeer declared it gone; DeadlineExceeded when no response came by
+//     the deadline plus a grace period; ResourceExhausted when the envelope
+//     is larger than MaxMessageSize).
+//   - Send sends a one-way envelope; it reports only what fails before the
+//     envelope is queued.
+//   - Incoming envelopes reach the Handler on the stream's reader goroutine,
+//     in the order they were sent; the Handler must not block.
+//   - A malformed frame or envelope is logged and dropped; when its call ID
+//     can still be read, the sender gets InvalidArgument. Nothing panics on
+//     bad input.
+//   - Close stops every stream this Transport dialled and waits for their
+//     goroutines; Serve returns once its stream ends.
+package transport

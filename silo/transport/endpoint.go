@@ -1,0 +1,448 @@
+package transport
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// An endpoint is this silo's end of one stream. A dialled endpoint sends
+// requests and receives their responses; an accepted one receives requests
+// and sends responses. Each has a send queue that callers fill and one
+// writer goroutine that empties it, and one reader.
+type endpoint struct {
+	t      *Transport
+	peer   string // the other silo's member ID
+	addr   string // dialled endpoints: the peer's address
+	dialed bool
+	conn   Conn // dialled endpoints: set by the writer once connected
+
+	nextID atomic.Uint64
+	wake   chan struct{} // capacity 1: the writer has work
+	done   chan struct{} // closed when the endpoint breaks
+
+	mu      sync.Mutex
+	err     error    // why the endpoint broke; nothing is queued after
+	frames  [][]byte // full frames waiting for the writer, oldest first
+	cur     []byte   // the frame being filled
+	queued  int      // bytes in frames and cur
+	spare   [][]byte // sent frames, for reuse
+	spacec  chan struct{}
+	waiting bool // a sender waits on spacec for room
+	pending map[uint64]*pendingCall
+	// dialCancel ends a dial in progress.
+	dialCancel context.CancelFunc
+}
+
+// pendingCall is a request sent on a dialled endpoint, waiting for its
+// response.
+type pendingCall struct {
+	done     func(*granaryv1.Envelope, error)
+	deadline time.Time // zero: none
+}
+
+func newEndpoint(t *Transport, peer, addr string, dialed bool) *endpoint {
+	ep := &endpoint{
+		t:      t,
+		peer:   peer,
+		addr:   addr,
+		dialed: dialed,
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		spacec: make(chan struct{}),
+	}
+	if dialed {
+		ep.pending = make(map[uint64]*pendingCall)
+	}
+	return ep
+}
+
+// broken reports whether the endpoint has failed. Any goroutine.
+func (ep *endpoint) broken() bool {
+	select {
+	case <-ep.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// call sends a request and records it as pending. Any goroutine.
+func (ep *endpoint) call(env *granaryv1.Envelope, deadline time.Time, done func(*granaryv1.Envelope, error)) {
+	env.CallId = ep.nextID.Add(1)
+	bp, size, err := encodeEnvelope(env)
+	if err != nil {
+		done(nil, status.Errorf(codes.Internal, "granary: encoding a message to silo %s: %v", ep.peer, err))
+		return
+	}
+	defer putScratch(bp)
+	if err := ep.t.checkSize(size, ep.peer); err != nil {
+		done(nil, err)
+		return
+	}
+	p := &pendingCall{done: done, deadline: deadline}
+	if err := ep.enqueue(*bp, deadline, env.CallId, p); err != nil {
+		done(nil, err)
+	}
+}
+
+// send queues an envelope that gets no response: a one-way request on a
+// dialled endpoint, or a response on an accepted one. Any goroutine.
+func (ep *endpoint) send(env *granaryv1.Envelope, deadline time.Time) error {
+	bp, size, err := encodeEnvelope(env)
+	if err != nil {
+		return status.Errorf(codes.Internal, "granary: encoding a message to silo %s: %v", ep.peer, err)
+	}
+	defer putScratch(bp)
+	if err := ep.t.checkSize(size, ep.peer); err != nil {
+		return err
+	}
+	return ep.enqueue(*bp, deadline, 0, nil)
+}
+
+// enqueue appends an encoded envelope to the send queue, first waiting for
+// room while the queue is full, until deadline (zero: until the endpoint
+// breaks). A pending call p is recorded under id in the same critical
+// section, so a failure of the endpoint either refuses the envelope or
+// fails the call. Any goroutine.
+func (ep *endpoint) enqueue(b []byte, deadline time.Time, id uint64, p *pendingCall) error {
+	ep.mu.Lock()
+	for ep.err == nil && ep.queued > 0 && ep.queued+len(b) > ep.t.cfg.SendQueueBytes {
+		ep.waiting = true
+		spacec := ep.spacec
+		ep.mu.Unlock()
+		if !ep.waitForRoom(spacec, deadline) {
+			return status.Errorf(codes.ResourceExhausted,
+				"granary: the send queue to silo %s stayed full (%d bytes, SendQueueBytes) until the call's deadline", ep.peer, ep.t.cfg.SendQueueBytes)
+		}
+		ep.mu.Lock()
+	}
+	if ep.err != nil {
+		err := ep.err
+		ep.mu.Unlock()
+		return err
+	}
+	if p != nil {
+		ep.pending[id] = p
+	}
+	if len(ep.cur) > 0 && len(ep.cur)+len(b) > ep.t.cfg.MaxBatchBytes {
+		ep.frames = append(ep.frames, ep.cur)
+		ep.cur = nil
+	}
+	if ep.cur == nil {
+		ep.cur = ep.newBufLocked()
+	}
+	ep.cur = append(ep.cur, b...)
+	ep.queued += len(b)
+	ep.mu.Unlock()
+	select {
+	case ep.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// waitForRoom waits until the writer frees room (true), or the deadline
+// passes or the endpoint breaks (false for the deadline; true for a break,
+// which enqueue then reports).
+func (ep *endpoint) waitForRoom(spacec chan struct{}, deadline time.Time) bool {
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		d := deadline.Sub(ep.t.clock.Now())
+		if d <= 0 {
+			return false
+		}
+		tm := ep.t.clock.NewTimer(d)
+		defer tm.Stop()
+		timeout = tm.Chan()
+	}
+	select {
+	case <-spacec:
+		return true
+	case <-ep.done:
+		return true
+	case <-timeout:
+		return false
+	}
+}
+
+func (ep *endpoint) newBufLocked() []byte {
+	if n := len(ep.spare); n > 0 {
+		b := ep.spare[n-1]
+		ep.spare = ep.spare[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, 4096)
+}
+
+// take removes every queued frame for the writer and wakes senders waiting
+// for room. Writer only.
+func (ep *endpoint) take(out [][]byte) [][]byte {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	out = append(out, ep.frames...)
+	clear(ep.frames)
+	ep.frames = ep.frames[:0]
+	if len(ep.cur) > 0 {
+		out = append(out, ep.cur)
+		ep.cur = nil
+	}
+	ep.queued = 0
+	if ep.waiting {
+		ep.waiting = false
+		close(ep.spacec)
+		ep.spacec = make(chan struct{})
+	}
+	return out
+}
+
+// recycle keeps a few sent frames for reuse. Writer only.
+func (ep *endpoint) recycle(frames [][]byte) {
+	ep.mu.Lock()
+	for _, f := range frames {
+		if len(ep.spare) < 4 && cap(f) <= 1<<20 {
+			ep.spare = append(ep.spare, f[:0])
+		}
+	}
+	ep.mu.Unlock()
+}
+
+// writeLoop sends what is queued until the endpoint breaks. A dialled
+// endpoint first connects and says hello. The writer goroutine only.
+func (ep *endpoint) writeLoop() {
+	if ep.dialed && !ep.connect() {
+		return
+	}
+	var batch [][]byte
+	for {
+		select {
+		case <-ep.wake:
+		case <-ep.done:
+			return
+		}
+		for {
+			batch = ep.take(batch[:0])
+			if len(batch) == 0 {
+				break
+			}
+			for _, f := range batch {
+				if err := ep.conn.Send(f); err != nil {
+					ep.fail(status.Errorf(codes.Unavailable, "granary: stream to silo %s broke: %v", ep.peer, err))
+					return
+				}
+			}
+			ep.recycle(batch)
+			clear(batch)
+		}
+	}
+}
+
+// connect dials the peer, sends the hello and starts the reader. It
+// reports whether the endpoint is up. The writer goroutine only.
+func (ep *endpoint) connect() bool {
+	t := ep.t
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.DialTimeout)
+	ep.mu.Lock()
+	if ep.err != nil {
+		ep.mu.Unlock()
+		cancel()
+		return false
+	}
+	ep.dialCancel = cancel // a failure during the dial ends it
+	ep.mu.Unlock()
+	conn, err := t.net.Dial(ctx, ep.addr)
+	cancel()
+	if err != nil {
+		ep.fail(status.Errorf(codes.Unavailable, "granary: cannot reach silo %s at %s: %v", ep.peer, ep.addr, err))
+		t.dialFailed(ep)
+		return false
+	}
+	hello := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO, Hello: &granaryv1.Hello{ClusterId: t.cfg.ClusterID, Silo: t.cfg.Self}}
+	bp, _, err := encodeEnvelope(hello)
+	if err == nil {
+		err = conn.Send(*bp)
+		putScratch(bp)
+	}
+	ep.mu.Lock()
+	ep.conn = conn
+	broken := ep.err != nil
+	ep.mu.Unlock()
+	if err != nil || broken {
+		conn.Close()
+		if err != nil {
+			ep.fail(status.Errorf(codes.Unavailable, "granary: stream to silo %s broke at hello: %v", ep.peer, err))
+		}
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		ep.readLoop()
+	}()
+	return true
+}
+
+// readLoop delivers what arrives until the stream ends. The reader
+// goroutine only.
+func (ep *endpoint) readLoop() {
+	for {
+		f, err := ep.conn.Recv()
+		if err != nil {
+			ep.fail(status.Errorf(codes.Unavailable, "granary: stream with silo %s ended: %v", ep.peer, err))
+			return
+		}
+		ep.deliverFrame(f)
+	}
+}
+
+// deliverFrame hands each envelope of a frame to its receiver. The reader
+// goroutine only.
+func (ep *endpoint) deliverFrame(f []byte) {
+	err := splitFrame(f, func(b []byte) {
+		env := new(granaryv1.Envelope)
+		if err := proto.Unmarshal(b, env); err != nil {
+			ep.malformed(b, err)
+			return
+		}
+		ep.deliver(env)
+	})
+	if err != nil {
+		ep.t.log.Warn("dropped the rest of a malformed frame", zap.String("peer", ep.peer), zap.Int("bytes", len(f)), zap.Error(err))
+	}
+}
+
+// deliver routes one decoded envelope.
+func (ep *endpoint) deliver(env *granaryv1.Envelope) {
+	k := env.GetKind()
+	switch {
+	case ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE:
+		ep.mu.Lock()
+		p := ep.pending[env.CallId]
+		delete(ep.pending, env.CallId)
+		ep.mu.Unlock()
+		if p == nil {
+			return // it timed out, or the stream that sent it was failed
+		}
+		p.done(env, nil)
+	case !ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY):
+		ep.t.h.Deliver(ep.peer, env, Responder{ep: ep, id: env.CallId})
+	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
+		ep.t.h.Deliver(ep.peer, env, Responder{})
+	default:
+		ep.t.log.Warn("dropped an envelope of a kind this end of the stream does not take",
+			zap.String("peer", ep.peer), zap.Stringer("kind", k), zap.Bool("dialled", ep.dialed))
+		ep.refuse(k, env.CallId, status.Newf(codes.InvalidArgument, "granary: silo %s does not take %v envelopes on this stream", ep.t.cfg.Self, k))
+	}
+}
+
+// malformed handles an envelope that does not decode: logged, and its
+// sender answered when its call ID can be read.
+func (ep *endpoint) malformed(b []byte, err error) {
+	kind, id, ok := peekHeader(b)
+	ep.t.log.Warn("dropped a malformed envelope", zap.String("peer", ep.peer), zap.Int("bytes", len(b)), zap.Error(err))
+	if !ok {
+		return
+	}
+	if ep.dialed && kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE {
+		ep.mu.Lock()
+		p := ep.pending[id]
+		delete(ep.pending, id)
+		ep.mu.Unlock()
+		if p != nil {
+			p.done(nil, status.Errorf(codes.Internal, "granary: the response from silo %s is malformed: %v", ep.peer, err))
+		}
+		return
+	}
+	ep.refuse(kind, id, status.Newf(codes.InvalidArgument, "granary: malformed envelope: %v", err))
+}
+
+// refuse answers a request envelope with an error status.
+func (ep *endpoint) refuse(kind granaryv1.EnvelopeKind, id uint64, st *status.Status) {
+	if ep.dialed || id == 0 || (kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST && kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY) {
+		return
+	}
+	Responder{ep: ep, id: id}.Reply(&granaryv1.Envelope{Code: uint32(st.Code()), Message: st.Message()})
+}
+
+// fail breaks the endpoint: nothing more is queued, the stream closes and
+// every pending call fails with err. The first failure wins. Any
+// goroutine.
+func (ep *endpoint) fail(err error) {
+	ep.mu.Lock()
+	if ep.err != nil {
+		ep.mu.Unlock()
+		return
+	}
+	ep.err = err
+	pending := ep.pending
+	ep.pending = nil
+	conn, dialCancel := ep.conn, ep.dialCancel
+	close(ep.done)
+	ep.frames, ep.cur, ep.spare, ep.queued = nil, nil, nil, 0
+	ep.mu.Unlock()
+	if dialCancel != nil {
+		dialCancel()
+	}
+	if conn != nil {
+		conn.Close()
+	}
+	ep.t.detach(ep)
+	for _, p := range pending {
+		p.done(nil, err)
+	}
+}
+
+// expire fails the pending calls whose deadline and grace have passed.
+func (ep *endpoint) expire(now time.Time) {
+	var late []*pendingCall
+	ep.mu.Lock()
+	for id, p := range ep.pending {
+		if !p.deadline.IsZero() && now.After(p.deadline.Add(ep.t.cfg.ResponseGrace)) {
+			late = append(late, p)
+			delete(ep.pending, id)
+		}
+	}
+	ep.mu.Unlock()
+	for _, p := range late {
+		p.done(nil, status.Errorf(codes.DeadlineExceeded, "granary: no response from silo %s by the call's deadline", ep.peer))
+	}
+}
+
+// pendingCount is the number of calls waiting for a response.
+func (ep *endpoint) pendingCount() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return len(ep.pending)
+}
+
+// A Responder answers one request that arrived on a stream. The zero
+// Responder (for a one-way envelope) answers nothing.
+type Responder struct {
+	ep *endpoint
+	id uint64
+}
+
+// Reply sends resp back on the stream the request came in on, as a
+// response to it. A stream that broke meanwhile drops it: the caller has
+// been told already. Any goroutine; once.
+func (r Responder) Reply(resp *granaryv1.Envelope) {
+	if r.ep == nil {
+		return
+	}
+	resp.Kind, resp.CallId = granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE, r.id
+	if err := r.ep.send(resp, time.Time{}); err != nil && !r.ep.broken() {
+		// Too large, most likely: answer with the error instead.
+		st, _ := status.FromError(err)
+		r.ep.send(&granaryv1.Envelope{Kind: resp.Kind, CallId: r.id, Code: uint32(st.Code()), Message: st.Message()}, time.Time{})
+	}
+}
+
+// Expects reports whether the request expects a reply.
+func (r Responder) Expects() bool { return r.ep != nil }

@@ -1,0 +1,478 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// defaultTestTimeout bounds every wait: a test that needs it has failed.
+const defaultTestTimeout = 10 * time.Second
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echo answers every request with its payload and records one-way
+// envelopes. A test may hold the reader by setting block.
+type echo struct {
+	mu      sync.Mutex
+	oneWays []string
+	got     chan string
+	block   chan struct{} // when set, Deliver waits on it
+}
+
+func newEcho() *echo { return &echo{got: make(chan string, 1024)} }
+
+func (e *echo) Deliver(from string, env *granaryv1.Envelope, r Responder) {
+	e.mu.Lock()
+	block := e.block
+	e.mu.Unlock()
+	if block != nil {
+		<-block
+	}
+	if !r.Expects() {
+		e.mu.Lock()
+		e.oneWays = append(e.oneWays, string(env.Payload))
+		e.mu.Unlock()
+		e.got <- from + ":" + string(env.Payload)
+		return
+	}
+	if string(env.Payload) == "fail" {
+		r.Reply(&granaryv1.Envelope{Code: uint32(codes.FailedPrecondition), Message: "asked to fail"})
+		return
+	}
+	r.Reply(&granaryv1.Envelope{Payload: env.Payload, ActivationSilo: from})
+}
+
+// pair is two transports, a and b, on one in-memory network.
+type pair struct {
+	net       *MemNetwork
+	a, b      *Transport
+	ha, hb    *echo
+	clock     *clockwork.FakeClock
+	logs      *observer.ObservedLogs
+	closeOnce sync.Once
+	t         *testing.T
+}
+
+func newPair(t *testing.T, tweak func(*Config)) *pair {
+	t.Helper()
+	p := &pair{net: NewMemNetwork(), ha: newEcho(), hb: newEcho(), clock: clockwork.NewFakeClock(), t: t}
+	core, logs := observer.New(zap.DebugLevel)
+	p.logs = logs
+	mk := func(self string, h Handler) *Transport {
+		cfg := DefaultConfig()
+		cfg.ClusterID, cfg.Self, cfg.Clock, cfg.Logger = "test", self, p.clock, zap.New(core)
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		tr, err := New(cfg, p.net.From(self), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.net.Listen(self, tr)
+		return tr
+	}
+	p.a, p.b = mk("a", p.ha), mk("b", p.hb)
+	p.a.SetPeer("b", "b")
+	p.b.SetPeer("a", "a")
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *pair) close() {
+	p.closeOnce.Do(func() {
+		p.a.Close()
+		p.b.Close()
+		p.net.Unlisten("a")
+		p.net.Unlisten("b")
+		p.net.Wait()
+	})
+}
+
+// holdB makes b's handler wait until the returned release is called (at
+// the latest when the test ends), holding b's reader.
+func (p *pair) holdB() (release func()) {
+	block := make(chan struct{})
+	p.hb.mu.Lock()
+	p.hb.block = block
+	p.hb.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			p.hb.mu.Lock()
+			if p.hb.block == block {
+				p.hb.block = nil
+			}
+			p.hb.mu.Unlock()
+			close(block)
+		})
+	}
+	p.t.Cleanup(release)
+	return release
+}
+
+// result is what a Call's done saw.
+type result struct {
+	env *granaryv1.Envelope
+	err error
+}
+
+// call starts a call and returns the channel its outcome arrives on.
+func call(tr *Transport, to, payload string, deadline time.Time) chan result {
+	ch := make(chan result, 1)
+	tr.Call(to, &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, Payload: []byte(payload)}, deadline, func(env *granaryv1.Envelope, err error) {
+		ch <- result{env, err}
+	})
+	return ch
+}
+
+func wait(t *testing.T, ch chan result) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("no outcome within the test timeout")
+		return result{}
+	}
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, contains string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), contains) {
+		t.Fatalf("error = %v, want %v containing %q", err, code, contains)
+	}
+}
+
+func TestCallRoundTrip(t *testing.T) {
+	p := newPair(t, nil)
+	const n = 500
+	chs := make([]chan result, n)
+	for i := range n {
+		chs[i] = call(p.a, "b", fmt.Sprint(i), time.Time{})
+	}
+	for i, ch := range chs {
+		r := wait(t, ch)
+		if r.err != nil || string(r.env.Payload) != fmt.Sprint(i) || r.env.ActivationSilo != "a" {
+			t.Fatalf("call %d = %v, %v; want payload %d from the handler told the caller is a", i, r.env, r.err, i)
+		}
+	}
+	r := wait(t, call(p.b, "a", "fail", time.Time{}))
+	if r.err != nil || codes.Code(r.env.Code) != codes.FailedPrecondition {
+		t.Fatalf("failing call = %v, %v; want a response with FailedPrecondition", r.env, r.err)
+	}
+}
+
+func TestOneWayInOrder(t *testing.T) {
+	p := newPair(t, nil)
+	const n = 300
+	for i := range n {
+		if err := p.a.Send("b", &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY, Payload: []byte(fmt.Sprint(i))}, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		select {
+		case got := <-p.hb.got:
+			if want := "a:" + fmt.Sprint(i); got != want {
+				t.Fatalf("one-way %d arrived as %q, want %q", i, got, want)
+			}
+		case <-time.After(defaultTestTimeout):
+			t.Fatalf("one-way %d never arrived", i)
+		}
+	}
+}
+
+func TestOversizeRefused(t *testing.T) {
+	p := newPair(t, func(c *Config) { c.MaxMessageSize = 4096 })
+	r := wait(t, call(p.a, "b", strings.Repeat("x", 5000), time.Time{}))
+	wantCode(t, r.err, codes.ResourceExhausted, "limit of 4096 bytes (MaxMessageSize)")
+	err := p.a.Send("b", &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY, Payload: make([]byte, 5000)}, time.Time{})
+	wantCode(t, err, codes.ResourceExhausted, "MaxMessageSize")
+	// The stream is still good.
+	if r := wait(t, call(p.a, "b", "ok", time.Time{})); r.err != nil {
+		t.Fatalf("call after a refused one: %v", r.err)
+	}
+}
+
+func TestUnknownPeer(t *testing.T) {
+	p := newPair(t, nil)
+	r := wait(t, call(p.a, "nobody", "x", time.Time{}))
+	wantCode(t, r.err, codes.Unavailable, "no route to silo nobody")
+}
+
+func TestRemovePeerFailsPendingAtOnce(t *testing.T) {
+	p := newPair(t, nil)
+	release := p.holdB()
+	ch := call(p.a, "b", "stuck", time.Time{})
+	p.a.RemovePeer("b", "membership declared it dead")
+	r := wait(t, ch)
+	wantCode(t, r.err, codes.Unavailable, "membership declared it dead")
+	release()
+	r = wait(t, call(p.a, "b", "after", time.Time{}))
+	wantCode(t, r.err, codes.Unavailable, "no route to silo b")
+}
+
+func TestBrokenStreamFailsPendingAndRedials(t *testing.T) {
+	p := newPair(t, func(c *Config) { c.RedialBackoff = 0 })
+	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
+		t.Fatal(r.err)
+	}
+	release := p.holdB()
+	ch := call(p.a, "b", "in flight", time.Time{})
+	p.net.Partition([]string{"a"}, []string{"b"})
+	r := wait(t, ch)
+	wantCode(t, r.err, codes.Unavailable, "silo b")
+	release()
+	r = wait(t, call(p.a, "b", "cut", time.Time{}))
+	wantCode(t, r.err, codes.Unavailable, "cannot reach silo b")
+	p.net.Heal()
+	if r := wait(t, call(p.a, "b", "healed", time.Time{})); r.err != nil || string(r.env.Payload) != "healed" {
+		t.Fatalf("call after heal = %v, %v", r.env, r.err)
+	}
+}
+
+func TestRedialBackoffRefusesAtOnce(t *testing.T) {
+	p := newPair(t, func(c *Config) { c.RedialBackoff = time.Minute })
+	p.net.Down("b", true)
+	r := wait(t, call(p.a, "b", "x", time.Time{}))
+	wantCode(t, r.err, codes.Unavailable, "cannot reach silo b")
+	p.net.Down("b", false)
+	r = wait(t, call(p.a, "b", "x", time.Time{}))
+	wantCode(t, r.err, codes.Unavailable, "cannot reach silo b") // within the backoff: no new dial
+	p.clock.Advance(2 * time.Minute)
+	if r := wait(t, call(p.a, "b", "x", time.Time{})); r.err != nil {
+		t.Fatalf("call after the backoff: %v", r.err)
+	}
+}
+
+func TestBackpressureBoundedByDeadline(t *testing.T) {
+	p := newPair(t, func(c *Config) { c.SendQueueBytes, c.MaxMessageSize, c.MaxBatchBytes = 8192, 4096, 4096 })
+	release := p.holdB()
+	// Hold b's reader: the in-memory stream buffers 64 frames, then the
+	// writer blocks and the queue fills, and a call waits for room until
+	// its deadline.
+	payload := strings.Repeat("y", 3000)
+	deadline := p.clock.Now().Add(time.Second)
+	type started struct {
+		i  int
+		ch chan result
+	}
+	startc := make(chan started, 256)
+	go func() {
+		defer close(startc)
+		for i := range 200 {
+			ch := call(p.a, "b", payload, deadline)
+			startc <- started{i, ch}
+			select {
+			case r := <-ch:
+				ch <- r // put it back for the test to read
+				if r.err != nil {
+					return
+				}
+			default:
+			}
+		}
+	}()
+	// Two sweeper tickers and the waiting call's timer.
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := p.clock.BlockUntilContext(ctx, 3); err != nil {
+		t.Fatal("no call waited for room in the send queue:", err)
+	}
+	p.clock.Advance(2 * time.Second)
+	var chs []chan result
+	for s := range startc {
+		chs = append(chs, s.ch)
+	}
+	last := wait(t, chs[len(chs)-1])
+	wantCode(t, last.err, codes.ResourceExhausted, "SendQueueBytes")
+	release()
+	for i, ch := range chs[:len(chs)-1] {
+		if r := wait(t, ch); r.err != nil {
+			t.Fatalf("queued call %d: %v", i, r.err)
+		}
+	}
+}
+
+func TestLostResponseSwept(t *testing.T) {
+	p := newPair(t, func(c *Config) { c.ResponseGrace = time.Second })
+	release := p.holdB()
+	defer release()
+	ch := call(p.a, "b", "never answered", p.clock.Now().Add(time.Second))
+	for range 5 {
+		p.clock.Advance(time.Second)
+		select {
+		case r := <-ch:
+			wantCode(t, r.err, codes.DeadlineExceeded, "no response from silo b")
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	r := wait(t, ch)
+	wantCode(t, r.err, codes.DeadlineExceeded, "no response from silo b")
+}
+
+// rawConn dials b directly, for tests that speak the wire themselves.
+func rawConn(t *testing.T, p *pair, hello *granaryv1.Envelope) Conn {
+	t.Helper()
+	c, err := p.net.From("x").Dial(context.Background(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if hello != nil {
+		bp, _, err := encodeEnvelope(hello)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Send(*bp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func recvWithin(t *testing.T, c Conn) ([]byte, error) {
+	t.Helper()
+	type res struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { b, err := c.Recv(); ch <- res{b, err} }()
+	select {
+	case r := <-ch:
+		return r.b, r.err
+	case <-time.After(defaultTestTimeout):
+		c.Close()
+		t.Fatal("nothing received within the test timeout")
+		return nil, nil
+	}
+}
+
+func helloOf(cluster string) *granaryv1.Envelope {
+	return &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO, Hello: &granaryv1.Hello{ClusterId: cluster, Silo: "x"}}
+}
+
+func TestMalformedEnvelopeAnswered(t *testing.T) {
+	p := newPair(t, nil)
+	c := rawConn(t, p, helloOf("test"))
+	// An envelope whose kind and call ID read, but whose payload field
+	// claims more bytes than there are.
+	var env []byte
+	env = protowire.AppendTag(env, 1, protowire.VarintType)
+	env = protowire.AppendVarint(env, uint64(granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST))
+	env = protowire.AppendTag(env, 2, protowire.VarintType)
+	env = protowire.AppendVarint(env, 77)
+	env = protowire.AppendTag(env, 14, protowire.BytesType) // message: a string field
+	env = protowire.AppendBytes(env, []byte{0xff, 0xfe})    // not UTF-8
+	var frame []byte
+	frame = protowire.AppendTag(frame, 1, protowire.BytesType)
+	frame = protowire.AppendBytes(frame, env)
+	if err := c.Send(frame); err != nil {
+		t.Fatal(err)
+	}
+	b, err := recvWithin(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*granaryv1.Envelope
+	if err := splitFrame(b, func(eb []byte) {
+		e := new(granaryv1.Envelope)
+		if err := unmarshalEnvelope(eb, e); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].CallId != 77 || codes.Code(got[0].Code) != codes.InvalidArgument || !strings.Contains(got[0].Message, "malformed envelope") {
+		t.Fatalf("answer to a malformed envelope = %v, want InvalidArgument for call 77", got)
+	}
+	// A frame that is garbage is dropped and logged; the stream lives on.
+	if err := c.Send([]byte{0x0a, 0xff, 0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	good, _, _ := encodeEnvelope(&granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, CallId: 78, Payload: []byte("still here")})
+	if err := c.Send(*good); err != nil {
+		t.Fatal(err)
+	}
+	b, err = recvWithin(t, c)
+	if err != nil || !strings.Contains(string(b), "still here") {
+		t.Fatalf("after a garbage frame the stream answered %q, %v", b, err)
+	}
+	if p.logs.FilterMessage("dropped the rest of a malformed frame").Len() != 1 || p.logs.FilterMessage("dropped a malformed envelope").Len() != 1 {
+		t.Fatalf("logs = %v, want one malformed frame and one malformed envelope", p.logs.All())
+	}
+}
+
+func TestStreamOfAnotherClusterRefused(t *testing.T) {
+	p := newPair(t, nil)
+	c := rawConn(t, p, helloOf("other"))
+	if _, err := recvWithin(t, c); err == nil {
+		t.Fatal("a stream from another cluster stayed open")
+	}
+	if p.logs.FilterMessage("refused a stream from another cluster").Len() != 1 {
+		t.Fatalf("logs = %v", p.logs.All())
+	}
+	c2 := rawConn(t, p, &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, CallId: 1})
+	if _, err := recvWithin(t, c2); err == nil {
+		t.Fatal("a stream without a hello stayed open")
+	}
+}
+
+func TestCloseFailsPendingAndWaits(t *testing.T) {
+	p := newPair(t, nil)
+	release := p.holdB()
+	ch := call(p.a, "b", "x", time.Time{})
+	p.a.Close()
+	r := wait(t, ch)
+	wantCode(t, r.err, codes.Unavailable, "closed")
+	if !errors.Is(ErrClosed, ErrClosed) {
+		t.Fatal("unreachable")
+	}
+	release()
+	r = wait(t, call(p.a, "b", "x", time.Time{}))
+	wantCode(t, r.err, codes.Unavailable, "closed")
+	p.a.Close() // idempotent
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		tweak func(*Config)
+	}{
+		{"ClusterID", func(c *Config) { c.ClusterID = "" }},
+		{"Self", func(c *Config) { c.Self = "" }},
+		{"MaxMessageSize", func(c *Config) { c.MaxMessageSize = 10 }},
+		{"MaxBatchBytes", func(c *Config) { c.MaxBatchBytes = 0 }},
+		{"SendQueueBytes", func(c *Config) { c.SendQueueBytes = 1 << 10 }},
+		{"DialTimeout", func(c *Config) { c.DialTimeout = 0 }},
+		{"RedialBackoff", func(c *Config) { c.RedialBackoff = -1 }},
+		{"ResponseGrace", func(c *Config) { c.ResponseGrace = -1 }},
+		{"SweepInterval", func(c *Config) { c.SweepInterval = 0 }},
+	} {
+		cfg := DefaultConfig()
+		cfg.ClusterID, cfg.Self = "c", "s"
+		tc.tweak(&cfg)
+		_, err := New(cfg, NewMemNetwork().From("s"), newEcho())
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.HasPrefix(err.Error(), "transport: config: "+tc.field) {
+			t.Errorf("%s: New = %v, want a ConfigError naming it", tc.field, err)
+		}
+	}
+}
