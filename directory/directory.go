@@ -406,3 +406,7 @@ func (d *Directory) Entries() []Item {
 	defer d.mu.Unlock()
 	return d.part.Items()
 }
+
+// InvalidateSilo drops every cached lookup that names silo: it is
+// shutting down, so its activations are ending. Any goroutine.
+func (d *Directory) InvalidateSilo(silo string) { d.cache.InvalidateSilo(silo) }

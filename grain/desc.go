@@ -59,9 +59,12 @@ const (
 	PlacementHash
 	// PlacementActivationCount picks the less loaded of two random silos.
 	PlacementActivationCount
+	// PlacementSiloRole picks a compatible silo at random among those
+	// whose configuration lists the role TypeOptions.SiloRole.
+	PlacementSiloRole
 )
 
-var placementNames = [...]string{"default", "random", "prefer_local", "hash", "activation_count"}
+var placementNames = [...]string{"default", "random", "prefer_local", "hash", "activation_count", "silo_role"}
 
 func (p Placement) String() string {
 	if p >= 0 && int(p) < len(placementNames) {
@@ -75,6 +78,10 @@ func (p Placement) String() string {
 type TypeOptions struct {
 	// Placement picks the silo that activates the grain.
 	Placement Placement
+	// SiloRole is the role a silo must have to host new activations of the
+	// type, for PlacementSiloRole (grain option silo_role). Other
+	// placements ignore it.
+	SiloRole string
 	// Reentrant: requests interleave at awaits (grain option reentrant).
 	Reentrant bool
 	// CallChainReentrant admits a request whose call chain already holds
@@ -152,6 +159,13 @@ func WithStatelessWorker(max int) RegisterOption {
 
 // WithPlacement sets the placement strategy.
 func WithPlacement(p Placement) RegisterOption { return func(o *TypeOptions) { o.Placement = p } }
+
+// WithSiloRole places new activations of the type on silos whose
+// configuration lists role: it sets the placement to PlacementSiloRole and
+// the role to role.
+func WithSiloRole(role string) RegisterOption {
+	return func(o *TypeOptions) { o.Placement, o.SiloRole = PlacementSiloRole, role }
+}
 
 // Activator is implemented by grains that want to run code when they are
 // activated. OnActivate runs as the activation's first turn, before any

@@ -2,6 +2,7 @@ package grain
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -58,3 +59,31 @@ func Header(ctx context.Context, key string) string {
 // runtime can pass a caller's headers on to the callee's context. Runtime
 // implementations only.
 func HeaderKey() any { return headerKey{} }
+
+// AppendHeaders appends the headers in v, the value a context holds under
+// HeaderKey, to kv as key, value pairs, the earliest set first, for a
+// runtime that carries them to another process. Runtime implementations
+// only.
+func AppendHeaders(kv []string, v any) []string {
+	h, _ := v.(*header)
+	start := len(kv)
+	for ; h != nil; h = h.next {
+		kv = append(kv, h.value, h.key) // reversed below
+	}
+	slices.Reverse(kv[start:])
+	return kv
+}
+
+// HeadersFromPairs is the inverse of AppendHeaders: the value to hold
+// under HeaderKey for headers kv (key, value pairs, the earliest first).
+// An odd final key is ignored. Runtime implementations only.
+func HeadersFromPairs(kv []string) any {
+	var h *header
+	for i := 0; i+1 < len(kv); i += 2 {
+		h = &header{key: kv[i], value: kv[i+1], next: h}
+	}
+	if h == nil {
+		return nil
+	}
+	return h
+}

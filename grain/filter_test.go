@@ -2,6 +2,7 @@ package grain_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/granaryio/granary/grain"
@@ -63,5 +64,22 @@ func TestHeaderKeyCarriesHeaders(t *testing.T) {
 	grain.WithHeader(callee, "trace", "t9")
 	if got := grain.Header(caller, "trace"); got != "t1" {
 		t.Errorf("caller's trace header = %q after the callee set its own, want t1", got)
+	}
+}
+
+func TestHeadersRoundTrip(t *testing.T) {
+	ctx := grain.WithHeader(context.Background(), "a", "1")
+	ctx = grain.WithHeader(ctx, "b", "2")
+	ctx = grain.WithHeader(ctx, "a", "3")
+	kv := grain.AppendHeaders(nil, ctx.Value(grain.HeaderKey()))
+	if want := []string{"a", "1", "b", "2", "a", "3"}; !slices.Equal(kv, want) {
+		t.Fatalf("AppendHeaders = %q, want %q", kv, want)
+	}
+	back := context.WithValue(context.Background(), grain.HeaderKey(), grain.HeadersFromPairs(kv))
+	if grain.Header(back, "a") != "3" || grain.Header(back, "b") != "2" {
+		t.Fatalf("after a round trip a=%q b=%q, want 3 and 2", grain.Header(back, "a"), grain.Header(back, "b"))
+	}
+	if grain.HeadersFromPairs(nil) != nil || grain.AppendHeaders(nil, nil) != nil {
+		t.Fatal("no headers should stay nil")
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/activation/admission"
+	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -41,6 +43,10 @@ type activationRec struct {
 	group *activation.Group
 	impl  any        // set by the activate turn; used by turns only
 	set   *workerSet // the stateless-worker set it belongs to, or nil
+	// registered: in a cluster, the directory holds this activation's
+	// entry, which it unregisters when it ends.
+	registered atomic.Bool
+	retries    uint8 // failed registrations retried; the registration's callbacks only
 
 	mu    sync.Mutex
 	state actState
@@ -392,11 +398,31 @@ func (a *activationRec) deactivated(e *activation.Exec) {
 	}
 }
 
+// abandon ends an activation that never started because its directory
+// registration lost to the activation on silo winner, or failed with err:
+// the requests it holds go on to the winner, or fail with err.
+func (a *activationRec) abandon(winner directory.Entry, err error) {
+	a.mu.Lock()
+	a.state = dead
+	q := a.takeQueueLocked()
+	a.mu.Unlock()
+	a.s.removeActivation(a)
+	for _, c := range q {
+		c.act = nil
+		if err != nil {
+			c.settle(nil, nil, err)
+			c.release()
+			continue
+		}
+		a.s.cl.forward(winner, c, false)
+	}
+}
+
 // deadlockError names the call chain that would wait on itself.
 func deadlockError(c *call) error {
 	var ids []string
 	for l := c.chain; l != nil; l = l.next {
-		ids = append(ids, l.act.id.String())
+		ids = append(ids, l.grain())
 	}
 	var b strings.Builder
 	for i := len(ids) - 1; i >= 0; i-- {

@@ -9,6 +9,8 @@ import (
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/activation/admission"
 	"github.com/granaryio/granary/grain"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/transport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -52,6 +54,20 @@ type call struct {
 	depth   int        // len(chain)
 	caller  *call      // the calling turn's own record, for a call from a grain
 
+	// Cluster routing. raw is the encoded request of a call that came from
+	// another silo, decoded by its turn (so decoding runs on the pool, not
+	// on the stream's reader); req is nil until then. responder answers
+	// that silo. hops counts the silos the call was forwarded through;
+	// placedHere says the call may activate its grain on this silo without
+	// asking the directory (placement chose this silo); servedBy is the
+	// silo whose activation answered a call forwarded from here.
+	raw        []byte
+	responder  transport.Responder
+	hops       uint32
+	placedHere bool
+	servedBy   string
+	retries    uint8 // directory requests retried
+
 	// Set by the activation that runs the call.
 	act    *activationRec
 	seq    uint64
@@ -94,6 +110,7 @@ const (
 	noWaiter      waiterKind = iota
 	outsideWaiter            // a goroutine outside the pool, on donec
 	turnWaiter               // a turn, on ev
+	remoteWaiter             // another silo, answered through responder
 )
 
 const (
@@ -111,11 +128,21 @@ const (
 
 // A chainLink is one request up a call chain: the request seq running on
 // activation act, which waits for the calls it made. Links are immutable
-// and shared by every call below them.
+// and shared by every call below them. A link to a request on another
+// silo has no act; remote says which it is, so the chain can travel on.
 type chainLink struct {
-	act  *activationRec
-	seq  uint64
-	next *chainLink
+	act    *activationRec
+	seq    uint64
+	next   *chainLink
+	remote *granaryv1.ChainLink
+}
+
+// grain names the link's grain, for errors.
+func (l *chainLink) grain() string {
+	if l.act != nil {
+		return l.act.id.String()
+	}
+	return l.remote.GetGrain()
 }
 
 var callPool = sync.Pool{New: func() any {
@@ -177,6 +204,11 @@ func (c *call) settle(e *activation.Exec, resp proto.Message, err error) bool {
 		e.Signal(&c.ev)
 	case c.waiter == turnWaiter:
 		c.ev.Signal()
+	case c.waiter == remoteWaiter:
+		// The other silo's reply is the waiter's read: sent, the waiter's
+		// ownership ends. The settler still holds its own.
+		c.s.cl.reply(c)
+		c.release()
 	}
 	return true
 }
@@ -253,9 +285,10 @@ func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
 // expired reports whether the call should be dropped instead of run: its
 // caller has its outcome already (the timeout timer settles a two-way
 // call at its deadline, so no clock read is needed), or, for a one-way
-// call, which has no timer, its deadline passed.
+// call or one from another silo, which have no timer here, its deadline
+// passed.
 func (c *call) expired() bool {
-	return c.isSettled() || c.oneWay && c.s.since() >= c.due
+	return c.isSettled() || (c.oneWay || c.waiter == remoteWaiter) && c.s.since() >= c.due
 }
 
 // deadline is the call's deadline as a time.

@@ -72,12 +72,10 @@ type Config struct {
 	// Tests pass a fake clock and advance it. Default: the real clock.
 	Clock clockwork.Clock
 
-	// Directory, Placement and Transport are the cluster seams. A single
-	// silo leaves them nil and gets local implementations: every grain is
-	// placed here and no call leaves the process.
-	Directory Directory
-	Placement Placer
-	Transport Transport
+	// Cluster, when set, makes the silo a member of a cluster: see
+	// ClusterConfig. Nil (the default) runs a silo alone, where every
+	// grain is activated here and no call leaves the process.
+	Cluster *ClusterConfig
 }
 
 // TypeConfig overrides the silo's collection settings for one grain type.
@@ -137,6 +135,11 @@ func (c *Config) validate() error {
 		}
 		if tc.CollectionInterval < 0 {
 			return bad(fmt.Sprintf("Types[%q].CollectionInterval", typ), "%v must not be negative", tc.CollectionInterval)
+		}
+	}
+	if c.Cluster != nil {
+		if err := c.Cluster.validate(); err != nil {
+			return err
 		}
 	}
 	for i, f := range c.IncomingFilters {

@@ -194,6 +194,11 @@ func (s *Silo) route(e *activation.Exec, c *call) {
 		t = s.types[c.id.Type]
 	}
 	if t == nil {
+		if s.cl != nil {
+			c.kind = kindOf(c.method)
+			s.cl.resolve(c, nil) // hosted elsewhere, if anywhere
+			return
+		}
 		s.fail(e, c, unknownType(c.id))
 		return
 	}
@@ -207,21 +212,16 @@ func (s *Silo) route(e *activation.Exec, c *call) {
 	}
 	c.kind = kindOf(c.method)
 	for range maxReroutes {
-		a, to, err := s.activationFor(c.id, t, c)
+		a, remote, queued := s.activationFor(c.id, t, c)
 		switch {
-		case err != nil:
-			s.fail(e, c, status.Errorf(codes.Unavailable, "granary: placing %s: %v", c.id, err))
+		case queued:
+			return // in the activation it made, before it was published
+		case remote:
+			s.cl.resolve(c, t)
 			return
-		case to != "":
-			s.forward(to, c)
-			return
-		}
-		if a == nil {
+		case a == nil:
 			s.fail(e, c, unavailable(s, "it is stopping and activates no new grains"))
 			return
-		}
-		if c.act == a {
-			return // queued in the activation it made, before it was published
 		}
 		start, retry := a.submit(c)
 		if retry {

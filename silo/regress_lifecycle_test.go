@@ -14,29 +14,21 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// blockingPlacer places everything locally, but holds the placement of key
-// "late" until proceed is closed.
-type blockingPlacer struct {
-	placing, proceed chan struct{}
-}
-
-func (p blockingPlacer) Place(id grain.ID, _ grain.TypeOptions, caller string) (string, error) {
-	if id.Key == "late" {
-		close(p.placing)
-		<-p.proceed
-	}
-	return caller, nil
-}
-
 // TestRegressStopMissesActivationCreatedDuringStop: activationFor checks
-// s.stopping, then (after Placer.Place) stores and counts a new activation.
+// s.stopping, then (after placement) stores and counts a new activation.
 // If Stop runs in between, its forEachActivation does not see the new
 // activation, so nobody asks it to deactivate: live never returns to 0 and
 // Stop waits on emptyc until its context ends (with live == 0 at that
 // moment it instead returns without the activation's OnDeactivate).
 func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
-	bp := blockingPlacer{placing: make(chan struct{}), proceed: make(chan struct{})}
-	h := newHarness(t, harnessOpt{cfg: func(c *Config) { c.Placement = bp }})
+	placing, proceed := make(chan struct{}), make(chan struct{})
+	h := newHarness(t, harnessOpt{})
+	h.s.placing = func(id grain.ID) {
+		if id.Key == "late" { // held after the stopping check
+			close(placing)
+			<-proceed
+		}
+	}
 	hold := h.gate()
 	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		h.event("hold start")
@@ -51,7 +43,7 @@ func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
 		_, err := h.probe("late").Call(context.Background(), &probe.Request{})
 		lateErr <- err
 	}()
-	<-bp.placing // the call to "late" passed the stopping check
+	<-placing // the call to "late" passed the stopping check
 
 	stopErr := make(chan error, 1)
 	go func() {
@@ -65,7 +57,7 @@ func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
 		defer x.mu.Unlock()
 		return x.deactPending
 	})
-	close(bp.proceed)
+	close(proceed)
 	<-lateErr
 	hold.open()
 	_ = fx.Wait(context.Background())

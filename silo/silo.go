@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -37,9 +38,9 @@ type Silo struct {
 
 	wheel timeoutWheel
 
-	dir    Directory
-	placer Placer
-	tport  Transport
+	// cl is the silo's membership of a cluster, or nil for a silo alone.
+	// Set by Start.
+	cl *cluster
 
 	types map[string]*grainType // written before Start only
 	// byMethod finds a type from the address of one of its registered
@@ -67,6 +68,9 @@ type Silo struct {
 	// collected, when set before Start, is told the clock's time when
 	// the collector starts and after each of its ticks. Tests only.
 	collected func(now time.Time)
+	// placing, when set before Start, is called when a call is about to
+	// make an activation, after the stopping check. Tests only.
+	placing func(id grain.ID)
 }
 
 // grainType is a registered grain type.
@@ -105,22 +109,10 @@ func New(cfg Config) (*Silo, error) {
 		clock:    cfg.Clock,
 		types:    map[string]*grainType{},
 		byMethod: map[*grain.MethodDesc]*grainType{},
-		dir:      cfg.Directory,
-		placer:   cfg.Placement,
-		tport:    cfg.Transport,
 		emptyc:   make(chan struct{}),
 	}
 	s.epoch, s.realClock = s.clock.Now(), realClock
 	s.closed, s.closeNow = context.WithCancel(context.Background())
-	if s.dir == nil {
-		s.dir = localDirectory{}
-	}
-	if s.placer == nil {
-		s.placer = localPlacer{}
-	}
-	if s.tport == nil {
-		s.tport = noTransport{}
-	}
 	return s, nil
 }
 
@@ -200,18 +192,35 @@ func (s *Silo) Start(ctx context.Context) error {
 	s.collStop, s.collDone = make(chan struct{}), make(chan struct{})
 	go s.collect()
 	s.started.Store(true)
+	if s.cfg.Cluster != nil {
+		if err := s.startCluster(ctx); err != nil {
+			s.stopped = true
+			s.stopping.Store(true)
+			close(s.collStop)
+			<-s.collDone
+			s.closeAll()
+			return err
+		}
+	}
 	s.log.Info("silo started", zap.Int("grain_types", len(s.types)))
 	return nil
 }
 
 // Stop shuts the silo down gracefully: it refuses new outside calls,
 // deactivates every activation (running OnDeactivate, after the requests
-// they run) and then stops the scheduler. Requests that arrive at an
-// activation while it deactivates fail with Unavailable. If ctx ends first,
-// Stop closes the silo (see Close) and returns ctx's error. Idempotent.
+// they run) and then stops the scheduler. A silo alone fails the requests
+// that arrive at an activation while it deactivates with Unavailable; a
+// silo in a cluster first tells the cluster it is shutting down and hands
+// its directory ranges over, sends such requests on to wherever the grain
+// activates next, waits until no request is in flight through it, and
+// then leaves. If ctx ends first, Stop closes the silo (see Close) and
+// returns ctx's error. Idempotent.
 func (s *Silo) Stop(ctx context.Context) error {
 	if !s.beginStop() {
 		return nil
+	}
+	if s.cl != nil {
+		s.cl.beginLeave(ctx)
 	}
 	s.forEachActivation(func(a *activationRec) { a.requestDeactivation(grain.DeactivateShutdown) })
 	s.maybeEmpty()
@@ -220,6 +229,12 @@ func (s *Silo) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		s.closeAll()
 		return ctx.Err()
+	}
+	if s.cl != nil {
+		if err := s.cl.finishLeave(ctx); err != nil {
+			s.closeAll()
+			return err
+		}
 	}
 	if err := s.pool.Stop(ctx); err != nil {
 		s.closeAll()
@@ -278,6 +293,9 @@ func (s *Silo) closeAll() {
 	})
 	if s.pool != nil {
 		s.pool.Close()
+	}
+	if s.cl != nil {
+		s.cl.close()
 	}
 }
 
@@ -354,7 +372,9 @@ func (s *Silo) removeActivation(a *activationRec) {
 	if !removed {
 		return
 	}
-	s.dir.Unregister(a.id, s.cfg.Name)
+	if s.cl != nil && a.registered.Load() {
+		s.cl.dir.Unregister(a.id, directory.Entry{Silo: s.cl.self, Activation: a.actID})
+	}
 	if s.live.Add(-1) == 0 {
 		s.maybeEmpty()
 	}
@@ -367,19 +387,27 @@ func (s *Silo) maybeEmpty() {
 }
 
 // activationFor returns the activation a request for id goes to, making
-// one if there is none and placement puts the grain here. A request that
-// makes an activation is queued in it before the activation is published
-// (c.act is then set): otherwise a failing OnActivate could end the
-// activation before the request reached it, and the request would make
-// another instead of getting the error. It returns the
-// silo to forward to when the grain lives elsewhere, and nil and "" when
-// this silo is stopping.
-func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (*activationRec, string, error) {
+// one if there is none and the grain belongs here. A request that makes
+// an activation is queued in it before the activation is published (c.act
+// is then set): otherwise a failing OnActivate could end the activation
+// before the request reached it, and the request would make another
+// instead of getting the error; queued reports this, and then c belongs
+// to the activation and may be gone already. remote says the grain is to
+// be found or placed elsewhere in the cluster; a nil activation without
+// remote means this silo is stopping.
+func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationRec, remote, queued bool) {
 	if t.opts.StatelessWorker {
-		return s.workerFor(id, t, c), "", nil
+		a, queued := s.workerFor(id, t, c)
+		if a != nil || s.cl == nil {
+			return a, false, queued
+		}
+		return nil, true, false
 	}
 	if v, ok := t.acts.Load(id.Key); ok {
-		return v.(*activationRec), "", nil
+		return v.(*activationRec), false, false
+	}
+	if s.cl != nil && !c.placedHere {
+		return nil, true, false // ask the directory
 	}
 	// Count the activation before looking at stopping: Stop sets stopping
 	// before it looks at the catalog, and waits for the count to reach
@@ -387,21 +415,20 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (*activationRec
 	s.live.Add(1)
 	if s.stopping.Load() {
 		s.unreserve()
-		return nil, "", nil
+		return nil, s.cl != nil, false
 	}
-	if to, err := s.placeRemote(id, t); to != "" || err != nil {
-		s.unreserve()
-		return nil, to, err
+	if s.placing != nil {
+		s.placing(id)
 	}
-	a := s.newActivation(id, t)
+	a = s.newActivation(id, t)
 	a.pushLocked(c) // a is not published yet: no lock needed
 	if v, loaded := t.acts.LoadOrStore(id.Key, a); loaded {
 		s.unreserve()
-		return v.(*activationRec), "", nil
+		return v.(*activationRec), false, false
 	}
 	c.act = a
 	s.activated(a)
-	return a, "", nil
+	return a, false, true
 }
 
 // unreserve gives back a count taken for an activation not made.
@@ -411,11 +438,20 @@ func (s *Silo) unreserve() {
 	}
 }
 
-// activated queues a new activation's activate turn; the caller counted
-// it in live. If the silo began stopping meanwhile, the activation is
-// asked to deactivate as soon as it is up.
+// activated starts a new activation, which the caller counted in live. In
+// a cluster it first registers in the directory; see cluster.register.
 func (s *Silo) activated(a *activationRec) {
-	s.dir.Register(a.id, s.cfg.Name)
+	if s.cl != nil && a.set == nil {
+		s.cl.register(a)
+		return
+	}
+	s.startActivation(a)
+}
+
+// startActivation queues a new activation's activate turn. If the silo
+// began stopping meanwhile, the activation is asked to deactivate as soon
+// as it is up.
+func (s *Silo) startActivation(a *activationRec) {
 	if err := a.start(); err != nil {
 		a.activated(nil, unavailable(s, "its silo is shutting down"))
 		return

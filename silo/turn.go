@@ -31,6 +31,15 @@ func (c *call) Run(e *activation.Exec) {
 		c.tick.run(c)
 	case c.expired():
 		c.resErr = deadlineError(c)
+	case c.req == nil && c.raw != nil:
+		req := c.method.NewRequest()
+		if err := proto.Unmarshal(c.raw, req); err != nil {
+			c.resErr = status.Errorf(codes.InvalidArgument, "granary: %s.%s: the request does not decode as %s: %v",
+				c.id, c.method.Name, req.ProtoReflect().Descriptor().FullName(), err)
+			return
+		}
+		c.req, c.raw = req, nil
+		fallthrough
 	default:
 		c.result, c.resErr = c.s.dispatch(&c.ctx, c)
 	}

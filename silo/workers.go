@@ -19,11 +19,11 @@ type workerSet struct {
 // workerFor picks the activation of a stateless worker that takes c: an
 // idle one, else a new one while fewer than the type's bound exist, else
 // the least loaded. Lock order: set, then activation.
-func (s *Silo) workerFor(id grain.ID, t *grainType, c *call) *activationRec {
+func (s *Silo) workerFor(id grain.ID, t *grainType, c *call) (a *activationRec, queued bool) {
 	v, ok := t.sets.Load(id.Key)
 	if !ok {
 		if s.stopping.Load() {
-			return nil
+			return nil, false
 		}
 		v, _ = t.sets.LoadOrStore(id.Key, &workerSet{})
 	}
@@ -70,8 +70,9 @@ func (s *Silo) workerFor(id grain.ID, t *grainType, c *call) *activationRec {
 	ws.mu.Unlock()
 	if fresh != nil {
 		s.activated(fresh)
+		return fresh, true
 	}
-	return best
+	return best, false
 }
 
 // remove drops a from the set; it reports whether a was there.

@@ -21,9 +21,10 @@ message Resp {}
 // rpc, and that the plugin then writes no file.
 func TestBadInput(t *testing.T) {
 	tests := []struct {
-		name string
-		body string   // appended to badHeader
-		want []string // each must appear in the error
+		name   string
+		body   string   // appended to badHeader
+		want   []string // each must appear in the error
+		reject []string // none may appear in the error
 	}{
 		{
 			name: "client streaming",
@@ -64,6 +65,58 @@ func TestBadInput(t *testing.T) {
 			name: "stateless worker placed by activation count",
 			body: `service S { option (granary.v1.grain) = {stateless_worker: true, placement: PLACEMENT_ACTIVATION_COUNT}; }`,
 			want: []string{"grain option stateless_worker does not allow placement PLACEMENT_ACTIVATION_COUNT"},
+		},
+		{
+			name: "stateless worker placed by silo role",
+			body: `service S { option (granary.v1.grain) = {stateless_worker: true, placement: PLACEMENT_SILO_ROLE, silo_role: "edge"}; }`,
+			want: []string{"bad.proto: service bad.S: grain option stateless_worker does not allow placement PLACEMENT_SILO_ROLE: a stateless worker is always activated on the silo that receives the call, so only PLACEMENT_UNSPECIFIED and PLACEMENT_PREFER_LOCAL apply\n"},
+		},
+		{
+			name: "stateless worker placed by silo role without a role",
+			body: `service S { option (granary.v1.grain) = {stateless_worker: true, placement: PLACEMENT_SILO_ROLE}; }`,
+			want: []string{"bad.proto: service bad.S: grain option stateless_worker does not allow placement PLACEMENT_SILO_ROLE: a stateless worker is always activated on the silo that receives the call, so only PLACEMENT_UNSPECIFIED and PLACEMENT_PREFER_LOCAL apply\n"},
+			// The placement is refused, so a role would not help.
+			reject: []string{"requires silo_role"},
+		},
+		{
+			name: "silo_role without a placement",
+			body: `service S { option (granary.v1.grain) = {silo_role: "edge"}; }`,
+			want: []string{"bad.proto: service bad.S: grain option silo_role (\"edge\") requires placement: PLACEMENT_SILO_ROLE, not PLACEMENT_UNSPECIFIED\n"},
+		},
+		{
+			name: "silo_role with another placement",
+			body: `service S { option (granary.v1.grain) = {placement: PLACEMENT_HASH, silo_role: "edge"}; }`,
+			want: []string{"bad.proto: service bad.S: grain option silo_role (\"edge\") requires placement: PLACEMENT_SILO_ROLE, not PLACEMENT_HASH\n"},
+		},
+		{
+			name: "placement by silo role without silo_role",
+			body: `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE}; }`,
+			want: []string{"bad.proto: service bad.S: grain option placement PLACEMENT_SILO_ROLE requires silo_role: the role that a silo's configuration must list for the silo to host the type\n"},
+		},
+		{
+			name: "placement by silo role with an empty silo_role",
+			body: `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: ""}; }`,
+			want: []string{"bad.proto: service bad.S: grain option placement PLACEMENT_SILO_ROLE requires silo_role"},
+		},
+		{
+			name: "silo_role with a space",
+			body: `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: "gpu edge"}; }`,
+			want: []string{"bad.proto: service bad.S: grain option silo_role \"gpu edge\" contains whitespace (U+0020)\n"},
+		},
+		{
+			name: "silo_role with a trailing newline",
+			body: `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: "edge\n"}; }`,
+			want: []string{"bad.proto: service bad.S: grain option silo_role \"edge\\n\" contains whitespace (U+000A)\n"},
+		},
+		{
+			name: "silo_role with a no-break space",
+			body: `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: "edge\u00a0a"}; }`,
+			want: []string{"grain option silo_role \"edge\\u00a0a\" contains whitespace (U+00A0)\n"},
+		},
+		{
+			name: "silo_role with a control character",
+			body: `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: "edge\x00"}; }`,
+			want: []string{"bad.proto: service bad.S: grain option silo_role \"edge\\x00\" contains the unprintable character U+0000\n"},
 		},
 		{
 			name: "unknown placement",
@@ -211,6 +264,11 @@ func TestBadInput(t *testing.T) {
 					t.Errorf("error\n%s\ndoes not contain\n%s", got, w)
 				}
 			}
+			for _, r := range tt.reject {
+				if strings.Contains(got, r) {
+					t.Errorf("error\n%s\ncontains\n%s", got, r)
+				}
+			}
 			if len(resp.File) != 0 {
 				t.Errorf("plugin wrote %d files along with its error, want none", len(resp.File))
 			}
@@ -242,6 +300,8 @@ func TestAllowedCombinations(t *testing.T) {
 		{"one_way with always_interleave", `service S { rpc M(Req) returns (google.protobuf.Empty) { option (granary.v1.method) = {one_way: true, always_interleave: true}; } }`},
 		{"stateless worker placed locally", `service S { option (granary.v1.grain) = {stateless_worker: true, placement: PLACEMENT_PREFER_LOCAL, max_local_workers: 1}; }`},
 		{"reentrant stateless worker", `service S { option (granary.v1.grain) = {stateless_worker: true, reentrant: true}; }`},
+		{"placement by silo role", `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: "gpu-a100.eu/west"}; }`},
+		{"placement by a non-ASCII silo role", `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: "bords-été"}; }`},
 		{"zero durations", `service S { option (granary.v1.grain) = {collection_age: {}}; rpc M(Req) returns (Resp) { option (granary.v1.method) = {timeout: {}}; } }`},
 		{"longest time.Duration", `service S { option (granary.v1.grain) = {collection_age: {seconds: 9223372036, nanos: 854775807}}; }`},
 	}

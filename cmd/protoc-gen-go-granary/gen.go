@@ -327,6 +327,9 @@ func (e *emitter) serviceDesc() {
 		if o.placement != granaryv1.Placement_PLACEMENT_UNSPECIFIED {
 			g.P("Placement: ", e.grain(placementIdents[o.placement]), ",")
 		}
+		if o.siloRole != "" {
+			g.P("SiloRole: ", strconv.Quote(o.siloRole), ",")
+		}
 		e.flag("Reentrant", o.reentrant)
 		e.duration("CollectionAge", o.collectionAge)
 		e.flag("StatelessWorker", o.statelessWorker)

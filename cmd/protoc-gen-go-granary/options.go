@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"time"
+	"unicode"
 
 	"google.golang.org/protobuf/compiler/protogen"
 	"google.golang.org/protobuf/proto"
@@ -32,6 +33,7 @@ type grainType struct {
 // values that grain.TypeOptions holds. Zero values mean "not set".
 type typeOptions struct {
 	placement       granaryv1.Placement
+	siloRole        string // non-empty only with PLACEMENT_SILO_ROLE
 	reentrant       bool
 	collectionAge   time.Duration
 	statelessWorker bool
@@ -58,6 +60,7 @@ var placementIdents = map[granaryv1.Placement]string{
 	granaryv1.Placement_PLACEMENT_PREFER_LOCAL:     "PlacementPreferLocal",
 	granaryv1.Placement_PLACEMENT_HASH:             "PlacementHash",
 	granaryv1.Placement_PLACEMENT_ACTIVATION_COUNT: "PlacementActivationCount",
+	granaryv1.Placement_PLACEMENT_SILO_ROLE:        "PlacementSiloRole",
 }
 
 // keyKindIdents maps each key kind to the name of its grain.KeyKind
@@ -120,6 +123,22 @@ func loadGrainType(f *protogen.File, svc *protogen.Service) (*grainType, []error
 		fail("grain option max_local_workers (%d) requires stateless_worker: true", n)
 	default:
 		t.opts.maxLocalWorkers = int(n)
+	}
+
+	// A stateless worker refuses PLACEMENT_SILO_ROLE below, so it is not
+	// also asked for a role.
+	siloRole := t.opts.placement == granaryv1.Placement_PLACEMENT_SILO_ROLE
+	switch role := o.GetSiloRole(); {
+	case role == "" && siloRole && !t.opts.statelessWorker:
+		fail("grain option placement PLACEMENT_SILO_ROLE requires silo_role: the role that a silo's configuration must list for the silo to host the type")
+	case role != "" && !siloRole:
+		fail("grain option silo_role (%q) requires placement: PLACEMENT_SILO_ROLE, not %v", role, t.opts.placement)
+	case role != "":
+		if err := checkRole(role); err != nil {
+			fail("grain option silo_role %v", err)
+		} else {
+			t.opts.siloRole = role
+		}
 	}
 
 	if t.opts.statelessWorker {
@@ -214,6 +233,20 @@ func extension[T proto.Message](opts, blank proto.Message, xt protoreflect.Exten
 		return zero, fmt.Errorf("extension %s has the unexpected Go type %T", xt.TypeDescriptor().FullName(), proto.GetExtension(blank, xt))
 	}
 	return v, nil
+}
+
+// checkRole checks the name of a silo role. The error completes a
+// sentence that begins with the option's name.
+func checkRole(role string) error {
+	for _, r := range role {
+		switch {
+		case unicode.IsSpace(r):
+			return fmt.Errorf("%q contains whitespace (%U)", role, r)
+		case !unicode.IsPrint(r):
+			return fmt.Errorf("%q contains the unprintable character %U", role, r)
+		}
+	}
+	return nil
 }
 
 // checkDuration converts a duration option to a time.Duration. An unset

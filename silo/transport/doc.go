@@ -20,9 +20,11 @@
 //   - Call sends a request and calls its done callback exactly once: with
 //     the response, or with a gRPC status error (Unavailable when the peer
 //     cannot be reached, its stream broke with the request in flight, or
-//     RemovePeer declared it gone; DeadlineExceeded when no response came by
-//     the deadline plus a grace period; ResourceExhausted when the envelope
-//     is larger than MaxMessageSize).
+//     RemovePeer declared it failed; DeadlineExceeded when no response came
+//     by the deadline plus a grace period; ResourceExhausted when the
+//     envelope is larger than MaxMessageSize). A *NotSentError (also
+//     Unavailable) says the request never left: the caller may send it
+//     elsewhere.
 //   - Send sends a one-way envelope; it reports only what fails before the
 //     envelope is queued.
 //   - Incoming envelopes reach the Handler on the stream's reader goroutine,

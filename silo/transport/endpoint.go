@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,10 @@ type endpoint struct {
 	nextID atomic.Uint64
 	wake   chan struct{} // capacity 1: the writer has work
 	done   chan struct{} // closed when the endpoint breaks
+	// acked, on an accepted endpoint, is closed when the dialling silo
+	// has answered this silo's GO_AWAY: no request follows.
+	acked     chan struct{}
+	ackedOnce sync.Once
 
 	mu      sync.Mutex
 	err     error    // why the endpoint broke; nothing is queued after
@@ -57,6 +62,7 @@ func newEndpoint(t *Transport, peer, addr string, dialed bool) *endpoint {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		spacec: make(chan struct{}),
+		acked:  make(chan struct{}),
 	}
 	if dialed {
 		ep.pending = make(map[uint64]*pendingCall)
@@ -260,7 +266,7 @@ func (ep *endpoint) connect() bool {
 	conn, err := t.net.Dial(ctx, ep.addr)
 	cancel()
 	if err != nil {
-		ep.fail(status.Errorf(codes.Unavailable, "granary: cannot reach silo %s at %s: %v", ep.peer, ep.addr, err))
+		ep.fail(&NotSentError{Peer: ep.peer, Msg: fmt.Sprintf("granary: cannot reach silo %s at %s: %v", ep.peer, ep.addr, err)})
 		t.dialFailed(ep)
 		return false
 	}
@@ -335,6 +341,15 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 		ep.t.h.Deliver(ep.peer, env, Responder{ep: ep, id: env.CallId})
 	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
 		ep.t.h.Deliver(ep.peer, env, Responder{})
+	case ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
+		// The peer is shutting down: no new call goes to it, and this is
+		// the last request on the stream.
+		ep.t.peerLeaving(ep)
+		if err := ep.send(&granaryv1.Envelope{Kind: k}, time.Time{}); err != nil {
+			ep.t.log.Debug("answering a go-away failed", zap.String("peer", ep.peer), zap.Error(err))
+		}
+	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
+		ep.ackedOnce.Do(func() { close(ep.acked) })
 	default:
 		ep.t.log.Warn("dropped an envelope of a kind this end of the stream does not take",
 			zap.String("peer", ep.peer), zap.Stringer("kind", k), zap.Bool("dialled", ep.dialed))
@@ -420,6 +435,14 @@ func (ep *endpoint) pendingCount() int {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	return len(ep.pending)
+}
+
+// sendGoAway tells the dialling silo of an accepted endpoint that this
+// one is shutting down.
+func (ep *endpoint) sendGoAway() {
+	if err := ep.send(&granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY}, time.Time{}); err != nil {
+		ep.ackedOnce.Do(func() { close(ep.acked) }) // broken: nothing more arrives either
+	}
 }
 
 // A Responder answers one request that arrived on a stream. The zero

@@ -16,7 +16,8 @@ type MemNetwork struct {
 	down      map[string]bool
 	cut       map[[2]string]bool
 	conns     map[*memConn]bool
-	wg        sync.WaitGroup // Serve goroutines
+	wg        sync.WaitGroup             // Serve goroutines
+	served    map[string]*sync.WaitGroup // Serve goroutines by address
 }
 
 // NewMemNetwork returns an empty in-memory network.
@@ -26,6 +27,7 @@ func NewMemNetwork() *MemNetwork {
 		down:      map[string]bool{},
 		cut:       map[[2]string]bool{},
 		conns:     map[*memConn]bool{},
+		served:    map[string]*sync.WaitGroup{},
 	}
 }
 
@@ -104,6 +106,16 @@ func (n *MemNetwork) Streams() int {
 // Down can tell its streams apart.
 func (n *MemNetwork) From(addr string) Network { return memDialer{n: n, from: addr} }
 
+// waitFor waits for the Serve calls of the streams to addr.
+func (n *MemNetwork) waitFor(addr string) {
+	n.mu.Lock()
+	wg := n.served[addr]
+	n.mu.Unlock()
+	if wg != nil {
+		wg.Wait()
+	}
+}
+
 // Wait waits for the Serve calls of every stream, once they are all
 // closed.
 func (n *MemNetwork) Wait() { n.wg.Wait() }
@@ -139,10 +151,17 @@ func (d memDialer) Dial(ctx context.Context, addr string) (Conn, error) {
 	client := &memConn{n: n, from: d.from, to: addr, in: b2a, out: a2b, closed: closed, once: once}
 	server := &memConn{n: n, from: d.from, to: addr, in: a2b, out: b2a, closed: closed, once: once}
 	n.conns[client], n.conns[server] = true, true
+	wg := n.served[addr]
+	if wg == nil {
+		wg = new(sync.WaitGroup)
+		n.served[addr] = wg
+	}
 	n.wg.Add(1)
+	wg.Add(1)
 	n.mu.Unlock()
 	go func() {
 		defer n.wg.Done()
+		defer wg.Done()
 		t.Serve(server)
 		server.Close()
 	}()

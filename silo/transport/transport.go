@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -59,10 +60,12 @@ type Transport struct {
 	log   *zap.Logger
 	clock clockwork.Clock
 
-	mu       sync.Mutex
-	closed   bool
-	peers    map[string]*peer              // by member ID
-	accepted map[string]map[*endpoint]bool // streams peers dialled, by peer
+	mu        sync.Mutex
+	closed    bool
+	goingAway bool                          // GoAway was called: every accepted stream gets a GO_AWAY
+	peers     map[string]*peer              // by member ID
+	dialed    map[*endpoint]bool            // streams this silo dialled and not yet broken
+	accepted  map[string]map[*endpoint]bool // streams peers dialled, by peer
 
 	wg        sync.WaitGroup // dialled endpoints' goroutines and the sweeper
 	stopSweep chan struct{}
@@ -72,6 +75,9 @@ type Transport struct {
 type peer struct {
 	addr string
 	ep   *endpoint // the current dialled stream, or nil
+	// leaving: the peer said it is shutting down (GO_AWAY): calls to it
+	// are refused as not sent.
+	leaving bool
 	// The last failed dial, refused again at once until RedialBackoff
 	// has passed.
 	failedAt time.Time
@@ -99,6 +105,7 @@ func New(cfg Config, net Network, h Handler) (*Transport, error) {
 		log:       cfg.Logger,
 		clock:     cfg.Clock,
 		peers:     map[string]*peer{},
+		dialed:    map[*endpoint]bool{},
 		accepted:  map[string]map[*endpoint]bool{},
 		stopSweep: make(chan struct{}),
 	}
@@ -127,25 +134,30 @@ func (t *Transport) SetPeer(id, addr string) {
 	}
 }
 
-// RemovePeer forgets silo id: its streams close, and every call waiting
-// on it fails at once with Unavailable, naming why. Any goroutine.
-func (t *Transport) RemovePeer(id string, why string) {
+// RemovePeer forgets silo id, naming why: no new call goes to it. A peer
+// that failed (graceful false) has its streams closed, and every call
+// waiting on it fails at once with Unavailable. A peer that left
+// gracefully keeps its streams until it closes them: it answers what it
+// was sent before it goes. Any goroutine.
+func (t *Transport) RemovePeer(id string, why string, graceful bool) {
 	t.mu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)
 	var eps []*endpoint
-	for ep := range t.accepted[id] {
-		eps = append(eps, ep)
-	}
-	if p != nil && p.ep != nil {
-		eps = append(eps, p.ep)
+	if !graceful {
+		for ep := range t.accepted[id] {
+			eps = append(eps, ep)
+		}
+		if p != nil && p.ep != nil {
+			eps = append(eps, p.ep)
+		}
 	}
 	t.mu.Unlock()
 	err := status.Errorf(codes.Unavailable, "granary: silo %s is gone: %s", id, why)
 	for _, ep := range eps {
 		ep.fail(err)
 	}
-	if p != nil {
+	if p != nil && !graceful {
 		t.net.Forget(p.addr)
 	}
 }
@@ -187,7 +199,10 @@ func (t *Transport) endpointFor(id string) (*endpoint, error) {
 	}
 	p := t.peers[id]
 	if p == nil {
-		return nil, status.Errorf(codes.Unavailable, "granary: no route to silo %s: it is not a live member of the cluster", id)
+		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: no route to silo %s: it is not a live member of the cluster", id)}
+	}
+	if p.leaving {
+		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: silo %s is shutting down", id)}
 	}
 	if p.ep != nil {
 		return p.ep, nil
@@ -197,6 +212,7 @@ func (t *Transport) endpointFor(id string) (*endpoint, error) {
 	}
 	ep := newEndpoint(t, id, p.addr, true)
 	p.ep = ep
+	t.dialed[ep] = true
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -215,13 +231,22 @@ func (t *Transport) dialFailed(ep *endpoint) {
 	}
 }
 
-// detach forgets a broken endpoint, so the next call dials anew.
+// detach forgets a broken endpoint, so the next call dials anew. The
+// network forgets the address of a peer that was removed gracefully once
+// its last stream ends.
 func (t *Transport) detach(ep *endpoint) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if ep.dialed {
-		if p := t.peers[ep.peer]; p != nil && p.ep == ep {
+		delete(t.dialed, ep)
+		p := t.peers[ep.peer]
+		switch {
+		case p != nil && p.ep == ep:
 			p.ep = nil
+		case p == nil && !t.closed:
+			t.mu.Unlock() // a network may take its time to close a channel
+			t.net.Forget(ep.addr)
+			t.mu.Lock()
 		}
 		return
 	}
@@ -231,6 +256,47 @@ func (t *Transport) detach(ep *endpoint) {
 			delete(t.accepted, ep.peer)
 		}
 	}
+}
+
+// peerLeaving marks the peer of a dialled endpoint as shutting down.
+func (t *Transport) peerLeaving(ep *endpoint) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[ep.peer]; p != nil && p.addr == ep.addr {
+		p.leaving = true
+		if p.ep == ep {
+			p.ep = nil // the stream stays up for the responses
+		}
+	}
+}
+
+// GoAway tells every silo that dialled this one that it is shutting
+// down, and waits until each has answered: from then on no request
+// arrives, and the silo can finish what it has and close. Streams dialled
+// later get the same at once. It returns ctx's error if ctx ends first.
+// Any goroutine.
+func (t *Transport) GoAway(ctx context.Context) error {
+	t.mu.Lock()
+	t.goingAway = true
+	var eps []*endpoint
+	for _, m := range t.accepted {
+		for ep := range m {
+			eps = append(eps, ep)
+		}
+	}
+	t.mu.Unlock()
+	for _, ep := range eps {
+		ep.sendGoAway()
+	}
+	for _, ep := range eps {
+		select {
+		case <-ep.acked:
+		case <-ep.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // checkSize refuses an envelope larger than MaxMessageSize.
@@ -282,7 +348,11 @@ func (t *Transport) Serve(conn Conn) error {
 		t.accepted[ep.peer] = m
 	}
 	m[ep] = true
+	goingAway := t.goingAway
 	t.mu.Unlock()
+	if goingAway {
+		ep.sendGoAway()
+	}
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -316,11 +386,9 @@ func (t *Transport) sweep() {
 		}
 		now := t.clock.Now()
 		t.mu.Lock()
-		var eps []*endpoint
-		for _, p := range t.peers {
-			if p.ep != nil {
-				eps = append(eps, p.ep)
-			}
+		eps := make([]*endpoint, 0, len(t.dialed))
+		for ep := range t.dialed {
+			eps = append(eps, ep)
 		}
 		t.mu.Unlock()
 		for _, ep := range eps {
@@ -342,10 +410,8 @@ func (t *Transport) Close() error {
 	}
 	t.closed = true
 	var eps []*endpoint
-	for _, p := range t.peers {
-		if p.ep != nil {
-			eps = append(eps, p.ep)
-		}
+	for ep := range t.dialed {
+		eps = append(eps, ep)
 	}
 	for _, m := range t.accepted {
 		for ep := range m {
@@ -374,10 +440,8 @@ func (t *Transport) Stats() Stats {
 	t.mu.Lock()
 	st := Stats{Peers: len(t.peers)}
 	var eps []*endpoint
-	for _, p := range t.peers {
-		if p.ep != nil {
-			eps = append(eps, p.ep)
-		}
+	for ep := range t.dialed {
+		eps = append(eps, ep)
 	}
 	for _, m := range t.accepted {
 		st.Streams += len(m)

@@ -218,7 +218,7 @@ func TestRemovePeerFailsPendingAtOnce(t *testing.T) {
 	p := newPair(t, nil)
 	release := p.holdB()
 	ch := call(p.a, "b", "stuck", time.Time{})
-	p.a.RemovePeer("b", "membership declared it dead")
+	p.a.RemovePeer("b", "membership declared it dead", false)
 	r := wait(t, ch)
 	wantCode(t, r.err, codes.Unavailable, "membership declared it dead")
 	release()
@@ -474,5 +474,47 @@ func TestConfigValidate(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Field != tc.field || !strings.HasPrefix(err.Error(), "transport: config: "+tc.field) {
 			t.Errorf("%s: New = %v, want a ConfigError naming it", tc.field, err)
 		}
+	}
+}
+
+func TestGracefulRemovalAnswersPending(t *testing.T) {
+	p := newPair(t, nil)
+	release := p.holdB()
+	ch := call(p.a, "b", "in flight", time.Time{})
+	p.a.RemovePeer("b", "left", true)
+	r := wait(t, call(p.a, "b", "new", time.Time{}))
+	if !NotSent(r.err) {
+		t.Fatalf("a call to a peer that left = %v, want a NotSentError", r.err)
+	}
+	release()
+	if r := wait(t, ch); r.err != nil || string(r.env.Payload) != "in flight" {
+		t.Fatalf("the call in flight when its peer left = %v, %v; want its answer", r.env, r.err)
+	}
+}
+
+func TestGoAway(t *testing.T) {
+	p := newPair(t, nil)
+	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
+		t.Fatal(r.err)
+	}
+	release := p.holdB()
+	inFlight := call(p.a, "b", "in flight", time.Time{})
+	done := make(chan error, 1)
+	go func() { done <- p.b.GoAway(context.Background()) }()
+	release() // b's reader reads the request, then a's answer to the go-away
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("GoAway did not return once the dialling silo answered")
+	}
+	if r := wait(t, inFlight); r.err != nil || string(r.env.Payload) != "in flight" {
+		t.Fatalf("the call in flight at the go-away = %v, %v; want its answer", r.env, r.err)
+	}
+	r := wait(t, call(p.a, "b", "after", time.Time{}))
+	if !NotSent(r.err) || !strings.Contains(r.err.Error(), "shutting down") {
+		t.Fatalf("a call after the go-away = %v, want a NotSentError saying b is shutting down", r.err)
 	}
 }

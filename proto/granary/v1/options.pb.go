@@ -64,6 +64,11 @@ const (
 	// than random placement at the cost of reading load figures that the
 	// silos gossip.
 	Placement_PLACEMENT_ACTIVATION_COUNT Placement = 4
+	// A compatible silo chosen uniformly at random among those whose
+	// configuration lists the role named by the grain option silo_role.
+	// Keeps a type on the silos meant for it, such as those with a GPU or
+	// at the network's edge.
+	Placement_PLACEMENT_SILO_ROLE Placement = 5
 )
 
 // Enum value maps for Placement.
@@ -74,6 +79,7 @@ var (
 		2: "PLACEMENT_PREFER_LOCAL",
 		3: "PLACEMENT_HASH",
 		4: "PLACEMENT_ACTIVATION_COUNT",
+		5: "PLACEMENT_SILO_ROLE",
 	}
 	Placement_value = map[string]int32{
 		"PLACEMENT_UNSPECIFIED":      0,
@@ -81,6 +87,7 @@ var (
 		"PLACEMENT_PREFER_LOCAL":     2,
 		"PLACEMENT_HASH":             3,
 		"PLACEMENT_ACTIVATION_COUNT": 4,
+		"PLACEMENT_SILO_ROLE":        5,
 	}
 )
 
@@ -207,7 +214,11 @@ type GrainOptions struct {
 	// stateless_worker, and never negative.
 	MaxLocalWorkers int32 `protobuf:"varint,5,opt,name=max_local_workers,json=maxLocalWorkers,proto3" json:"max_local_workers,omitempty"`
 	// The form of the type's keys; see KeyKind.
-	KeyKind       KeyKind `protobuf:"varint,6,opt,name=key_kind,json=keyKind,proto3,enum=granary.v1.KeyKind" json:"key_kind,omitempty"`
+	KeyKind KeyKind `protobuf:"varint,6,opt,name=key_kind,json=keyKind,proto3,enum=granary.v1.KeyKind" json:"key_kind,omitempty"`
+	// The role a silo must list in its configuration to host new
+	// activations of the type. Required with PLACEMENT_SILO_ROLE and refused
+	// with any other placement; non-empty, printable, with no whitespace.
+	SiloRole      string `protobuf:"bytes,7,opt,name=silo_role,json=siloRole,proto3" json:"silo_role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -282,6 +293,13 @@ func (x *GrainOptions) GetKeyKind() KeyKind {
 		return x.KeyKind
 	}
 	return KeyKind_KEY_KIND_UNSPECIFIED
+}
+
+func (x *GrainOptions) GetSiloRole() string {
+	if x != nil {
+		return x.SiloRole
+	}
+	return ""
 }
 
 // MethodOptions are the per-method settings of a grain: set them on an rpc
@@ -413,25 +431,27 @@ var File_granary_v1_options_proto protoreflect.FileDescriptor
 const file_granary_v1_options_proto_rawDesc = "" +
 	"\n" +
 	"\x18granary/v1/options.proto\x12\n" +
-	"granary.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xaa\x02\n" +
+	"granary.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xc7\x02\n" +
 	"\fGrainOptions\x123\n" +
 	"\tplacement\x18\x01 \x01(\x0e2\x15.granary.v1.PlacementR\tplacement\x12\x1c\n" +
 	"\treentrant\x18\x02 \x01(\bR\treentrant\x12@\n" +
 	"\x0ecollection_age\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\rcollectionAge\x12)\n" +
 	"\x10stateless_worker\x18\x04 \x01(\bR\x0fstatelessWorker\x12*\n" +
 	"\x11max_local_workers\x18\x05 \x01(\x05R\x0fmaxLocalWorkers\x12.\n" +
-	"\bkey_kind\x18\x06 \x01(\x0e2\x13.granary.v1.KeyKindR\akeyKind\"\xa7\x01\n" +
+	"\bkey_kind\x18\x06 \x01(\x0e2\x13.granary.v1.KeyKindR\akeyKind\x12\x1b\n" +
+	"\tsilo_role\x18\a \x01(\tR\bsiloRole\"\xa7\x01\n" +
 	"\rMethodOptions\x12\x17\n" +
 	"\aone_way\x18\x01 \x01(\bR\x06oneWay\x12+\n" +
 	"\x11always_interleave\x18\x02 \x01(\bR\x10alwaysInterleave\x12\x1b\n" +
 	"\tread_only\x18\x03 \x01(\bR\breadOnly\x123\n" +
-	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout*\x8c\x01\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout*\xa5\x01\n" +
 	"\tPlacement\x12\x19\n" +
 	"\x15PLACEMENT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PLACEMENT_RANDOM\x10\x01\x12\x1a\n" +
 	"\x16PLACEMENT_PREFER_LOCAL\x10\x02\x12\x12\n" +
 	"\x0ePLACEMENT_HASH\x10\x03\x12\x1e\n" +
-	"\x1aPLACEMENT_ACTIVATION_COUNT\x10\x04*_\n" +
+	"\x1aPLACEMENT_ACTIVATION_COUNT\x10\x04\x12\x17\n" +
+	"\x13PLACEMENT_SILO_ROLE\x10\x05*_\n" +
 	"\aKeyKind\x12\x18\n" +
 	"\x14KEY_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKEY_KIND_STRING\x10\x01\x12\x12\n" +

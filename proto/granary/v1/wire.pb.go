@@ -49,6 +49,11 @@ const (
 	// A request to the receiving silo's directory partition; the answer is a
 	// RESPONSE carrying directory_reply.
 	EnvelopeKind_ENVELOPE_KIND_DIRECTORY EnvelopeKind = 5
+	// The accepting silo is shutting down: the dialling silo sends no new
+	// request on the stream, nor to that silo, and answers with a GO_AWAY
+	// of its own as the last request-direction envelope. The accepting
+	// silo answers what it received before that, then closes the stream.
+	EnvelopeKind_ENVELOPE_KIND_GO_AWAY EnvelopeKind = 6
 )
 
 // Enum value maps for EnvelopeKind.
@@ -60,6 +65,7 @@ var (
 		3: "ENVELOPE_KIND_ONE_WAY",
 		4: "ENVELOPE_KIND_RESPONSE",
 		5: "ENVELOPE_KIND_DIRECTORY",
+		6: "ENVELOPE_KIND_GO_AWAY",
 	}
 	EnvelopeKind_value = map[string]int32{
 		"ENVELOPE_KIND_UNSPECIFIED": 0,
@@ -68,6 +74,7 @@ var (
 		"ENVELOPE_KIND_ONE_WAY":     3,
 		"ENVELOPE_KIND_RESPONSE":    4,
 		"ENVELOPE_KIND_DIRECTORY":   5,
+		"ENVELOPE_KIND_GO_AWAY":     6,
 	}
 )
 
@@ -1030,14 +1037,15 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\x0e2\x16.granary.v1.SiloStatusR\x06status\x12 \n" +
 	"\vactivations\x18\x06 \x01(\x04R\vactivations\x12\x16\n" +
 	"\x06queued\x18\a \x01(\x04R\x06queued\x12!\n" +
-	"\fcluster_hash\x18\b \x01(\x06R\vclusterHash*\xb5\x01\n" +
+	"\fcluster_hash\x18\b \x01(\x06R\vclusterHash*\xd0\x01\n" +
 	"\fEnvelopeKind\x12\x1d\n" +
 	"\x19ENVELOPE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ENVELOPE_KIND_HELLO\x10\x01\x12\x19\n" +
 	"\x15ENVELOPE_KIND_REQUEST\x10\x02\x12\x19\n" +
 	"\x15ENVELOPE_KIND_ONE_WAY\x10\x03\x12\x1a\n" +
 	"\x16ENVELOPE_KIND_RESPONSE\x10\x04\x12\x1b\n" +
-	"\x17ENVELOPE_KIND_DIRECTORY\x10\x05*\x96\x01\n" +
+	"\x17ENVELOPE_KIND_DIRECTORY\x10\x05\x12\x19\n" +
+	"\x15ENVELOPE_KIND_GO_AWAY\x10\x06*\x96\x01\n" +
 	"\vDirectoryOp\x12\x1c\n" +
 	"\x18DIRECTORY_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DIRECTORY_OP_LOOKUP\x10\x01\x12\x19\n" +

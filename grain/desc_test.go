@@ -1,0 +1,90 @@
+package grain_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+)
+
+func TestPlacementString(t *testing.T) {
+	tests := []struct {
+		p    grain.Placement
+		want string
+	}{
+		{grain.PlacementDefault, "default"},
+		{grain.PlacementRandom, "random"},
+		{grain.PlacementPreferLocal, "prefer_local"},
+		{grain.PlacementHash, "hash"},
+		{grain.PlacementActivationCount, "activation_count"},
+		{grain.PlacementSiloRole, "silo_role"},
+		{grain.PlacementSiloRole + 1, "Placement(?)"},
+		{-1, "Placement(?)"},
+	}
+	for _, tt := range tests {
+		if got := tt.p.String(); got != tt.want {
+			t.Errorf("Placement(%d).String() = %q, want %q", int(tt.p), got, tt.want)
+		}
+	}
+	// The value is part of the contract with granary.v1.Placement, whose
+	// PLACEMENT_SILO_ROLE is 5.
+	if grain.PlacementSiloRole != 5 {
+		t.Errorf("PlacementSiloRole = %d, want 5", int(grain.PlacementSiloRole))
+	}
+}
+
+func TestRegisterOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		from grain.TypeOptions
+		opts []grain.RegisterOption
+		want grain.TypeOptions
+	}{
+		{
+			name: "silo role",
+			opts: []grain.RegisterOption{grain.WithSiloRole("edge")},
+			want: grain.TypeOptions{Placement: grain.PlacementSiloRole, SiloRole: "edge"},
+		},
+		{
+			name: "silo role replaces the proto's placement and role",
+			from: grain.TypeOptions{Placement: grain.PlacementSiloRole, SiloRole: "core", KeyKind: grain.KeyInt64},
+			opts: []grain.RegisterOption{grain.WithSiloRole("edge")},
+			want: grain.TypeOptions{Placement: grain.PlacementSiloRole, SiloRole: "edge", KeyKind: grain.KeyInt64},
+		},
+		{
+			name: "silo role after another placement",
+			from: grain.TypeOptions{Placement: grain.PlacementHash},
+			opts: []grain.RegisterOption{grain.WithSiloRole("edge")},
+			want: grain.TypeOptions{Placement: grain.PlacementSiloRole, SiloRole: "edge"},
+		},
+		{
+			name: "every option",
+			opts: []grain.RegisterOption{
+				grain.WithPlacement(grain.PlacementHash),
+				grain.WithReentrant(true),
+				grain.WithCallChainReentrancy(),
+				grain.WithCollectionAge(time.Minute),
+				grain.WithStatelessWorker(3),
+			},
+			want: grain.TypeOptions{
+				Placement:          grain.PlacementHash,
+				Reentrant:          true,
+				CallChainReentrant: true,
+				CollectionAge:      time.Minute,
+				StatelessWorker:    true,
+				MaxLocalWorkers:    3,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.from
+			for _, o := range tt.opts {
+				o(&got)
+			}
+			if got != tt.want {
+				t.Errorf("options %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}

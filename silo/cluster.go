@@ -1,0 +1,526 @@
+package silo
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/granaryio/granary/directory"
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/membership"
+	"github.com/granaryio/granary/silo/placement"
+	"github.com/granaryio/granary/silo/transport"
+	"go.uber.org/zap"
+)
+
+// ClusterConfig makes a silo a member of a cluster: it gossips with the
+// other silos, places grains over them, keeps its part of the grain
+// directory and carries calls to them. Start from DefaultClusterConfig.
+type ClusterConfig struct {
+	// Membership is the gossip configuration: cluster ID, seeds, gossip
+	// addresses, encryption key, failure detection. Its Name defaults to
+	// the silo's Name, its Types are the grain types registered on the
+	// silo, and its GRPCAddr defaults to the address of the silo's
+	// listener (with the gossip advertise or bind address as its host when
+	// the listener is bound to every interface).
+	Membership membership.Config
+
+	// GRPCListen is where the silo's gRPC server listens for the streams
+	// of other silos, host:port; port 0 picks a free port. Default
+	// ":7947".
+	GRPCListen string
+
+	// Transport sets the limits of the streams between silos. Its
+	// ClusterID and Self are filled in.
+	Transport transport.Config
+
+	// Directory configures this silo's part of the grain directory. Its
+	// Logger, Clock and Lost are filled in.
+	Directory directory.Config
+
+	// Placement picks the default placement strategy.
+	Placement placement.Config
+
+	// LoadReportInterval is how often the silo gossips its load (its
+	// activation count and queued turns) when it changed, for
+	// activation-count placement. Default 1 s.
+	LoadReportInterval time.Duration
+
+	// ShutdownGossipDelay is how long Stop waits after telling the
+	// cluster this silo is shutting down, before it hands its grains and
+	// directory ranges over: the time for the news to spread, so the
+	// other silos stop placing grains here and take over its directory
+	// ranges first. Default 500 ms.
+	ShutdownGossipDelay time.Duration
+
+	// The seams, for tests. NewMembership makes the membership service
+	// (default: memberlist); Listener accepts other silos' streams
+	// (default: a gRPC server on GRPCListen); Network dials them (default:
+	// gRPC).
+	NewMembership func(cfg membership.Config, onEvent func(membership.Event)) (membership.Service, error)
+	Listener      transport.Listener
+	Network       transport.Network
+}
+
+// DefaultClusterConfig returns a cluster configuration for a LAN, with
+// the cluster ID, seeds and addresses left to fill in.
+func DefaultClusterConfig() ClusterConfig {
+	return ClusterConfig{
+		Membership:          membership.DefaultLANConfig(),
+		GRPCListen:          ":7947",
+		Transport:           transport.DefaultConfig(),
+		Directory:           directory.DefaultConfig(),
+		Placement:           placement.DefaultConfig(),
+		LoadReportInterval:  time.Second,
+		ShutdownGossipDelay: 500 * time.Millisecond,
+	}
+}
+
+func (c *ClusterConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: "Cluster." + field, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case c.Membership.ClusterID == "":
+		return bad("Membership.ClusterID", "must not be empty")
+	case c.Listener == nil && c.GRPCListen == "":
+		return bad("GRPCListen", "must not be empty")
+	case c.LoadReportInterval <= 0:
+		return bad("LoadReportInterval", "%v must be positive", c.LoadReportInterval)
+	case c.ShutdownGossipDelay < 0:
+		return bad("ShutdownGossipDelay", "%v must not be negative", c.ShutdownGossipDelay)
+	}
+	if c.Listener == nil {
+		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
+			return bad("GRPCListen", "%q is not host:port: %v", c.GRPCListen, err)
+		}
+	}
+	return nil
+}
+
+// cluster is a silo's membership of a cluster: the view of the other
+// silos, the directory, placement and the transport.
+type cluster struct {
+	s      *Silo
+	cfg    ClusterConfig
+	log    *zap.Logger
+	self   string // this silo's member ID
+	mship  membership.Service
+	tport  *transport.Transport
+	lis    transport.Listener
+	net    transport.Network
+	dir    *directory.Directory
+	placer *placement.Placer
+
+	view atomic.Pointer[clusterView]
+
+	// viewMu serialises view changes: membership events, Start and Stop.
+	viewMu     sync.Mutex
+	members    map[string]membership.Member // the other live members
+	selfStatus membership.Status
+	active     []string // the last active list given to the directory
+
+	// inflight counts requests from other silos not yet answered and
+	// calls forwarded from here not yet answered: Stop waits for both
+	// before it leaves.
+	inflight atomic.Int64
+	drainMu  sync.Mutex
+	drained  chan struct{} // closed when inflight reaches 0 while draining
+
+	loadStop chan struct{}
+	loadDone chan struct{}
+	leaveErr error
+}
+
+// clusterView is an immutable snapshot of the live silos, for routing.
+type clusterView struct {
+	// hosts lists, per grain type, the active silos that host it, as
+	// placement candidates (this one included when it is active).
+	hosts map[string][]placement.Candidate
+	// known is every live member, whatever its status, this one included.
+	known map[string]bool
+}
+
+// startCluster joins the cluster. It is called by Start after the pool
+// runs; on error, everything it started is stopped again.
+func (s *Silo) startCluster(ctx context.Context) (err error) {
+	cfg := *s.cfg.Cluster
+	cl := &cluster{s: s, cfg: cfg, log: s.log, members: map[string]membership.Member{}}
+	defer func() {
+		if err != nil {
+			cl.close()
+		}
+	}()
+	tcfg := cfg.Transport
+	tcfg.ClusterID = cfg.Membership.ClusterID
+	if tcfg.Logger == nil {
+		tcfg.Logger = s.log.Named("transport")
+	}
+	if tcfg.Clock == nil {
+		tcfg.Clock = s.clock
+	}
+
+	cl.lis = cfg.Listener
+	if cl.lis == nil {
+		gl, err := transport.ListenGRPC(cfg.GRPCListen, tcfg)
+		if err != nil {
+			return fmt.Errorf("silo: cluster: listening on %s: %w", cfg.GRPCListen, err)
+		}
+		cl.lis = gl
+	}
+
+	mcfg := cfg.Membership
+	if mcfg.Name == "" {
+		mcfg.Name = s.cfg.Name
+	}
+	if mcfg.Logger == nil {
+		mcfg.Logger = s.log.Named("membership")
+	}
+	mcfg.Types = s.hostedTypes()
+	if mcfg.GRPCAddr == "" {
+		if mcfg.GRPCAddr, err = advertisedAddr(cl.lis.Addr(), mcfg); err != nil {
+			return err
+		}
+	}
+	newMembership := cfg.NewMembership
+	if newMembership == nil {
+		newMembership = func(cfg membership.Config, on func(membership.Event)) (membership.Service, error) {
+			return membership.New(cfg, on)
+		}
+	}
+	if cl.mship, err = newMembership(mcfg, cl.onEvent); err != nil {
+		return fmt.Errorf("silo: cluster: %w", err)
+	}
+	cl.self = cl.mship.Local().ID
+
+	tcfg.Self = cl.self
+	cl.net = cfg.Network
+	if cl.net == nil {
+		cl.net = transport.NewGRPCNetwork(tcfg)
+	}
+	if cl.tport, err = transport.New(tcfg, cl.net, cl); err != nil {
+		return fmt.Errorf("silo: cluster: %w", err)
+	}
+	dcfg := cfg.Directory
+	dcfg.Logger, dcfg.Clock, dcfg.Lost = s.log.Named("directory"), s.clock, cl.lost
+	if cl.dir, err = directory.New(dcfg, cl.self, cl); err != nil {
+		return fmt.Errorf("silo: cluster: %w", err)
+	}
+	if cl.placer, err = placement.New(cfg.Placement); err != nil {
+		return fmt.Errorf("silo: cluster: %w", err)
+	}
+	cl.view.Store(&clusterView{hosts: map[string][]placement.Candidate{}, known: map[string]bool{}})
+	s.cl = cl // requests may arrive once the listener serves
+
+	if err := cl.lis.Serve(cl.tport); err != nil {
+		return fmt.Errorf("silo: cluster: %w", err)
+	}
+	if err := cl.mship.Start(ctx); err != nil {
+		return fmt.Errorf("silo: cluster: joining: %w", err)
+	}
+	// Take the members known now, then become active.
+	cl.viewMu.Lock()
+	for _, m := range cl.mship.Members() {
+		if m.ID != cl.self {
+			cl.applyLocked(membership.Event{Kind: membership.EventJoined, Member: m})
+		}
+	}
+	cl.viewMu.Unlock()
+	if err := cl.mship.Update(func(m *membership.Member) { m.Status = membership.StatusActive }); err != nil {
+		return fmt.Errorf("silo: cluster: %w", err)
+	}
+	cl.viewMu.Lock()
+	cl.selfStatus = membership.StatusActive
+	cl.refreshLocked()
+	cl.viewMu.Unlock()
+
+	cl.loadStop, cl.loadDone = make(chan struct{}), make(chan struct{})
+	go cl.reportLoad()
+	cl.log.Info("silo joined the cluster", zap.String("member", cl.self), zap.String("grpc", mcfg.GRPCAddr),
+		zap.Int("members", len(cl.mship.Members())))
+	return nil
+}
+
+// advertisedAddr is the gRPC address other silos dial: the listener's,
+// with a dialable host when the listener is bound to every interface.
+func advertisedAddr(listen string, mcfg membership.Config) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("silo: cluster: listener address %q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen, nil
+	}
+	for _, h := range []string{mcfg.AdvertiseAddr, mcfg.BindAddr} {
+		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+			return net.JoinHostPort(h, port), nil
+		}
+	}
+	return "", &ConfigError{Field: "Cluster.Membership.GRPCAddr",
+		Reason: fmt.Sprintf("must be set: the gRPC listener %s is bound to every interface and neither AdvertiseAddr nor BindAddr names a host other silos can dial", listen)}
+}
+
+// hostedTypes lists the registered grain types.
+func (s *Silo) hostedTypes() []string {
+	ts := make([]string, 0, len(s.types))
+	for name := range s.types {
+		ts = append(ts, name)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+// onEvent takes a membership change. The membership's goroutine.
+func (cl *cluster) onEvent(ev membership.Event) {
+	cl.viewMu.Lock()
+	defer cl.viewMu.Unlock()
+	if cl.tport == nil || cl.dir == nil {
+		return // Start failed before the cluster was up
+	}
+	cl.applyLocked(ev)
+}
+
+// applyLocked applies a change of another member to the transport,
+// placement, the routing view and the directory. viewMu held.
+func (cl *cluster) applyLocked(ev membership.Event) {
+	m := ev.Member
+	if m.ID == cl.self {
+		return
+	}
+	gone := ev.Kind == membership.EventLeft || ev.Kind == membership.EventFailed
+	if gone {
+		delete(cl.members, m.ID)
+		cl.tport.RemovePeer(m.ID, ev.Kind.String(), ev.Kind == membership.EventLeft)
+		cl.placer.Forget(m.ID)
+	} else {
+		prev, had := cl.members[m.ID]
+		cl.members[m.ID] = m
+		cl.tport.SetPeer(m.ID, m.GRPCAddr)
+		cl.placer.LoadReported(m.ID, m.Activations)
+		if had && prev.Status == membership.StatusActive && m.Status != membership.StatusActive {
+			cl.log.Info("silo is shutting down", zap.String("member", m.ID))
+		}
+	}
+	cl.refreshLocked()
+	if gone {
+		cl.dir.SiloDead(m.ID)
+		cl.log.Info("silo left the cluster", zap.String("member", m.ID), zap.Stringer("how", ev.Kind))
+	}
+}
+
+// refreshLocked rebuilds the routing view and, when the active silos
+// changed, gives the directory its new ring. viewMu held.
+func (cl *cluster) refreshLocked() {
+	v := &clusterView{hosts: map[string][]placement.Candidate{}, known: map[string]bool{cl.self: true}}
+	var active []string
+	add := func(id string, m membership.Member) {
+		v.known[id] = true
+		if m.Status != membership.StatusActive {
+			return
+		}
+		active = append(active, id)
+		for _, typ := range m.Types {
+			v.hosts[typ] = append(v.hosts[typ], placement.Candidate{ID: id, Roles: m.Roles, Activations: m.Activations})
+		}
+	}
+	for id, m := range cl.members {
+		add(id, m)
+	}
+	local := cl.mship.Local()
+	local.Status = cl.selfStatus
+	add(cl.self, local)
+	cl.view.Store(v)
+	slices.Sort(active)
+	if slices.Equal(active, cl.active) {
+		return
+	}
+	cl.active = active
+	cl.dir.SetMembers(active, cl.s.registeredActivations())
+	for id, m := range cl.members {
+		if m.Status != membership.StatusActive {
+			cl.dir.InvalidateSilo(id)
+		}
+	}
+}
+
+// registeredActivations yields this silo's activations that hold their
+// directory entry, for the directory to register again where their
+// owner changed.
+func (s *Silo) registeredActivations() iter.Seq[directory.Item] {
+	self := s.cl.self
+	return func(yield func(directory.Item) bool) {
+		for _, t := range s.types {
+			if t.opts.StatelessWorker {
+				continue
+			}
+			ok := true
+			t.acts.Range(func(_, v any) bool {
+				a := v.(*activationRec)
+				if a.registered.Load() {
+					ok = yield(directory.Item{ID: a.id, Entry: directory.Entry{Silo: self, Activation: a.actID}})
+				}
+				return ok
+			})
+			if !ok {
+				return
+			}
+		}
+	}
+}
+
+// lost is the directory telling this silo that one of its activations
+// lost its entry to another: it deactivates, and the requests it holds go
+// to the winner.
+func (cl *cluster) lost(id grain.ID, local, winner directory.Entry) {
+	t := cl.s.types[id.Type]
+	if t == nil || local.Silo != cl.self {
+		return
+	}
+	v, ok := t.acts.Load(id.Key)
+	if !ok {
+		return
+	}
+	a := v.(*activationRec)
+	if a.actID != local.Activation {
+		return
+	}
+	cl.log.Warn("duplicate activation found; deactivating this one", zap.Stringer("grain", id),
+		zap.Uint64("activation", a.actID), zap.Stringer("winner", winner))
+	a.registered.Store(false) // its entry is the winner's: not to be unregistered
+	a.requestDeactivation(grain.DeactivateOperator)
+}
+
+// reportLoad gossips this silo's load when it changed.
+func (cl *cluster) reportLoad() {
+	defer close(cl.loadDone)
+	tk := cl.s.clock.NewTicker(cl.cfg.LoadReportInterval)
+	defer tk.Stop()
+	var last [2]uint64
+	for {
+		select {
+		case <-cl.loadStop:
+			return
+		case <-tk.Chan():
+		}
+		st := cl.s.Stats()
+		now := [2]uint64{uint64(st.Activations), uint64(st.Scheduler.QueuedGroups)}
+		if now == last {
+			continue
+		}
+		last = now
+		if err := cl.mship.Update(func(m *membership.Member) { m.Activations, m.Queued = now[0], now[1] }); err != nil {
+			cl.log.Debug("gossiping load failed", zap.Error(err))
+		}
+	}
+}
+
+// beginLeave tells the cluster this silo is shutting down and takes it
+// off its own ring, handing its directory ranges over. Stop calls it
+// before it deactivates the silo's grains.
+func (cl *cluster) beginLeave(ctx context.Context) {
+	if err := cl.mship.Update(func(m *membership.Member) { m.Status = membership.StatusShuttingDown }); err != nil {
+		cl.log.Warn("announcing shutdown failed", zap.Error(err))
+	}
+	if d := cl.cfg.ShutdownGossipDelay; d > 0 {
+		tm := time.NewTimer(d) // real time: gossip spreads in real time, whatever the silo's clock
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+		}
+		tm.Stop()
+	}
+	cl.viewMu.Lock()
+	cl.selfStatus = membership.StatusShuttingDown
+	cl.refreshLocked()
+	cl.viewMu.Unlock()
+}
+
+// finishLeave waits until no request is in flight through this silo,
+// leaves the cluster, tells every silo with a stream to this one to send
+// nothing more (answering what they sent before they heard), waits for
+// those requests too, and closes the streams. Stop calls it once the
+// silo's grains are deactivated.
+func (cl *cluster) finishLeave(ctx context.Context) error {
+	err := cl.drain(ctx)
+	if lerr := cl.mship.Leave(ctx); lerr != nil && err == nil {
+		err = fmt.Errorf("silo: cluster: leaving: %w", lerr)
+	}
+	if gerr := cl.tport.GoAway(ctx); gerr != nil && err == nil {
+		err = fmt.Errorf("silo: cluster: waiting for the other silos to stop sending: %w", gerr)
+	}
+	if err == nil {
+		err = cl.drain(ctx)
+	}
+	cl.close()
+	return err
+}
+
+// drain waits until no request is in flight through this silo.
+func (cl *cluster) drain(ctx context.Context) error {
+	cl.drainMu.Lock()
+	drained := make(chan struct{})
+	if cl.inflight.Load() == 0 {
+		close(drained)
+	} else {
+		cl.drained = drained
+	}
+	cl.drainMu.Unlock()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("silo: cluster: %d requests still in flight: %w", cl.inflight.Load(), ctx.Err())
+	}
+}
+
+// done counts one request through this silo as answered.
+func (cl *cluster) done() {
+	if cl.inflight.Add(-1) != 0 {
+		return
+	}
+	cl.drainMu.Lock()
+	if cl.drained != nil && cl.inflight.Load() == 0 {
+		close(cl.drained)
+		cl.drained = nil
+	}
+	cl.drainMu.Unlock()
+}
+
+// close stops everything the cluster runs, without a leave: the other
+// silos will find this one failed. Idempotent.
+func (cl *cluster) close() {
+	if cl.loadStop != nil {
+		select {
+		case <-cl.loadStop:
+		default:
+			close(cl.loadStop)
+		}
+		<-cl.loadDone
+	}
+	if cl.mship != nil {
+		cl.mship.Close()
+	}
+	if cl.tport != nil {
+		cl.tport.Close()
+	}
+	if cl.lis != nil {
+		cl.lis.Stop()
+	}
+	if g, ok := cl.net.(*transport.GRPCNetwork); ok && cl.cfg.Network == nil {
+		g.Close()
+	}
+}
+
+// Member returns this silo's member ID in its cluster, or "" for a silo
+// alone.
+func (s *Silo) Member() string {
+	if s.cl == nil {
+		return ""
+	}
+	return s.cl.self
+}

@@ -1,0 +1,266 @@
+package silo
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/membership"
+	"github.com/granaryio/granary/silo/transport"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// testCluster is silos in one process on an in-memory membership hub and
+// network, each hosting clusterProbe grains.
+type testCluster struct {
+	t     *testing.T
+	hub   *membership.Hub
+	net   *transport.MemNetwork
+	tweak func(*Config)
+
+	mu    sync.Mutex
+	silos map[string]*Silo // by name
+	// deactivated counts OnDeactivate calls per grain key.
+	deactivated map[string]int
+	told        map[string]int // one-way calls per grain key
+}
+
+type clusterOpt struct {
+	tweak func(*Config) // changes each silo's config
+}
+
+func newTestCluster(t *testing.T, names []string, o clusterOpt) *testCluster {
+	t.Helper()
+	tc := &testCluster{
+		t:           t,
+		hub:         membership.NewHub(),
+		net:         transport.NewMemNetwork(),
+		tweak:       o.tweak,
+		silos:       map[string]*Silo{},
+		deactivated: map[string]int{},
+		told:        map[string]int{},
+	}
+	t.Cleanup(tc.stopAll)
+	for _, n := range names {
+		tc.start(n)
+	}
+	return tc
+}
+
+// start starts a silo called name and waits until every silo sees it
+// active.
+func (tc *testCluster) start(name string) *Silo {
+	tc.t.Helper()
+	cfg := DefaultConfig()
+	cfg.Name = name
+	cc := DefaultClusterConfig()
+	cc.Membership.ClusterID = "test"
+	cc.ShutdownGossipDelay = 0
+	cc.LoadReportInterval = 50 * time.Millisecond
+	cc.Listener = tc.net.Listener(addrOf(name))
+	cc.Network = tc.net.From(addrOf(name))
+	cc.NewMembership = func(mc membership.Config, on func(membership.Event)) (membership.Service, error) {
+		return tc.hub.Member(mc, on), nil
+	}
+	cfg.Cluster = &cc
+	if testing.Verbose() {
+		cfg.Logger, _ = zap.NewDevelopment()
+	}
+	if tc.tweak != nil {
+		tc.tweak(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	factory := func(id grain.ID) *clusterProbe { return &clusterProbe{tc: tc, silo: name, id: id} }
+	if err := probe.RegisterProbeGrain(s, func(id grain.ID) probe.ProbeGrain { return factory(id) }); err != nil {
+		tc.t.Fatal(err)
+	}
+	if err := probe.RegisterWorkerProbeGrain(s, func(id grain.ID) probe.WorkerProbeGrain { return factory(id) }); err != nil {
+		tc.t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.mu.Lock()
+	tc.silos[name] = s
+	tc.mu.Unlock()
+	tc.waitConverged()
+	return s
+}
+
+// addrOf is the in-memory address of the silo called name.
+func addrOf(name string) string { return name + ":7947" }
+
+// silo returns the silo called name.
+func (tc *testCluster) silo(name string) *Silo {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	return tc.silos[name]
+}
+
+// live returns the running silos.
+func (tc *testCluster) live() []*Silo {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	var ss []*Silo
+	for _, s := range tc.silos {
+		ss = append(ss, s)
+	}
+	return ss
+}
+
+// waitConverged waits until every running silo's directory ring holds
+// exactly the running silos.
+func (tc *testCluster) waitConverged() {
+	tc.t.Helper()
+	waitFor(tc.t, "the silos to agree on the ring", func() bool {
+		ss := tc.live()
+		for _, s := range ss {
+			if s.cl.dir.Ring().Len() != len(ss) {
+				return false
+			}
+			for _, o := range ss {
+				if !s.cl.dir.Ring().Contains(o.cl.self) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// stop stops the silo called name gracefully.
+func (tc *testCluster) stop(name string) {
+	tc.t.Helper()
+	s := tc.remove(name)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		tc.t.Errorf("Stop %s: %v", name, err)
+	}
+}
+
+// kill ends the silo called name at once: the others see it fail and its
+// streams break, as a process killed would.
+func (tc *testCluster) kill(name string) {
+	tc.t.Helper()
+	s := tc.remove(name)
+	tc.net.Down(addrOf(name), true)
+	tc.hub.Kill(s.cl.self)
+	s.Close()
+}
+
+func (tc *testCluster) remove(name string) *Silo {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	s := tc.silos[name]
+	delete(tc.silos, name)
+	if s == nil {
+		tc.t.Fatalf("no silo %s", name)
+	}
+	return s
+}
+
+func (tc *testCluster) stopAll() {
+	for _, s := range tc.live() {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		if err := s.Stop(ctx); err != nil {
+			tc.t.Errorf("Stop %s: %v", s.cfg.Name, err)
+		}
+		cancel()
+	}
+	tc.net.Wait()
+}
+
+// call calls probe key from silo via, with a bounded context.
+func (tc *testCluster) call(via *Silo, key string, req *probe.Request) (*probe.Reply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if req == nil {
+		req = &probe.Request{}
+	}
+	return probe.NewProbeRef(via, key).Call(ctx, req)
+}
+
+// clusterProbe answers with where it runs: the silo's name in Text and
+// its activation ID. A request with a path calls the next key of the path
+// (through the grain's own Caller) and appends that reply's trace.
+type clusterProbe struct {
+	probe.UnimplementedProbeGrain
+	tc   *testCluster
+	silo string
+	id   grain.ID
+	n    int64
+}
+
+func (g *clusterProbe) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	g.n++
+	r := &probe.Reply{Text: g.silo, Activation: ctx.ActivationID(), N: g.n, Trace: []string{g.silo + ":" + g.id.Key}}
+	if v := grain.Header(ctx, "trace"); v != "" {
+		r.Trace = append(r.Trace, "header="+v)
+	}
+	if len(req.Path) > 0 {
+		next, err := probe.NewProbeRef(ctx.Caller(), req.Path[0]).Call(ctx, &probe.Request{Path: req.Path[1:], Tag: req.Tag})
+		if err != nil {
+			return nil, err
+		}
+		r.Trace = append(r.Trace, next.Trace...)
+	}
+	if req.Tag == "sleep" {
+		if err := ctx.Sleep(time.Duration(req.N)); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (g *clusterProbe) Read(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	return g.Call(ctx, req)
+}
+
+func (g *clusterProbe) Tell(ctx grain.Context, req *probe.Request) (*emptypb.Empty, error) {
+	g.tc.mu.Lock()
+	g.tc.told[g.id.Key]++
+	g.tc.mu.Unlock()
+	return &emptypb.Empty{}, nil
+}
+
+func (g *clusterProbe) OnDeactivate(ctx grain.Context, reason grain.DeactivationReason) error {
+	g.tc.mu.Lock()
+	g.tc.deactivated[g.id.Key]++
+	g.tc.mu.Unlock()
+	return nil
+}
+
+// where names an activation: silo and activation ID.
+func where(r *probe.Reply) string { return fmt.Sprintf("%s#%d", r.Text, r.Activation) }
+
+// keys returns n grain keys with prefix.
+func keys(prefix string, n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return ks
+}
+
+// joinErrs renders errors for a failure message.
+func joinErrs(errs []error) string {
+	var b strings.Builder
+	for i, err := range errs {
+		if i == 5 {
+			fmt.Fprintf(&b, "... and %d more", len(errs)-5)
+			break
+		}
+		fmt.Fprintf(&b, "\n\t%v", err)
+	}
+	return b.String()
+}

@@ -1,0 +1,283 @@
+package silo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestClusterCallsReachOneActivation: every grain called from every silo
+// of a cluster answers from one activation, and the grains spread over
+// the silos.
+func TestClusterCallsReachOneActivation(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{})
+	homes := map[string]string{}
+	perSilo := map[string]int{}
+	for _, k := range keys("g", 60) {
+		for _, via := range tc.live() {
+			r, err := tc.call(via, k, nil)
+			if err != nil {
+				t.Fatalf("calling %s from %s: %v", k, via.cfg.Name, err)
+			}
+			if h, ok := homes[k]; ok && h != where(r) {
+				t.Fatalf("%s answered from %s and from %s", k, h, where(r))
+			}
+			if _, ok := homes[k]; !ok {
+				perSilo[r.Text]++
+			}
+			homes[k] = where(r)
+		}
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if perSilo[name] < 5 {
+			t.Errorf("silo %s got %d of 60 grains (%v); random placement should spread them", name, perSilo[name], perSilo)
+		}
+	}
+}
+
+// TestClusterSingleActivation is Orleans' duplicate-activation test: 100
+// concurrent callers over 10 grains on 3 silos, and each grain answers
+// with exactly one activation.
+func TestClusterSingleActivation(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{})
+	silos := tc.live()
+	var (
+		mu    sync.Mutex
+		seen  = map[string]map[string]bool{}
+		errs  []error
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			k := fmt.Sprintf("dup%d", i%10)
+			r, err := tc.call(silos[i%len(silos)], k, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			if seen[k] == nil {
+				seen[k] = map[string]bool{}
+			}
+			seen[k][where(r)] = true
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed:%s", len(errs), joinErrs(errs))
+	}
+	for k, acts := range seen {
+		if len(acts) != 1 {
+			t.Errorf("%s answered from %d activations: %v", k, len(acts), acts)
+		}
+	}
+	if len(seen) != 10 {
+		t.Fatalf("answers for %d grains, want 10", len(seen))
+	}
+}
+
+// TestClusterChainAndHeadersCrossSilos: a grain calls grains on other
+// silos through its own Caller; headers travel with the calls.
+func TestClusterChainAndHeadersCrossSilos(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{})
+	ctx := grain.WithHeader(context.Background(), "trace", "t-7")
+	r, err := probe.NewProbeRef(tc.silo("a"), "p0").Call(ctx, &probe.Request{Path: []string{"p1", "p2", "p3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hops := 0
+	for _, tr := range r.Trace {
+		if tr == "header=t-7" {
+			hops++
+		}
+	}
+	if hops != 4 {
+		t.Fatalf("trace %q: want the header at all 4 grains", r.Trace)
+	}
+}
+
+// TestClusterDeadlockAcrossSilos: A calls B calls A, with A and B on
+// different silos: the call back to A fails at once as a deadlock
+// instead of waiting for its timeout.
+func TestClusterDeadlockAcrossSilos(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b"}, clusterOpt{})
+	// Find two grains on different silos.
+	home := map[string]string{}
+	var x, y string
+	for _, k := range keys("d", 40) {
+		r, err := tc.call(tc.silo("a"), k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		home[k] = r.Text
+	}
+	for k, h := range home {
+		for k2, h2 := range home {
+			if h != h2 && x == "" {
+				x, y = k, k2
+			}
+		}
+	}
+	if x == "" {
+		t.Fatalf("every grain landed on one silo: %v", home)
+	}
+	_, err := tc.call(tc.silo("a"), x, &probe.Request{Path: []string{y, x}})
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("A→B→A across silos = %v, want Aborted (deadlock)", err)
+	}
+}
+
+// TestClusterUnknownTypes: a type no silo hosts is NotFound; a type only
+// another silo hosts is reached through it.
+func TestClusterUnknownTypes(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b"}, clusterOpt{})
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	_, err := probe.NewIntProbeRef(tc.silo("a"), 7).Call(ctx, &probe.Request{})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("calling a type no silo hosts = %v, want NotFound", err)
+	}
+}
+
+// TestClusterStatelessWorkersStayLocal: a stateless worker runs on the
+// silo that calls it.
+func TestClusterStatelessWorkersStayLocal(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b"}, clusterOpt{})
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	for _, s := range tc.live() {
+		r, err := probe.NewWorkerProbeRef(s, "w").Call(ctx, &probe.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Text != s.cfg.Name {
+			t.Fatalf("a stateless worker called from %s ran on %s", s.cfg.Name, r.Text)
+		}
+	}
+}
+
+// TestClusterOneWay: one-way calls across silos arrive.
+func TestClusterOneWay(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b"}, clusterOpt{})
+	ctx := context.Background()
+	for _, k := range keys("t", 20) {
+		if _, err := probe.NewProbeRef(tc.silo("a"), k).Tell(ctx, &probe.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "20 one-way calls", func() bool {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		n := 0
+		for _, v := range tc.told {
+			n += v
+		}
+		return n == 20
+	})
+}
+
+// TestClusterKilledSiloGrainsComeBack: a silo dies without a word; once
+// the others declare it dead, its grains answer again from the
+// survivors.
+func TestClusterKilledSiloGrainsComeBack(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{})
+	var onC []string
+	for _, k := range keys("k", 60) {
+		r, err := tc.call(tc.silo("a"), k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Text == "c" {
+			onC = append(onC, k)
+		}
+	}
+	if len(onC) == 0 {
+		t.Fatal("no grain landed on c")
+	}
+	tc.kill("c")
+	tc.waitConverged()
+	for _, k := range onC {
+		r, err := tc.call(tc.silo("a"), k, nil)
+		if err != nil {
+			t.Fatalf("calling %s, which lived on the dead silo: %v", k, err)
+		}
+		if r.Text == "c" {
+			t.Fatalf("%s answered from the dead silo", k)
+		}
+	}
+}
+
+// TestClusterGracefulStopHandsGrainsOver: while one silo stops, callers
+// see no errors; its grains ran OnDeactivate and answer from the others.
+func TestClusterGracefulStopHandsGrainsOver(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{})
+	var onC []string
+	for _, k := range keys("s", 60) {
+		r, err := tc.call(tc.silo("a"), k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Text == "c" {
+			onC = append(onC, k)
+		}
+	}
+	stopped := make(chan struct{})
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, via := range []*Silo{tc.silo("a"), tc.silo("b")} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				for _, k := range onC {
+					if _, err := tc.call(via, k, nil); err != nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+				}
+				select {
+				case <-stopped:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	tc.stop("c")
+	close(stopped)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed while a silo stopped:%s", len(errs), joinErrs(errs))
+	}
+	tc.mu.Lock()
+	for _, k := range onC {
+		if tc.deactivated[k] == 0 {
+			t.Errorf("%s lived on the stopped silo but never ran OnDeactivate", k)
+		}
+	}
+	tc.mu.Unlock()
+	for _, k := range onC {
+		r, err := tc.call(tc.silo("a"), k, nil)
+		if err != nil || r.Text == "c" {
+			t.Fatalf("%s after the stop: %v from %q", k, err, r.GetText())
+		}
+	}
+	if errors.Is(nil, nil) != true {
+		t.Fatal("unreachable")
+	}
+}

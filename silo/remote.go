@@ -1,0 +1,481 @@
+package silo
+
+import (
+	"time"
+
+	"github.com/granaryio/granary/directory"
+	"github.com/granaryio/granary/grain"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/membership"
+	"github.com/granaryio/granary/silo/placement"
+	"github.com/granaryio/granary/silo/transport"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxForwards bounds how many times a call may be passed on from silo to
+// silo because its activation was elsewhere (a stale cache, a lost
+// registration, a silo shutting down) before it fails.
+const maxForwards = 2
+
+// directoryTimeout bounds a directory request to another silo.
+const directoryTimeout = 10 * time.Second
+
+// resolve routes a call whose grain has no activation on this silo: to
+// the silo the directory names, else to the silo placement picks. t is
+// nil when this silo does not host the type. The call's callee ownership
+// passes on with it.
+func (cl *cluster) resolve(c *call, t *grainType) {
+	if e, ok := cl.dir.CachedLookup(c.id); ok && e.Silo != cl.self {
+		cl.forward(e, c, false)
+		return
+	}
+	cl.dir.Lookup(c.id, func(e directory.Entry, found bool, err error) {
+		switch {
+		case err != nil && cl.retryLater(c, func() { cl.resolve(c, t) }):
+		case err != nil:
+			cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating %s: %v", c.id, status.Convert(err).Message()))
+		case found && e.Silo != cl.self:
+			cl.forward(e, c, false)
+		case found && cl.holds(c.id, t, e.Activation):
+			// Made here since the call missed the catalog.
+			c.placedHere = true
+			cl.s.route(nil, c)
+		default:
+			if found {
+				// The entry names an activation of this silo that is
+				// gone: its unregistration is late or was lost. (An
+				// activation is in the catalog before it registers.)
+				cl.dir.Invalidate(c.id, e)
+				cl.dir.Unregister(c.id, e)
+			}
+			cl.place(c, t)
+		}
+	})
+}
+
+// maxDirectoryRetries bounds how often a call retries a directory request
+// that failed while the silos' views of the ring disagreed.
+const maxDirectoryRetries = 5
+
+// retryLater runs retry after a short backoff, unless the call has used
+// its retries or its deadline would pass first; it reports whether it
+// will. Directory requests fail while a membership change spreads (the
+// silos' rings disagree) and succeed once it has.
+func (cl *cluster) retryLater(c *call, retry func()) bool {
+	if c.retries >= maxDirectoryRetries || cl.s.stopping.Load() && c.raw == nil {
+		return false
+	}
+	d := 5 * time.Millisecond << c.retries
+	if cl.s.since()+d >= c.due {
+		return false
+	}
+	c.retries++
+	cl.s.clock.AfterFunc(d, retry)
+	return true
+}
+
+// holds reports whether activation actID of grain id is in this silo's
+// catalog.
+func (cl *cluster) holds(id grain.ID, t *grainType, actID uint64) bool {
+	if t == nil {
+		return false
+	}
+	v, ok := t.acts.Load(id.Key)
+	return ok && v.(*activationRec).actID == actID
+}
+
+// place picks a silo for a grain that has no activation anywhere and
+// sends the call there, or activates the grain here.
+func (cl *cluster) place(c *call, t *grainType) {
+	v := cl.view.Load()
+	req := placement.Request{Grain: c.id, Local: cl.self, Candidates: v.hosts[c.id.Type]}
+	if t != nil {
+		req.Strategy, req.Role = strategyOf(t.opts)
+		for _, cand := range req.Candidates {
+			if cand.ID == cl.self {
+				req.LocalHosts = true
+			}
+		}
+	}
+	to, err := cl.placer.Place(req)
+	if err != nil {
+		if status.Code(err) == codes.Unavailable && len(req.Candidates) == 0 && t == nil {
+			err = unknownType(c.id)
+		}
+		cl.s.fail(nil, c, err)
+		return
+	}
+	if to == cl.self {
+		c.placedHere = true
+		cl.s.route(nil, c)
+		return
+	}
+	cl.placer.Placed(to)
+	cl.forward(directory.Entry{Silo: to}, c, true)
+}
+
+// strategyOf maps a type's options onto a placement strategy.
+func strategyOf(o grain.TypeOptions) (placement.Strategy, string) {
+	switch {
+	case o.StatelessWorker:
+		return placement.StatelessWorker, ""
+	case o.Placement == grain.PlacementSiloRole:
+		return placement.SiloRole, o.SiloRole
+	}
+	return placement.Strategy(o.Placement), "" // the first five agree
+}
+
+// forward sends a call to the silo that has, or is to have, its
+// activation: the directory entry via names it (with no activation when
+// placement chose the silo: placed). The reply settles the call. A
+// failure to reach the silo drops the cached entry that sent the call
+// there; a call that never left is routed again, and the entry, which
+// names a silo that is gone or going, is unregistered first.
+func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
+	to := via.Silo
+	if c.raw != nil {
+		c.hops++ // passed on by a silo it was sent to
+	}
+	if c.hops > maxForwards {
+		cl.s.fail(nil, c, status.Errorf(codes.Unavailable,
+			"granary: %s: the call was passed between silos %d times without finding the activation (the cluster is changing; retry)", c.id, c.hops))
+		return
+	}
+	env, err := cl.envelope(c, placed)
+	if err != nil {
+		cl.s.fail(nil, c, err)
+		return
+	}
+	if c.oneWay {
+		if err := cl.tport.Send(to, env, c.deadline()); err != nil {
+			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.id), zap.String("to", to), zap.Error(err))
+		}
+		c.release()
+		return
+	}
+	cl.inflight.Add(1)
+	cl.tport.Call(to, env, c.deadline(), func(resp *granaryv1.Envelope, err error) {
+		defer cl.done()
+		if err != nil {
+			cl.dir.Invalidate(c.id, directory.Entry{})
+			if transport.NotSent(err) && c.retries < maxDirectoryRetries {
+				// It never left: look again. The unregistration reaches
+				// the entry's owner before the lookup that follows it.
+				c.retries++
+				if via.Activation != 0 {
+					cl.dir.Unregister(c.id, via)
+				}
+				c.placedHere = false
+				cl.s.route(nil, c)
+				return
+			}
+			cl.s.fail(nil, c, err)
+			return
+		}
+		if resp.ActivationSilo != to {
+			cl.dir.Invalidate(c.id, directory.Entry{}) // it was passed on
+		}
+		c.servedBy = resp.ActivationSilo
+		if code := codes.Code(resp.Code); code != codes.OK {
+			cl.s.fail(nil, c, status.Error(code, resp.Message))
+			return
+		}
+		out := c.method.NewResponse()
+		if err := proto.Unmarshal(resp.Payload, out); err != nil {
+			cl.s.fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of %s.%s from silo %s does not decode: %v", c.id, c.method.Name, to, err))
+			return
+		}
+		c.settle(nil, out, nil)
+		c.release()
+	})
+}
+
+// envelope encodes a call for another silo.
+func (cl *cluster) envelope(c *call, placed bool) (*granaryv1.Envelope, error) {
+	env := &granaryv1.Envelope{
+		Kind:        granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST,
+		GrainType:   c.id.Type,
+		GrainKey:    c.id.Key,
+		Method:      c.method.Name,
+		MethodIndex: uint32(c.method.Index),
+		Hops:        c.hops,
+		Placed:      placed,
+	}
+	if c.oneWay {
+		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
+	}
+	switch {
+	case c.raw != nil:
+		env.Payload = c.raw // relayed as it came
+	case c.req != nil:
+		b, err := proto.Marshal(c.req)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.id, c.method.Name, err)
+		}
+		env.Payload = b
+	}
+	left := c.due - cl.s.since()
+	if left <= 0 {
+		return nil, deadlineError(c)
+	}
+	env.TimeoutNanos = int64(left)
+	if c.headers != nil {
+		kv := grain.AppendHeaders(nil, c.headers)
+		env.Headers = make([]*granaryv1.Header, 0, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			env.Headers = append(env.Headers, &granaryv1.Header{Key: kv[i], Value: kv[i+1]})
+		}
+	}
+	for l := c.chain; l != nil; l = l.next {
+		if l.remote != nil {
+			env.Chain = append(env.Chain, l.remote)
+			continue
+		}
+		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.self, Activation: l.act.actID, Seq: l.seq, Grain: l.act.id.String()})
+	}
+	return env, nil
+}
+
+// Deliver takes an envelope from another silo: a directory request, or
+// a call, which is routed here as a local call would be. The stream's
+// reader goroutine; it does not block.
+func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
+	if env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY {
+		cl.handleDirectory(from, env, r)
+		return
+	}
+	s := cl.s
+	refuse := func(code codes.Code, format string, args ...any) {
+		if r.Expects() {
+			r.Reply(&granaryv1.Envelope{Code: uint32(code), Message: status.Errorf(code, format, args...).Error()})
+		} else {
+			cl.log.Warn("dropped a one-way call from another silo", zap.String("from", from), zap.Error(status.Errorf(code, format, args...)))
+		}
+	}
+	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
+	t := s.types[env.GrainType]
+	if t == nil {
+		refuse(codes.NotFound, "granary: silo %s does not host grain type %q", cl.self, env.GrainType)
+		return
+	}
+	idx := int(env.MethodIndex)
+	if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
+		refuse(codes.NotFound, "granary: grain type %s has no method %q at index %d", env.GrainType, env.Method, env.MethodIndex)
+		return
+	}
+	if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
+		refuse(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
+		return
+	}
+	if len(env.Chain) >= s.cfg.MaxCallChain {
+		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
+		return
+	}
+	oneWay := !r.Expects()
+	refs := int32(2)
+	if oneWay {
+		refs = 1
+	}
+	c := s.newCall(refs)
+	c.id, c.method, c.raw, c.oneWay = id, &t.desc.Methods[idx], env.Payload, oneWay
+	if c.raw == nil {
+		c.raw = []byte{}
+	}
+	timeout := time.Duration(env.TimeoutNanos)
+	if timeout <= 0 {
+		timeout = s.cfg.ResponseTimeout
+	}
+	c.due = s.since() + timeout
+	if len(env.Headers) > 0 {
+		kv := make([]string, 0, 2*len(env.Headers))
+		for _, h := range env.Headers {
+			kv = append(kv, h.Key, h.Value)
+		}
+		c.headers = grain.HeadersFromPairs(kv)
+	}
+	c.chain, c.depth = cl.chainFrom(env.Chain), len(env.Chain)
+	c.hops = env.Hops
+	if env.Placed {
+		c.placedHere = true
+	}
+	if !oneWay {
+		c.waiter, c.responder = remoteWaiter, r
+		cl.inflight.Add(1)
+	}
+	s.route(nil, c)
+}
+
+// chainFrom rebuilds a call chain that came from another silo: links to
+// this silo's activations point at them again, so that admission sees a
+// chain that comes back here.
+func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *chainLink {
+	var head, tail *chainLink
+	for _, pl := range links {
+		l := &chainLink{seq: pl.Seq, remote: pl}
+		if pl.Silo == cl.self {
+			if id, err := grain.ParseID(pl.Grain); err == nil {
+				if t := cl.s.types[id.Type]; t != nil {
+					if v, ok := t.acts.Load(id.Key); ok && v.(*activationRec).actID == pl.Activation {
+						l.act, l.remote = v.(*activationRec), nil
+					}
+				}
+			}
+		}
+		if head == nil {
+			head = l
+		} else {
+			tail.next = l
+		}
+		tail = l
+	}
+	return head
+}
+
+// reply answers a call that came from another silo; settle calls it once
+// the outcome is in.
+func (cl *cluster) reply(c *call) {
+	defer cl.done()
+	resp := &granaryv1.Envelope{ActivationSilo: cl.self}
+	if c.servedBy != "" {
+		resp.ActivationSilo = c.servedBy
+	}
+	switch {
+	case c.err != nil:
+		st := status.Convert(c.err)
+		resp.Code, resp.Message = uint32(st.Code()), st.Message()
+	case c.resp != nil:
+		b, err := proto.Marshal(c.resp)
+		if err != nil {
+			resp.Code, resp.Message = uint32(codes.Internal), "granary: encoding the reply: "+err.Error()
+		} else {
+			resp.Payload = b
+		}
+	}
+	c.responder.Reply(resp)
+}
+
+// Send carries a directory request to another silo: the directory's
+// Sender.
+func (cl *cluster) Send(to string, req *directory.Request, done func(*directory.Response, error)) {
+	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY, Directory: dirRequestToProto(req)}
+	cl.tport.Call(to, env, cl.s.clock.Now().Add(directoryTimeout), func(resp *granaryv1.Envelope, err error) {
+		switch {
+		case err != nil:
+			done(nil, err)
+		case codes.Code(resp.Code) != codes.OK:
+			done(nil, status.Error(codes.Code(resp.Code), resp.Message))
+		default:
+			done(dirResponseFromProto(resp.DirectoryReply), nil)
+		}
+	})
+}
+
+// handleDirectory serves a directory request from another silo.
+func (cl *cluster) handleDirectory(from string, env *granaryv1.Envelope, r transport.Responder) {
+	if !r.Expects() {
+		return
+	}
+	req, err := dirRequestFromProto(env.Directory)
+	if err != nil {
+		st := status.Convert(err)
+		r.Reply(&granaryv1.Envelope{Code: uint32(st.Code()), Message: st.Message()})
+		return
+	}
+	cl.inflight.Add(1) // it may be passed on: a leaving silo waits for it
+	cl.dir.Handle(from, req, func(resp *directory.Response, err error) {
+		defer cl.done()
+		if err != nil {
+			st := status.Convert(err)
+			r.Reply(&granaryv1.Envelope{Code: uint32(st.Code()), Message: st.Message()})
+			return
+		}
+		r.Reply(&granaryv1.Envelope{DirectoryReply: dirResponseToProto(resp)})
+	})
+}
+
+func dirRequestToProto(req *directory.Request) *granaryv1.DirectoryRequest {
+	out := &granaryv1.DirectoryRequest{Op: granaryv1.DirectoryOp(req.Op), Hops: uint32(req.Hops)}
+	for _, it := range req.Items {
+		out.Entries = append(out.Entries, entryToProto(it.ID, it.Entry))
+	}
+	return out
+}
+
+func dirRequestFromProto(pr *granaryv1.DirectoryRequest) (*directory.Request, error) {
+	if pr == nil {
+		return nil, status.Error(codes.InvalidArgument, "granary: a directory envelope without a request")
+	}
+	if pr.Hops > 64 {
+		return nil, status.Errorf(codes.InvalidArgument, "granary: a directory request with %d hops", pr.Hops)
+	}
+	req := &directory.Request{Op: directory.Op(pr.Op), Hops: int(pr.Hops), Items: make([]directory.Item, 0, len(pr.Entries))}
+	for _, e := range pr.Entries {
+		req.Items = append(req.Items, directory.Item{ID: grain.ID{Type: e.GrainType, Key: e.GrainKey}, Entry: directory.Entry{Silo: e.Silo, Activation: e.Activation}})
+	}
+	return req, nil
+}
+
+func dirResponseToProto(resp *directory.Response) *granaryv1.DirectoryResponse {
+	out := &granaryv1.DirectoryResponse{Found: resp.Found}
+	if !resp.Entry.IsZero() {
+		out.Entry = &granaryv1.DirectoryEntry{Silo: resp.Entry.Silo, Activation: resp.Entry.Activation}
+	}
+	for i, it := range resp.Rejected {
+		out.Rejected = append(out.Rejected, entryToProto(it.ID, it.Entry))
+		if i < len(resp.Winners) {
+			out.Winners = append(out.Winners, &granaryv1.DirectoryEntry{Silo: resp.Winners[i].Silo, Activation: resp.Winners[i].Activation})
+		}
+	}
+	return out
+}
+
+func dirResponseFromProto(pr *granaryv1.DirectoryResponse) *directory.Response {
+	resp := &directory.Response{Found: pr.GetFound()}
+	if e := pr.GetEntry(); e != nil {
+		resp.Entry = directory.Entry{Silo: e.Silo, Activation: e.Activation}
+	}
+	for i, e := range pr.GetRejected() {
+		resp.Rejected = append(resp.Rejected, directory.Item{ID: grain.ID{Type: e.GrainType, Key: e.GrainKey}, Entry: directory.Entry{Silo: e.Silo, Activation: e.Activation}})
+		var w directory.Entry
+		if i < len(pr.GetWinners()) {
+			w = directory.Entry{Silo: pr.Winners[i].Silo, Activation: pr.Winners[i].Activation}
+		}
+		resp.Winners = append(resp.Winners, w)
+	}
+	return resp
+}
+
+func entryToProto(id grain.ID, e directory.Entry) *granaryv1.DirectoryEntry {
+	return &granaryv1.DirectoryEntry{GrainType: id.Type, GrainKey: id.Key, Silo: e.Silo, Activation: e.Activation}
+}
+
+// register records a new activation in the directory before it starts:
+// the first registration of a grain wins, and an activation that loses
+// never runs, and sends the requests it holds to the winner.
+func (cl *cluster) register(a *activationRec) {
+	mine := directory.Entry{Silo: cl.self, Activation: a.actID}
+	cl.dir.Register(a.id, mine, func(winner directory.Entry, err error) {
+		switch {
+		case err != nil && a.retries < maxDirectoryRetries && !cl.s.stopping.Load():
+			a.retries++
+			cl.s.clock.AfterFunc(5*time.Millisecond<<a.retries, func() { cl.register(a) })
+		case err != nil:
+			a.abandon(directory.Entry{}, status.Errorf(codes.Unavailable, "granary: registering %s in the directory: %s", a.id, status.Convert(err).Message()))
+		case winner == mine:
+			a.registered.Store(true)
+			cl.s.startActivation(a)
+		default:
+			a.abandon(winner, nil)
+		}
+	})
+}
+
+// isActive reports whether this silo takes new activations.
+func (cl *cluster) isActive() bool {
+	cl.viewMu.Lock()
+	defer cl.viewMu.Unlock()
+	return cl.selfStatus == membership.StatusActive
+}

@@ -1,0 +1,101 @@
+package transport
+
+import (
+	"errors"
+	"net"
+	"sync"
+
+	"google.golang.org/grpc"
+)
+
+// A Listener is where a silo accepts the streams of other silos.
+type Listener interface {
+	// Addr is the address other silos dial.
+	Addr() string
+	// Serve starts handing accepted streams to t. Once only.
+	Serve(t *Transport) error
+	// Stop stops accepting, ends the accepted streams and waits for their
+	// Serve calls. Idempotent.
+	Stop()
+}
+
+// GRPCListener serves silo streams on a gRPC server of its own.
+type GRPCListener struct {
+	lis  net.Listener
+	srv  *grpc.Server
+	done chan struct{} // closed when the server's Serve returns
+
+	mu              sync.Mutex
+	served, stopped bool
+}
+
+// ListenGRPC listens on addr ("host:port"; port 0 picks a free one) with a
+// gRPC server whose options fit cfg, plus opts (credentials, say).
+// Register other services on Server before Serve.
+func ListenGRPC(addr string, cfg Config, opts ...grpc.ServerOption) (*GRPCListener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := grpc.NewServer(append(ServerOptions(cfg), opts...)...)
+	return &GRPCListener{lis: lis, srv: srv, done: make(chan struct{})}, nil
+}
+
+// Addr returns the address the listener is bound to.
+func (l *GRPCListener) Addr() string { return l.lis.Addr().String() }
+
+// Server returns the gRPC server, for registering other services.
+func (l *GRPCListener) Server() *grpc.Server { return l.srv }
+
+// Serve registers the silo stream service for t and starts serving.
+func (l *GRPCListener) Serve(t *Transport) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped || l.served {
+		return errors.New("transport: Serve after Stop, or twice")
+	}
+	l.served = true
+	RegisterGRPC(l.srv, t)
+	go func() {
+		defer close(l.done)
+		l.srv.Serve(l.lis)
+	}()
+	return nil
+}
+
+// Stop stops the server, which ends every stream, and waits for it.
+func (l *GRPCListener) Stop() {
+	l.mu.Lock()
+	first, served := !l.stopped, l.served
+	l.stopped = true
+	l.mu.Unlock()
+	if first {
+		l.srv.Stop()
+		if !served {
+			l.lis.Close()
+		}
+	}
+	if served {
+		<-l.done
+	}
+}
+
+// Listener returns a Listener at addr on the in-memory network.
+func (n *MemNetwork) Listener(addr string) Listener { return &memListener{n: n, addr: addr} }
+
+type memListener struct {
+	n    *MemNetwork
+	addr string
+}
+
+func (l *memListener) Addr() string { return l.addr }
+
+func (l *memListener) Serve(t *Transport) error {
+	l.n.Listen(l.addr, t)
+	return nil
+}
+
+func (l *memListener) Stop() {
+	l.n.Unlisten(l.addr)
+	l.n.waitFor(l.addr)
+}
