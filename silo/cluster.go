@@ -134,7 +134,6 @@ type cluster struct {
 
 	loadStop chan struct{}
 	loadDone chan struct{}
-	leaveErr error
 }
 
 // clusterView is an immutable snapshot of the live silos, for routing.

@@ -6,7 +6,6 @@ import (
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
-	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/placement"
 	"github.com/granaryio/granary/silo/transport"
 	"go.uber.org/zap"
@@ -471,11 +470,4 @@ func (cl *cluster) register(a *activationRec) {
 			a.abandon(winner, nil)
 		}
 	})
-}
-
-// isActive reports whether this silo takes new activations.
-func (cl *cluster) isActive() bool {
-	cl.viewMu.Lock()
-	defer cl.viewMu.Unlock()
-	return cl.selfStatus == membership.StatusActive
 }
