@@ -205,7 +205,7 @@ func TestOneWay(t *testing.T) {
 
 // waitFor polls cond until it holds, failing after defaultTestTimeout.
 // For conditions no event announces, such as counters settling.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(defaultTestTimeout)
 	for !cond() {

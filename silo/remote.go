@@ -1,6 +1,7 @@
 package silo
 
 import (
+	"sync"
 	"time"
 
 	"github.com/granaryio/granary/directory"
@@ -143,20 +144,21 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 			"granary: %s: the call was passed between silos %d times without finding the activation (the cluster is changing; retry)", c.id, c.hops))
 		return
 	}
-	env, err := cl.envelope(c, placed)
-	if err != nil {
+	o := newOutgoing()
+	defer o.free()
+	if err := cl.envelope(c, placed, o); err != nil {
 		cl.s.fail(nil, c, err)
 		return
 	}
 	if c.oneWay {
-		if err := cl.tport.Send(to, env, c.deadline()); err != nil {
+		if err := cl.tport.Send(to, o.env, c.deadline()); err != nil {
 			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.id), zap.String("to", to), zap.Error(err))
 		}
 		c.release()
 		return
 	}
 	cl.inflight.Add(1)
-	cl.tport.Call(to, env, c.deadline(), func(resp *granaryv1.Envelope, err error) {
+	cl.tport.Call(to, o.env, c.deadline(), func(resp *granaryv1.Envelope, err error) {
 		defer cl.done()
 		if err != nil {
 			cl.dir.Invalidate(c.id, directory.Entry{})
@@ -174,10 +176,11 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 			cl.s.fail(nil, c, err)
 			return
 		}
-		if resp.ActivationSilo != to {
+		c.servedBy = to
+		if resp.ActivationSilo != "" && resp.ActivationSilo != to {
 			cl.dir.Invalidate(c.id, directory.Entry{}) // it was passed on
+			c.servedBy = resp.ActivationSilo
 		}
-		c.servedBy = resp.ActivationSilo
 		if code := codes.Code(resp.Code); code != codes.OK {
 			cl.s.fail(nil, c, status.Error(code, resp.Message))
 			return
@@ -192,33 +195,63 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 	})
 }
 
-// envelope encodes a call for another silo.
-func (cl *cluster) envelope(c *call, placed bool) (*granaryv1.Envelope, error) {
-	env := &granaryv1.Envelope{
-		Kind:        granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST,
-		GrainType:   c.id.Type,
-		GrainKey:    c.id.Key,
-		Method:      c.method.Name,
-		MethodIndex: uint32(c.method.Index),
-		Hops:        c.hops,
-		Placed:      placed,
+// Envelopes and payload buffers for outgoing calls and replies: the
+// transport encodes an envelope before Call, Send or Reply returns, so
+// both go back to their pools at once.
+var (
+	envPool = sync.Pool{New: func() any { return new(granaryv1.Envelope) }}
+	bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+)
+
+// outgoing is an envelope being sent and the buffer its payload was
+// encoded into.
+type outgoing struct {
+	env *granaryv1.Envelope
+	buf *[]byte
+}
+
+func newOutgoing() outgoing {
+	return outgoing{env: envPool.Get().(*granaryv1.Envelope), buf: bufPool.Get().(*[]byte)}
+}
+
+// encode marshals m into the buffer as the envelope's payload.
+func (o outgoing) encode(m proto.Message) error {
+	b, err := proto.MarshalOptions{}.MarshalAppend((*o.buf)[:0], m)
+	*o.buf = b
+	o.env.Payload = b
+	return err
+}
+
+// free returns the envelope and buffer to their pools.
+func (o outgoing) free() {
+	proto.Reset(o.env)
+	envPool.Put(o.env)
+	if cap(*o.buf) <= 64<<10 {
+		bufPool.Put(o.buf)
 	}
+}
+
+// envelope encodes a call for another silo into o.
+func (cl *cluster) envelope(c *call, placed bool, o outgoing) error {
+	env := o.env
+	env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
 	if c.oneWay {
 		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
 	}
+	env.GrainType, env.GrainKey = c.id.Type, c.id.Key
+	env.Method, env.MethodIndex = c.method.Name, uint32(c.method.Index)
+	env.Hops, env.Placed = c.hops, placed
 	switch {
 	case c.raw != nil:
 		env.Payload = c.raw // relayed as it came
 	case c.req != nil:
-		b, err := proto.Marshal(c.req)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.id, c.method.Name, err)
+		if err := o.encode(c.req); err != nil {
+			return status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.id, c.method.Name, err)
 		}
-		env.Payload = b
 	}
 	left := c.due - cl.s.since()
 	if left <= 0 {
-		return nil, deadlineError(c)
+		return deadlineError(c)
 	}
 	env.TimeoutNanos = int64(left)
 	if c.headers != nil {
@@ -235,7 +268,7 @@ func (cl *cluster) envelope(c *call, placed bool) (*granaryv1.Envelope, error) {
 		}
 		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.self, Activation: l.act.actID, Seq: l.seq, Grain: l.act.id.String()})
 	}
-	return env, nil
+	return nil
 }
 
 // Deliver takes an envelope from another silo: a directory request, or
@@ -337,20 +370,20 @@ func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *chainLink {
 // the outcome is in.
 func (cl *cluster) reply(c *call) {
 	defer cl.done()
-	resp := &granaryv1.Envelope{ActivationSilo: cl.self}
-	if c.servedBy != "" {
-		resp.ActivationSilo = c.servedBy
+	o := newOutgoing()
+	defer o.free()
+	resp := o.env
+	if c.servedBy != "" && c.servedBy != cl.self {
+		resp.ActivationSilo = c.servedBy // it was passed on; empty means here
 	}
 	switch {
 	case c.err != nil:
 		st := status.Convert(c.err)
 		resp.Code, resp.Message = uint32(st.Code()), st.Message()
 	case c.resp != nil:
-		b, err := proto.Marshal(c.resp)
-		if err != nil {
+		if err := o.encode(c.resp); err != nil {
+			resp.Payload = nil
 			resp.Code, resp.Message = uint32(codes.Internal), "granary: encoding the reply: "+err.Error()
-		} else {
-			resp.Payload = b
 		}
 	}
 	c.responder.Reply(resp)

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,8 @@ type endpoint struct {
 	pending map[uint64]*pendingCall
 	// dialCancel ends a dial in progress.
 	dialCancel context.CancelFunc
+
+	rx granaryv1.Envelope // the reader's, reused for each envelope it decodes
 }
 
 // pendingCall is a request sent on a dialled endpoint, waiting for its
@@ -51,6 +54,21 @@ type endpoint struct {
 type pendingCall struct {
 	done     func(*granaryv1.Envelope, error)
 	deadline time.Time // zero: none
+}
+
+var pendingPool = sync.Pool{New: func() any { return new(pendingCall) }}
+
+// finish calls done once and returns the record to its pool. Whoever
+// removed it from the pending map calls it.
+func (p *pendingCall) finish(env *granaryv1.Envelope, err error) {
+	done := p.done
+	p.free()
+	done(env, err)
+}
+
+func (p *pendingCall) free() {
+	*p = pendingCall{}
+	pendingPool.Put(p)
 }
 
 func newEndpoint(t *Transport, peer, addr string, dialed bool) *endpoint {
@@ -93,8 +111,10 @@ func (ep *endpoint) call(env *granaryv1.Envelope, deadline time.Time, done func(
 		done(nil, err)
 		return
 	}
-	p := &pendingCall{done: done, deadline: deadline}
+	p := pendingPool.Get().(*pendingCall)
+	p.done, p.deadline = done, deadline
 	if err := ep.enqueue(*bp, deadline, env.CallId, p); err != nil {
+		p.free()
 		done(nil, err)
 	}
 }
@@ -234,6 +254,10 @@ func (ep *endpoint) writeLoop() {
 			return
 		}
 		for {
+			// Let the senders that are runnable queue theirs first: a
+			// writer woken by the first envelope of a burst would
+			// otherwise send it alone, a frame (and a syscall) each.
+			runtime.Gosched()
 			batch = ep.take(batch[:0])
 			if len(batch) == 0 {
 				break
@@ -310,15 +334,22 @@ func (ep *endpoint) readLoop() {
 
 // deliverFrame hands each envelope of a frame to its receiver. The reader
 // goroutine only.
+//
+// One Envelope is reused for every envelope the reader decodes: receivers
+// may keep what its fields hold (each decode makes new strings, slices
+// and sub-messages, and the reset before it drops the old ones) but not
+// the Envelope itself.
 func (ep *endpoint) deliverFrame(f []byte) {
+	env := &ep.rx
 	err := splitFrame(f, func(b []byte) {
-		env := new(granaryv1.Envelope)
+		proto.Reset(env)
 		if err := proto.Unmarshal(b, env); err != nil {
 			ep.malformed(b, err)
 			return
 		}
 		ep.deliver(env)
 	})
+	proto.Reset(env)
 	if err != nil {
 		ep.t.log.Warn("dropped the rest of a malformed frame", zap.String("peer", ep.peer), zap.Int("bytes", len(f)), zap.Error(err))
 	}
@@ -336,7 +367,7 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 		if p == nil {
 			return // it timed out, or the stream that sent it was failed
 		}
-		p.done(env, nil)
+		p.finish(env, nil)
 	case !ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY):
 		ep.t.h.Deliver(ep.peer, env, Responder{ep: ep, id: env.CallId})
 	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
@@ -371,7 +402,7 @@ func (ep *endpoint) malformed(b []byte, err error) {
 		delete(ep.pending, id)
 		ep.mu.Unlock()
 		if p != nil {
-			p.done(nil, status.Errorf(codes.Internal, "granary: the response from silo %s is malformed: %v", ep.peer, err))
+			p.finish(nil, status.Errorf(codes.Internal, "granary: the response from silo %s is malformed: %v", ep.peer, err))
 		}
 		return
 	}
@@ -410,7 +441,7 @@ func (ep *endpoint) fail(err error) {
 	}
 	ep.t.detach(ep)
 	for _, p := range pending {
-		p.done(nil, err)
+		p.finish(nil, err)
 	}
 }
 
@@ -426,7 +457,7 @@ func (ep *endpoint) expire(now time.Time) {
 	}
 	ep.mu.Unlock()
 	for _, p := range late {
-		p.done(nil, status.Errorf(codes.DeadlineExceeded, "granary: no response from silo %s by the call's deadline", ep.peer))
+		p.finish(nil, status.Errorf(codes.DeadlineExceeded, "granary: no response from silo %s by the call's deadline", ep.peer))
 	}
 }
 

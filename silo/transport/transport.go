@@ -41,7 +41,9 @@ type Network interface {
 // A Handler receives the envelopes other silos send to this one.
 type Handler interface {
 	// Deliver hands over a REQUEST, ONE_WAY or DIRECTORY envelope from
-	// silo from; env is the Handler's. For a REQUEST or DIRECTORY
+	// silo from. env is the transport's and is reused once Deliver
+	// returns; what its fields hold (strings, the payload, sub-messages)
+	// the Handler may keep. For a REQUEST or DIRECTORY
 	// envelope, r.Reply must be called exactly once with the answer; for
 	// a ONE_WAY one, r expects nothing. Called on the stream's reader
 	// goroutine, in arrival order: it must not block.
@@ -164,11 +166,13 @@ func (t *Transport) RemovePeer(id string, why string, graceful bool) {
 
 // Call sends a REQUEST or DIRECTORY envelope to silo to and calls done
 // exactly once with the response envelope (whose code says how the call
-// went) or an error; see the package contract. deadline bounds the wait
-// for room in a full send queue and, plus ResponseGrace, the wait for the
-// response; zero means none. Call sets env's call ID; env must not be
-// changed until done is called. It may block while the send queue is
-// full. Any goroutine.
+// went) or an error; see the package contract. The response envelope is
+// the transport's and is reused once done returns (what its fields hold
+// may be kept). deadline bounds the wait for room in a full send queue
+// and, plus ResponseGrace, the wait for the response; zero means none.
+// Call sets env's call ID and has encoded env when it returns, so the
+// caller may reuse it. It may block while the send queue is full. Any
+// goroutine.
 func (t *Transport) Call(to string, env *granaryv1.Envelope, deadline time.Time, done func(*granaryv1.Envelope, error)) {
 	ep, err := t.endpointFor(to)
 	if err != nil {
@@ -179,7 +183,8 @@ func (t *Transport) Call(to string, env *granaryv1.Envelope, deadline time.Time,
 }
 
 // Send sends a ONE_WAY envelope to silo to. It returns an error only for
-// what fails before the envelope is queued. Any goroutine.
+// what fails before the envelope is queued. It has encoded env when it
+// returns. Any goroutine.
 func (t *Transport) Send(to string, env *granaryv1.Envelope, deadline time.Time) error {
 	ep, err := t.endpointFor(to)
 	if err != nil {

@@ -308,8 +308,9 @@ type Envelope struct {
 	// The outcome (RESPONSE): a gRPC status code (0 is OK) and its message.
 	Code    uint32 `protobuf:"varint,13,opt,name=code,proto3" json:"code,omitempty"`
 	Message string `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
-	// The silo whose activation answered, so the caller can correct its
-	// lookup cache after a forward.
+	// The silo whose activation answered, when the silo that answers the
+	// envelope passed the call on, so the caller can correct its lookup
+	// cache; empty when the answering silo ran it.
 	ActivationSilo string             `protobuf:"bytes,15,opt,name=activation_silo,json=activationSilo,proto3" json:"activation_silo,omitempty"`
 	Directory      *DirectoryRequest  `protobuf:"bytes,16,opt,name=directory,proto3" json:"directory,omitempty"`
 	DirectoryReply *DirectoryResponse `protobuf:"bytes,17,opt,name=directory_reply,json=directoryReply,proto3" json:"directory_reply,omitempty"`

@@ -1,0 +1,238 @@
+package silo
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/membership"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// grpcSilo starts a silo of cluster "bench" on loopback with real
+// memberlist gossip and gRPC streams. register registers its grain types
+// (none: it only calls). seeds are gossip addresses to join.
+func grpcSilo(tb testing.TB, name string, seeds []string, register func(*Silo)) *Silo {
+	tb.Helper()
+	cfg := DefaultConfig()
+	cfg.Name = name
+	cc := DefaultClusterConfig()
+	cc.Membership = membership.DefaultLocalConfig()
+	cc.Membership.ClusterID = "bench"
+	cc.Membership.Seeds = seeds
+	cc.GRPCListen = "127.0.0.1:0"
+	cc.ShutdownGossipDelay = 0
+	cfg.Cluster = &cc
+	s, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if register != nil {
+		register(s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			tb.Errorf("Stop %s: %v", name, err)
+		}
+	})
+	return s
+}
+
+// gossipAddr is the address other silos join s through.
+func gossipAddr(s *Silo) string { return s.cl.mship.Local().GossipAddr }
+
+// benchProbe counts one-way calls and answers the others at once.
+type benchProbe struct {
+	probe.UnimplementedProbeGrain
+	told *atomic.Int64
+}
+
+func (g *benchProbe) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	return &probe.Reply{N: req.N}, nil
+}
+
+func (g *benchProbe) Tell(ctx grain.Context, req *probe.Request) (*emptypb.Empty, error) {
+	g.told.Add(1)
+	return &emptypb.Empty{}, nil
+}
+
+// benchPair is a two-silo cluster: the caller hosts no grains, so every
+// grain it calls lives on the callee, one network hop away.
+func benchPair(b *testing.B) (caller *Silo, told *atomic.Int64) {
+	told = new(atomic.Int64)
+	callee := grpcSilo(b, "callee", nil, func(s *Silo) {
+		if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchProbe{told: told} }); err != nil {
+			b.Fatal(err)
+		}
+	})
+	caller = grpcSilo(b, "caller", []string{gossipAddr(callee)}, nil)
+	waitFor(b, "the caller to see the callee host probes", func() bool {
+		return len(caller.cl.view.Load().hosts[probe.ProbeGrainType]) == 1
+	})
+	return caller, told
+}
+
+// BenchmarkCrossSiloCall is one call at a time from one silo to a grain
+// on the other, over gRPC on loopback. Compare with
+// BenchmarkBaselineGRPCBidiPingPong.
+func BenchmarkCrossSiloCall(b *testing.B) {
+	caller, _ := benchPair(b)
+	ref := probe.NewProbeRef(caller, "one")
+	ctx := context.Background()
+	req := &probe.Request{Tag: "ping", N: 1}
+	if _, err := ref.Call(ctx, req); err != nil { // activate it
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := ref.Call(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCrossSiloThroughput is 256 concurrent callers on one silo,
+// each calling its own grain on the other silo. calls/s is the figure.
+func BenchmarkCrossSiloThroughput(b *testing.B) {
+	caller, _ := benchPair(b)
+	const callers = 256
+	refs := make(chan probe.ProbeRef, callers)
+	for i := range callers {
+		ref := probe.NewProbeRef(caller, fmt.Sprintf("t%d", i))
+		if _, err := ref.Call(context.Background(), &probe.Request{}); err != nil {
+			b.Fatal(err)
+		}
+		refs <- ref
+	}
+	b.SetParallelism(callers / 2) // GOMAXPROCS is 2 here; more elsewhere means more callers
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		var ref probe.ProbeRef
+		select {
+		case ref = <-refs:
+		default:
+			ref = probe.NewProbeRef(caller, "overflow")
+		}
+		ctx := context.Background()
+		req := &probe.Request{Tag: "t", N: 1}
+		for pb.Next() {
+			if _, err := ref.Call(ctx, req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+}
+
+// BenchmarkCrossSiloOneWay is one-way calls from one silo to 64 grains
+// on the other, counted when they have all run. msgs/s is the figure.
+func BenchmarkCrossSiloOneWay(b *testing.B) {
+	caller, told := benchPair(b)
+	const grains = 64
+	refs := make([]probe.ProbeRef, grains)
+	for i := range refs {
+		refs[i] = probe.NewProbeRef(caller, fmt.Sprintf("o%d", i))
+		if _, err := refs[i].Call(context.Background(), &probe.Request{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	req := &probe.Request{Tag: "o", N: 1}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		if _, err := refs[i%grains].Tell(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	want := int64(b.N)
+	deadline := time.Now().Add(time.Minute)
+	for told.Load() < want {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d one-way calls arrived", told.Load(), want)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	told.Add(-want)
+}
+
+// BenchmarkBaselineGRPCBidiPingPong is the yardstick for a call between
+// silos: a plain gRPC bidirectional stream on loopback echoing a probe
+// request, one in flight at a time.
+func BenchmarkBaselineGRPCBidiPingPong(b *testing.B) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "granary.bench.Echo",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName: "Bidi", ServerStreams: true, ClientStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				for {
+					var req probe.Request
+					if err := ss.RecvMsg(&req); err != nil {
+						return nil
+					}
+					if err := ss.SendMsg(&probe.Reply{N: req.N}); err != nil {
+						return err
+					}
+				}
+			},
+		}},
+	}, struct{}{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(lis)
+	}()
+	defer func() {
+		srv.Stop()
+		<-done
+	}()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{StreamName: "Bidi", ServerStreams: true, ClientStreams: true}, "/granary.bench.Echo/Bidi")
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := &probe.Request{Tag: "ping", N: 1}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := st.SendMsg(req); err != nil {
+			b.Fatal(err)
+		}
+		var resp probe.Reply
+		if err := st.RecvMsg(&resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
