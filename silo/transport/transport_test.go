@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // defaultTestTimeout bounds every wait: a test that needs it has failed.
@@ -134,6 +135,9 @@ type result struct {
 func call(tr *Transport, to, payload string, deadline time.Time) chan result {
 	ch := make(chan result, 1)
 	tr.Call(to, &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, Payload: []byte(payload)}, deadline, func(env *granaryv1.Envelope, err error) {
+		if env != nil {
+			env = proto.Clone(env).(*granaryv1.Envelope) // the transport reuses it
+		}
 		ch <- result{env, err}
 	})
 	return ch
