@@ -53,8 +53,17 @@ type Config struct {
 	// Logger receives the directory's logs. Default: a no-op logger.
 	Logger *zap.Logger
 
-	// Clock drives the cache's TTL. Tests pass a fake clock and advance
-	// it. Default: the real clock.
+	// RecoveryWindow is how long after a membership change this silo
+	// answers a miss on a grain that moved to it with "retry" instead of
+	// "none", and refuses new registrations of such grains: the time for
+	// every silo to hear of the change and register its activations again
+	// here, and for the former owners' handoffs to arrive. Shorter lets
+	// new grains of the moved ranges activate sooner after a failure;
+	// longer covers slower gossip. Default 500 ms; 0 turns it off.
+	RecoveryWindow time.Duration
+
+	// Clock drives the cache's TTL and the recovery window. Tests pass a
+	// fake clock and advance it. Default: the real clock.
 	Clock clockwork.Clock
 
 	// Lost is told that one of this silo's own activations lost its
@@ -71,13 +80,14 @@ type Config struct {
 // DefaultConfig returns the configuration described on each field.
 func DefaultConfig() Config {
 	return Config{
-		VirtualNodes: 64,
-		CacheSize:    100_000,
-		CacheTTL:     5 * time.Minute,
-		MaxHops:      2,
-		HandoffBatch: 1024,
-		Logger:       zap.NewNop(),
-		Clock:        clockwork.NewRealClock(),
+		VirtualNodes:   64,
+		CacheSize:      100_000,
+		CacheTTL:       5 * time.Minute,
+		MaxHops:        2,
+		HandoffBatch:   1024,
+		RecoveryWindow: 500 * time.Millisecond,
+		Logger:         zap.NewNop(),
+		Clock:          clockwork.NewRealClock(),
 	}
 }
 
@@ -108,6 +118,8 @@ func (c *Config) validate() error {
 		return bad("CacheTTL", "%v must be positive", c.CacheTTL)
 	case c.MaxHops < 0 || c.MaxHops > maxHops:
 		return bad("MaxHops", "%d must be 0 to %d", c.MaxHops, maxHops)
+	case c.RecoveryWindow < 0:
+		return bad("RecoveryWindow", "%v must not be negative", c.RecoveryWindow)
 	case c.HandoffBatch < 1:
 		return bad("HandoffBatch", "%d must be at least 1", c.HandoffBatch)
 	case c.Logger == nil:
@@ -149,6 +161,14 @@ type Directory struct {
 	// deadOrder holds the dead set's members oldest first, to forget the
 	// oldest past maxDead. mu.
 	deadOrder []string
+	// retry holds this silo's own activations whose registration at a
+	// new owner could not be delivered; RetryRegistrations sends them
+	// again. mu.
+	retry map[grain.ID]Entry
+	// prevRing is the view before the last change, and recoverUntil the
+	// end of its recovery window (zero: none); see recoveringLocked. mu.
+	prevRing     *Ring
+	recoverUntil time.Time
 
 	forwarded atomic.Uint64
 	refused   atomic.Uint64
@@ -197,25 +217,46 @@ func (d *Directory) Owner(id grain.ID) string { return d.ring.Load().OwnerOf(id)
 // silo owns id (authoritative: false means id has no activation), else
 // from the cache (false means unknown). Any goroutine.
 func (d *Directory) CachedLookup(id grain.ID) (Entry, bool) {
-	if e, ok, owned := d.lookupOwned(id); owned {
+	if e, ok, owned, _ := d.lookupOwned(id); owned {
 		return e, ok
 	}
 	return d.cache.Get(id)
 }
 
-// lookupOwned looks id up in the own partition if this silo owns it.
-// Any goroutine; takes mu.
-func (d *Directory) lookupOwned(id grain.ID) (e Entry, ok, owned bool) {
+// lookupOwned looks id up in the own partition if this silo owns it;
+// recovering says a miss may be an entry still on its way here. Any
+// goroutine; takes mu.
+func (d *Directory) lookupOwned(id grain.ID) (e Entry, ok, owned, recovering bool) {
 	if d.ring.Load().OwnerOf(id) != d.self {
-		return Entry{}, false, false
+		return Entry{}, false, false, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.ring.Load().OwnerOf(id) != d.self {
-		return Entry{}, false, false // the view changed meanwhile
+		return Entry{}, false, false, false // the view changed meanwhile
 	}
 	e, ok = d.part.Lookup(id)
-	return e, ok, true
+	return e, ok, true, !ok && d.recoveringLocked(id)
+}
+
+// recoveringLocked reports whether id's entry may still be on its way to
+// this silo: id moved here with the last view change, less than
+// Config.RecoveryWindow ago. Until then the silos that hold activations
+// register them again here and former owners hand their entries over, so
+// a miss is not yet an answer: a Lookup that said "none" would let the
+// caller activate the grain a second time, and that newer activation
+// would win over the one being re-registered. mu held.
+func (d *Directory) recoveringLocked(id grain.ID) bool {
+	if d.recoverUntil.IsZero() || !d.cfg.Clock.Now().Before(d.recoverUntil) {
+		return false
+	}
+	return d.prevRing.OwnerOf(id) != d.self
+}
+
+// errRecovering answers a Lookup or Register of a grain whose entry may
+// still be on its way after a membership change; the caller retries.
+func errRecovering(id grain.ID) error {
+	return status.Errorf(codes.Unavailable, "directory: %v moved to this silo with a membership change and its entry may still be on its way; retry", id)
 }
 
 // Lookup finds where id lives and calls done with the entry, whether there
@@ -228,7 +269,11 @@ func (d *Directory) Lookup(id grain.ID, done func(e Entry, found bool, err error
 		done(Entry{}, false, invalid("Lookup of the zero grain ID"))
 		return
 	}
-	if e, ok, owned := d.lookupOwned(id); owned {
+	if e, ok, owned, recovering := d.lookupOwned(id); owned {
+		if recovering {
+			done(Entry{}, false, errRecovering(id))
+			return
+		}
 		if ok {
 			d.cache.Put(id, e)
 		}
@@ -249,9 +294,13 @@ func (d *Directory) Lookup(id grain.ID, done func(e Entry, found bool, err error
 		case "":
 			done(Entry{}, false, ErrNoSilos)
 		case d.self: // the view changed since lookupOwned
-			e, ok, owned := d.lookupOwned(id)
+			e, ok, owned, recovering := d.lookupOwned(id)
 			if !owned {
 				continue // and changed again
+			}
+			if recovering {
+				done(Entry{}, false, errRecovering(id))
+				return
 			}
 			if ok {
 				d.cache.Put(id, e)
@@ -299,7 +348,7 @@ func (d *Directory) Register(id grain.ID, e Entry, done func(winner Entry, err e
 	d.mu.Lock()
 	owner := d.ring.Load().OwnerOf(id)
 	if owner == d.self {
-		w, err := d.registerLocked(id, e)
+		w, err := d.registerFreshLocked(id, e)
 		d.mu.Unlock()
 		if err == nil {
 			d.cache.Put(id, w)
@@ -325,6 +374,18 @@ func (d *Directory) Register(id grain.ID, e Entry, done func(winner Entry, err e
 	})
 }
 
+// registerFreshLocked registers a new activation: as registerLocked, but
+// while id's entry may still be on its way here (recoveringLocked) it is
+// refused, to be retried, unless it is the entry itself. mu held.
+func (d *Directory) registerFreshLocked(id grain.ID, e Entry) (Entry, error) {
+	if w, ok := d.part.Lookup(id); !ok && d.recoveringLocked(id) {
+		return Entry{}, errRecovering(id)
+	} else if ok && w == e {
+		return w, nil
+	}
+	return d.registerLocked(id, e)
+}
+
 // registerLocked registers e for id in the own partition, refusing an
 // entry that names a dead silo. mu held.
 func (d *Directory) registerLocked(id grain.ID, e Entry) (Entry, error) {
@@ -343,6 +404,9 @@ func (d *Directory) Unregister(id grain.ID, e Entry) {
 	}
 	d.cache.Invalidate(id, e)
 	d.mu.Lock()
+	if d.retry[id] == e {
+		delete(d.retry, id)
+	}
 	owner := d.ring.Load().OwnerOf(id)
 	if owner == d.self {
 		d.part.Unregister(id, e)
@@ -376,6 +440,7 @@ type Stats struct {
 	HandedOff    uint64  // entries sent to new owners, moved or registered again
 	Dropped      uint64  // handoff entries lost: send failed, no owner, hop bound, dead silo
 	Lost         uint64  // own activations reported to Config.Lost
+	Retrying     int     // own activations whose registration waits to be sent again
 }
 
 // Stats returns a snapshot of the directory's state. Any goroutine.
@@ -393,6 +458,7 @@ func (d *Directory) Stats() Stats {
 		Forwarded:    d.forwarded.Load(),
 		Refused:      d.refused.Load(),
 		HandedOff:    d.handedOff.Load(),
+		Retrying:     d.retrying(),
 		Dropped:      d.dropped.Load(),
 		Lost:         d.lost.Load(),
 	}

@@ -61,6 +61,9 @@ func (d *Directory) SetMembers(active []string, local iter.Seq[Item]) {
 		return
 	}
 	d.ring.Store(next)
+	if prev.Len() > 0 && d.cfg.RecoveryWindow > 0 {
+		d.prevRing, d.recoverUntil = prev, d.cfg.Clock.Now().Add(d.cfg.RecoveryWindow)
+	}
 	moved := d.part.Extract(func(id grain.ID) bool { return next.OwnerOf(id) == d.self })
 	handed := make(map[grain.ID]Entry, len(moved))
 	for _, it := range moved {
@@ -189,12 +192,16 @@ func (d *Directory) sendHandoffs(batches map[string][]Item) {
 					err = errNoResponse
 				}
 				if err != nil {
-					d.dropped.Add(uint64(len(chunk)))
+					own := d.keepForRetry(chunk)
+					d.dropped.Add(uint64(len(chunk) - own))
 					d.log.Warn("directory: handoff failed; its entries are dropped, and their silos register them again",
-						zap.String("to", to), zap.Int("entries", len(chunk)), zap.Error(err))
+						zap.String("to", to), zap.Int("entries", len(chunk)), zap.Int("own, to retry", own), zap.Error(err))
 					return
 				}
 				d.settleRejected(resp)
+				if own := d.keepForRetry(resp.Unplaced); own > 0 {
+					d.log.Debug("directory: own registrations not placed; sent again later", zap.String("to", to), zap.Int("entries", own))
+				}
 			})
 		}
 	}
@@ -218,4 +225,71 @@ func (d *Directory) settleRejected(resp *Response) {
 			d.reportLost(r.ID, r.Entry, w)
 		}
 	}
+}
+
+// keepForRetry records the own activations among items, whose
+// registration could not be delivered, for RetryRegistrations; it returns
+// how many there were. mu not held.
+func (d *Directory) keepForRetry(items []Item) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, it := range items {
+		if it.Entry.Silo != d.self {
+			continue
+		}
+		if d.retry == nil {
+			d.retry = make(map[grain.ID]Entry)
+		}
+		d.retry[it.ID] = it.Entry
+		n++
+	}
+	return n
+}
+
+// RetryRegistrations sends again the registrations of this silo's own
+// activations that a membership change moved to a new owner and that
+// could not be delivered then (the owner was unreachable for a moment,
+// as when a partition heals): without them an activation has no entry,
+// and a duplicate made while views disagreed would never be found. The
+// silo calls it periodically; a registration that fails again is kept
+// for the next call, one whose activation ended (Unregister) is dropped,
+// and one that meets another entry is reported to Config.Lost. Any
+// goroutine.
+func (d *Directory) RetryRegistrations() {
+	var (
+		lost    []lostItem
+		batches = make(map[string][]Item)
+	)
+	d.mu.Lock()
+	if len(d.retry) == 0 {
+		d.mu.Unlock()
+		return
+	}
+	ring := d.ring.Load()
+	for id, e := range d.retry {
+		switch o := ring.OwnerOf(id); o {
+		case "":
+			continue // no ring: keep it
+		case d.self:
+			if w, err := d.registerLocked(id, e); err == nil && w != e {
+				lost = append(lost, lostItem{Item{ID: id, Entry: e}, w})
+			}
+		default:
+			batches[o] = append(batches[o], Item{ID: id, Entry: e})
+		}
+		delete(d.retry, id)
+	}
+	d.mu.Unlock()
+	for _, l := range lost {
+		d.reportLost(l.item.ID, l.item.Entry, l.winner)
+	}
+	d.sendHandoffs(batches)
+}
+
+// retrying is how many registrations wait for RetryRegistrations.
+func (d *Directory) retrying() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.retry)
 }

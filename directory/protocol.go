@@ -63,6 +63,9 @@ type Response struct {
 	Entry    Entry   // Lookup/Register: the entry that holds
 	Rejected []Item  // Handoff: items that lost to an entry recorded already
 	Winners  []Entry // Handoff: the winners, parallel to Rejected
+	// Handoff: items recorded nowhere (no owner in view, the hop bound, a
+	// silo on the way unreachable); their silos send them again.
+	Unplaced []Item
 }
 
 // Sender carries directory requests to other silos.
@@ -156,8 +159,11 @@ func (d *Directory) Handle(from string, req *Request, reply func(*Response, erro
 	switch req.Op {
 	case OpLookup:
 		resp.Entry, resp.Found = d.part.Lookup(it.ID)
+		if !resp.Found && d.recoveringLocked(it.ID) {
+			err = errRecovering(it.ID)
+		}
 	case OpRegister:
-		resp.Entry, err = d.registerLocked(it.ID, it.Entry)
+		resp.Entry, err = d.registerFreshLocked(it.ID, it.Entry)
 		resp.Found = err == nil
 	case OpUnregister:
 		resp.Found = d.part.Unregister(it.ID, it.Entry)
@@ -226,6 +232,7 @@ func (d *Directory) handleHandoff(req *Request, reply func(*Response, error)) {
 			}
 		case o == "" || req.Hops >= d.cfg.MaxHops:
 			dropped++
+			resp.Unplaced = append(resp.Unplaced, it)
 		default:
 			away[o] = append(away[o], it)
 		}
@@ -250,8 +257,9 @@ func (d *Directory) handleHandoff(req *Request, reply func(*Response, error)) {
 			}
 			if err != nil {
 				d.dropped.Add(uint64(len(items)))
-				d.log.Debug("directory: passing handoff entries on failed; they are dropped",
+				d.log.Debug("directory: passing handoff entries on failed; their silos are told to send them again",
 					zap.String("to", to), zap.Int("entries", len(items)), zap.Error(err))
+				r, err = &Response{Unplaced: items}, nil
 			} else {
 				d.settleRejected(r)
 			}
@@ -276,6 +284,7 @@ func (g *gather) add(r *Response, err error) {
 		n := min(len(r.Rejected), len(r.Winners))
 		g.resp.Rejected = append(g.resp.Rejected, r.Rejected[:n]...)
 		g.resp.Winners = append(g.resp.Winners, r.Winners[:n]...)
+		g.resp.Unplaced = append(g.resp.Unplaced, r.Unplaced...)
 	}
 	g.pending--
 	done := g.pending == 0

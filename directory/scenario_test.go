@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -31,7 +32,7 @@ import (
 //
 // Setting up:
 //
-//	config maxhops=N vnodes=N batch=N   Config fields, before silos
+//	config maxhops=N vnodes=N batch=N recoveryms=N   Config fields, before silos
 //	silos a b c                         start directories a, b and c, in no view yet
 //	grain g1 a,b=a a,b,c=c              let g1 be a grain that a owns on the ring
 //	                                    of a and b, and c on that of a, b and c
@@ -50,6 +51,7 @@ import (
 //	handoff c          c.HandOffAll()
 //	crash c            c stops: requests it serves or is sent fail, replies to it are lost
 //	dead c             every live silo: SiloDead(c)
+//	advance 600        move the directories' clock on by 600 ms
 //
 // The network:
 //
@@ -164,6 +166,12 @@ func (s *scenario) step(f []string) error {
 		s.names = strings.NewReplacer()
 	case cmd == "grain":
 		return s.declareGrain(args)
+	case cmd == "advance" && len(args) == 1:
+		ms, err := strconv.Atoi(args[0])
+		if err != nil {
+			return err
+		}
+		s.cfg.Clock.(*clockwork.FakeClock).Advance(time.Duration(ms) * time.Millisecond)
 	case cmd == "members":
 		for _, silo := range s.live() {
 			s.setMembers(silo, args)
@@ -228,6 +236,8 @@ func (s *scenario) config(args []string) error {
 			s.cfg.VirtualNodes = n
 		case "batch":
 			s.cfg.HandoffBatch = n
+		case "recoveryms":
+			s.cfg.RecoveryWindow = time.Duration(n) * time.Millisecond
 		default:
 			return fmt.Errorf("unknown setting %q", k)
 		}

@@ -48,7 +48,9 @@ type ClusterConfig struct {
 
 	// LoadReportInterval is how often the silo gossips its load (its
 	// activation count and queued turns) when it changed, for
-	// activation-count placement. Default 1 s.
+	// activation-count placement, and sends again the directory
+	// registrations that a membership change could not deliver. Default
+	// 1 s.
 	LoadReportInterval time.Duration
 
 	// ShutdownGossipDelay is how long Stop waits after telling the
@@ -394,7 +396,8 @@ func (cl *cluster) lost(id grain.ID, local, winner directory.Entry) {
 	a.requestDeactivation(grain.DeactivateOperator)
 }
 
-// reportLoad gossips this silo's load when it changed.
+// reportLoad gossips this silo's load when it changed, and has the
+// directory send again the registrations it could not deliver.
 func (cl *cluster) reportLoad() {
 	defer close(cl.loadDone)
 	tk := cl.s.clock.NewTicker(cl.cfg.LoadReportInterval)
@@ -406,6 +409,7 @@ func (cl *cluster) reportLoad() {
 			return
 		case <-tk.Chan():
 		}
+		cl.dir.RetryRegistrations()
 		st := cl.s.Stats()
 		now := [2]uint64{uint64(st.Activations), uint64(st.Scheduler.QueuedGroups)}
 		if now == last {
@@ -442,8 +446,8 @@ func (cl *cluster) beginLeave(ctx context.Context) {
 // finishLeave waits until no request is in flight through this silo,
 // leaves the cluster, tells every silo with a stream to this one to send
 // nothing more (answering what they sent before they heard), waits for
-// those requests too, and closes the streams. Stop calls it once the
-// silo's grains are deactivated.
+// those requests too, writes out the last answers and closes the
+// streams. Stop calls it once the silo's grains are deactivated.
 func (cl *cluster) finishLeave(ctx context.Context) error {
 	err := cl.drain(ctx)
 	if lerr := cl.mship.Leave(ctx); lerr != nil && err == nil {
@@ -454,6 +458,9 @@ func (cl *cluster) finishLeave(ctx context.Context) error {
 	}
 	if err == nil {
 		err = cl.drain(ctx)
+	}
+	if serr := cl.tport.Shutdown(ctx); serr != nil && err == nil {
+		err = serr
 	}
 	cl.close()
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -279,5 +280,130 @@ func TestClusterGracefulStopHandsGrainsOver(t *testing.T) {
 	}
 	if errors.Is(nil, nil) != true {
 		t.Fatal("unreachable")
+	}
+}
+
+// TestClusterPartitionHeals: a silo cut off from the others keeps serving
+// on its own side while the others re-activate its grains (a split
+// brain); once the partition heals, every grain is back to one
+// activation, whichever silo asks.
+func TestClusterPartitionHeals(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{})
+	a, b, c := tc.silo("a"), tc.silo("b"), tc.silo("c")
+	ks := keys("p", 30)
+	for _, k := range ks {
+		if _, err := tc.call(a, k, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.hub.Partition([]string{c.Member()}, []string{a.Member(), b.Member()})
+	tc.net.Partition([]string{addrOf("c")}, []string{addrOf("a"), addrOf("b")})
+	waitFor(t, "both sides to see the partition", func() bool {
+		return a.cl.dir.Ring().Len() == 2 && b.cl.dir.Ring().Len() == 2 && c.cl.dir.Ring().Len() == 1
+	})
+	for _, via := range []*Silo{a, c} {
+		for _, k := range ks {
+			if _, err := tc.call(via, k, nil); err != nil {
+				t.Fatalf("calling %s from %s during the partition: %v", k, via.cfg.Name, err)
+			}
+		}
+	}
+	tc.hub.Heal()
+	tc.net.Heal()
+	tc.waitConverged()
+	var last map[string]map[string]bool
+	var lastErr error
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last round: %v (error %v)", last, lastErr)
+		}
+	})
+	waitFor(t, "every grain to answer from one activation", func() bool {
+		last = map[string]map[string]bool{}
+		for _, k := range ks {
+			last[k] = map[string]bool{}
+			for _, via := range []*Silo{a, b, c} {
+				r, err := tc.call(via, k, nil)
+				if err != nil {
+					lastErr = err
+					return false
+				}
+				last[k][via.cfg.Name+"->"+where(r)] = true
+			}
+			if len(activations(last[k])) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// activations strips the caller from "via->silo#act" answers.
+func activations(answers map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for a := range answers {
+		out[a[strings.Index(a, "->")+2:]] = true
+	}
+	return out
+}
+
+// TestClusterOverGRPC: three silos in one process gossiping through
+// memberlist and calling over gRPC on loopback: 100 concurrent callers
+// over 10 grains, and each grain answers from one activation.
+func TestClusterOverGRPC(t *testing.T) {
+	reg := func(s *Silo) {
+		name := s.cfg.Name
+		if err := probe.RegisterProbeGrain(s, func(id grain.ID) probe.ProbeGrain {
+			return &clusterProbe{silo: name, id: id, tc: &testCluster{told: map[string]int{}, deactivated: map[string]int{}}}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := grpcSilo(t, "a", nil, reg)
+	b := grpcSilo(t, "b", []string{gossipAddr(a)}, reg)
+	c := grpcSilo(t, "c", []string{gossipAddr(a)}, reg)
+	silos := []*Silo{a, b, c}
+	waitFor(t, "three active silos on every ring", func() bool {
+		for _, s := range silos {
+			if s.cl.dir.Ring().Len() != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	var (
+		mu   sync.Mutex
+		seen = map[string]map[string]bool{}
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := fmt.Sprintf("g%d", i%10)
+			ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+			defer cancel()
+			r, err := probe.NewProbeRef(silos[i%3], k).Call(ctx, &probe.Request{})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			if seen[k] == nil {
+				seen[k] = map[string]bool{}
+			}
+			seen[k][where(r)] = true
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed:%s", len(errs), joinErrs(errs))
+	}
+	for k, acts := range seen {
+		if len(acts) != 1 {
+			t.Errorf("%s answered from %d activations: %v", k, len(acts), acts)
+		}
 	}
 }

@@ -57,18 +57,26 @@ func (cl *cluster) resolve(c *call, t *grainType) {
 }
 
 // maxDirectoryRetries bounds how often a call retries a directory request
-// that failed while the silos' views of the ring disagreed.
-const maxDirectoryRetries = 5
+// that failed while a membership change spread: the silos' rings
+// disagreed, or the new owner of the grain was still recovering entries
+// (directory.Config.RecoveryWindow). With retryBackoff the retries span
+// about a second.
+const maxDirectoryRetries = 24
+
+// retryBackoff is the wait before retry n (from 0): 5 ms doubling, at
+// most 50 ms.
+func retryBackoff(n uint8) time.Duration {
+	return min(5*time.Millisecond<<min(n, 4), 50*time.Millisecond)
+}
 
 // retryLater runs retry after a short backoff, unless the call has used
 // its retries or its deadline would pass first; it reports whether it
-// will. Directory requests fail while a membership change spreads (the
-// silos' rings disagree) and succeed once it has.
+// will.
 func (cl *cluster) retryLater(c *call, retry func()) bool {
 	if c.retries >= maxDirectoryRetries || cl.s.stopping.Load() && c.raw == nil {
 		return false
 	}
-	d := 5 * time.Millisecond << c.retries
+	d := retryBackoff(c.retries)
 	if cl.s.since()+d >= c.due {
 		return false
 	}
@@ -461,6 +469,9 @@ func dirResponseToProto(resp *directory.Response) *granaryv1.DirectoryResponse {
 			out.Winners = append(out.Winners, &granaryv1.DirectoryEntry{Silo: resp.Winners[i].Silo, Activation: resp.Winners[i].Activation})
 		}
 	}
+	for _, it := range resp.Unplaced {
+		out.Unplaced = append(out.Unplaced, entryToProto(it.ID, it.Entry))
+	}
 	return out
 }
 
@@ -477,6 +488,9 @@ func dirResponseFromProto(pr *granaryv1.DirectoryResponse) *directory.Response {
 		}
 		resp.Winners = append(resp.Winners, w)
 	}
+	for _, e := range pr.GetUnplaced() {
+		resp.Unplaced = append(resp.Unplaced, directory.Item{ID: grain.ID{Type: e.GrainType, Key: e.GrainKey}, Entry: directory.Entry{Silo: e.Silo, Activation: e.Activation}})
+	}
 	return resp
 }
 
@@ -492,8 +506,9 @@ func (cl *cluster) register(a *activationRec) {
 	cl.dir.Register(a.id, mine, func(winner directory.Entry, err error) {
 		switch {
 		case err != nil && a.retries < maxDirectoryRetries && !cl.s.stopping.Load():
+			d := retryBackoff(a.retries)
 			a.retries++
-			cl.s.clock.AfterFunc(5*time.Millisecond<<a.retries, func() { cl.register(a) })
+			cl.s.clock.AfterFunc(d, func() { cl.register(a) })
 		case err != nil:
 			a.abandon(directory.Entry{}, status.Errorf(codes.Unavailable, "granary: registering %s in the directory: %s", a.id, status.Convert(err).Message()))
 		case winner == mine:

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -42,7 +43,14 @@ type endpoint struct {
 	spare   [][]byte // sent frames, for reuse
 	spacec  chan struct{}
 	waiting bool // a sender waits on spacec for room
-	pending map[uint64]*pendingCall
+	sending bool // the writer holds frames it took and has not sent yet
+	// flushc is closed when the queue is empty and the writer holds
+	// nothing: what was queued has been written. Made by flush.
+	flushc chan struct{}
+	// finishSend: once the queue is written, the writer half-closes the
+	// stream and ends (a dialled endpoint told to go away).
+	finishSend bool
+	pending    map[uint64]*pendingCall
 	// dialCancel ends a dial in progress.
 	dialCancel context.CancelFunc
 
@@ -226,7 +234,44 @@ func (ep *endpoint) take(out [][]byte) [][]byte {
 		close(ep.spacec)
 		ep.spacec = make(chan struct{})
 	}
+	ep.sending = len(out) > 0
+	if !ep.sending && ep.flushc != nil {
+		close(ep.flushc)
+		ep.flushc = nil
+	}
 	return out
+}
+
+// sendFinished reports whether the writer, having written everything, is
+// to half-close the stream.
+func (ep *endpoint) sendFinished() bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.finishSend && ep.queued == 0
+}
+
+// flush waits until everything queued so far has been written, the
+// endpoint broke, or ctx ended. Any goroutine.
+func (ep *endpoint) flush(ctx context.Context) {
+	ep.mu.Lock()
+	if ep.err != nil || !ep.sending && ep.queued == 0 {
+		ep.mu.Unlock()
+		return
+	}
+	if ep.flushc == nil {
+		ep.flushc = make(chan struct{})
+	}
+	flushed := ep.flushc
+	ep.mu.Unlock()
+	select {
+	case ep.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-flushed:
+	case <-ep.done:
+	case <-ctx.Done():
+	}
 }
 
 // recycle keeps a few sent frames for reuse. Writer only.
@@ -260,6 +305,12 @@ func (ep *endpoint) writeLoop() {
 			runtime.Gosched()
 			batch = ep.take(batch[:0])
 			if len(batch) == 0 {
+				if ep.sendFinished() {
+					if err := ep.conn.CloseSend(); err != nil {
+						ep.t.log.Debug("half-closing a stream failed", zap.String("peer", ep.peer), zap.Error(err))
+					}
+					return
+				}
 				break
 			}
 			for _, f := range batch {
@@ -325,6 +376,14 @@ func (ep *endpoint) readLoop() {
 	for {
 		f, err := ep.conn.Recv()
 		if err != nil {
+			if err == io.EOF && !ep.dialed && ep.t.isGoingAway() {
+				// The dialling silo has sent its last request (after this
+				// one's go-away, or it closed); the answers still go out
+				// until Shutdown ends the stream.
+				ep.ackedOnce.Do(func() { close(ep.acked) })
+				<-ep.done
+				return
+			}
 			ep.fail(status.Errorf(codes.Unavailable, "granary: stream with silo %s ended: %v", ep.peer, err))
 			return
 		}
@@ -373,11 +432,19 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
 		ep.t.h.Deliver(ep.peer, env, Responder{})
 	case ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
-		// The peer is shutting down: no new call goes to it, and this is
-		// the last request on the stream.
+		// The peer is shutting down: no new call goes to it, the answer
+		// is the last request-direction envelope, and then this end stops
+		// sending; the answers to what was sent before still come.
 		ep.t.peerLeaving(ep)
 		if err := ep.send(&granaryv1.Envelope{Kind: k}, time.Time{}); err != nil {
 			ep.t.log.Debug("answering a go-away failed", zap.String("peer", ep.peer), zap.Error(err))
+		}
+		ep.mu.Lock()
+		ep.finishSend = true
+		ep.mu.Unlock()
+		select {
+		case ep.wake <- struct{}{}:
+		default:
 		}
 	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
 		ep.ackedOnce.Do(func() { close(ep.acked) })

@@ -112,6 +112,8 @@ func (c serverConn) Recv() ([]byte, error) {
 
 func (serverConn) Close() error { return nil }
 
+func (serverConn) CloseSend() error { return nil } // the stream ends when Serve returns
+
 // GRPCNetwork dials silo streams over gRPC, one channel per address.
 type GRPCNetwork struct {
 	cfg  Config
@@ -143,7 +145,10 @@ func (g *GRPCNetwork) Dial(ctx context.Context, addr string) (Conn, error) {
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, cancel) // the dial's deadline ends a stream not yet open
-	st, err := cc.NewStream(sctx, &connectStream, connectMethod, grpc.ForceCodecV2(frameCodec{}), grpc.WaitForReady(true))
+	// Not WaitForReady: a peer that refuses connections (killed, say) fails
+	// the dial at once instead of holding it for the whole DialTimeout,
+	// so calls to it fail fast until membership declares it dead.
+	st, err := cc.NewStream(sctx, &connectStream, connectMethod, grpc.ForceCodecV2(frameCodec{}))
 	if !stop() && err == nil {
 		err = ctx.Err()
 	}
@@ -206,6 +211,8 @@ func (c *clientConn) Recv() ([]byte, error) {
 	}
 	return f.b, nil
 }
+
+func (c *clientConn) CloseSend() error { return c.st.CloseSend() }
 
 func (c *clientConn) Close() error {
 	c.cancel()

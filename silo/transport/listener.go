@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -17,6 +18,10 @@ type Listener interface {
 	// Stop stops accepting, ends the accepted streams and waits for their
 	// Serve calls. Idempotent.
 	Stop()
+	// GracefulStop stops accepting and waits for the accepted streams to
+	// end and their last bytes to be written, until ctx ends; then it
+	// stops as Stop does.
+	GracefulStop(ctx context.Context)
 }
 
 // GRPCListener serves silo streams on a gRPC server of its own.
@@ -80,6 +85,28 @@ func (l *GRPCListener) Stop() {
 	}
 }
 
+// GracefulStop stops the server once its streams have ended, or at once
+// when ctx ends first.
+func (l *GRPCListener) GracefulStop(ctx context.Context) {
+	l.mu.Lock()
+	served := l.served && !l.stopped
+	l.mu.Unlock()
+	if served {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.srv.GracefulStop()
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			l.srv.Stop()
+			<-done
+		}
+	}
+	l.Stop()
+}
+
 // Listener returns a Listener at addr on the in-memory network.
 func (n *MemNetwork) Listener(addr string) Listener { return &memListener{n: n, addr: addr} }
 
@@ -98,4 +125,21 @@ func (l *memListener) Serve(t *Transport) error {
 func (l *memListener) Stop() {
 	l.n.Unlisten(l.addr)
 	l.n.waitFor(l.addr)
+}
+
+func (l *memListener) GracefulStop(ctx context.Context) {
+	l.n.mu.Lock()
+	delete(l.n.listeners, l.addr) // no new streams; the open ones end by themselves
+	l.n.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.n.waitFor(l.addr)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		l.Stop()
+		<-done
+	}
 }

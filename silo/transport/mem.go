@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 )
 
@@ -91,7 +92,7 @@ func (n *MemNetwork) closeWhere(pred func(*memConn) bool) {
 	}
 	n.mu.Unlock()
 	for _, c := range cs {
-		c.Close()
+		c.abort()
 	}
 }
 
@@ -144,12 +145,10 @@ func (d memDialer) Dial(ctx context.Context, addr string) (Conn, error) {
 		n.mu.Unlock()
 		return nil, fmt.Errorf("memnet: %s is cut off from %s", d.from, addr)
 	}
-	a2b := make(chan []byte, 64)
-	b2a := make(chan []byte, 64)
-	closed := make(chan struct{})
-	once := new(sync.Once)
-	client := &memConn{n: n, from: d.from, to: addr, in: b2a, out: a2b, closed: closed, once: once}
-	server := &memConn{n: n, from: d.from, to: addr, in: a2b, out: b2a, closed: closed, once: once}
+	a2b, b2a := newMemPipe(), newMemPipe()
+	st := &memStream{aborted: make(chan struct{})}
+	client := &memConn{n: n, from: d.from, to: addr, in: b2a, out: a2b, s: st, closed: make(chan struct{})}
+	server := &memConn{n: n, from: d.from, to: addr, in: a2b, out: b2a, s: st, closed: make(chan struct{})}
 	n.conns[client], n.conns[server] = true, true
 	wg := n.served[addr]
 	if wg == nil {
@@ -170,22 +169,60 @@ func (d memDialer) Dial(ctx context.Context, addr string) (Conn, error) {
 
 func (d memDialer) Forget(string) {}
 
-var errMemClosed = errors.New("memnet: stream closed")
+var (
+	errMemClosed  = errors.New("memnet: stream closed")
+	errMemAborted = errors.New("memnet: stream cut")
+)
 
-// memConn is one end of an in-memory stream. Both ends share closed.
+// memPipe is one direction of an in-memory stream.
+type memPipe struct {
+	frames chan []byte
+	eof    chan struct{} // closed when the sender is done: the reader drains, then sees EOF
+	once   sync.Once
+}
+
+func newMemPipe() *memPipe { return &memPipe{frames: make(chan []byte, 64), eof: make(chan struct{})} }
+
+func (p *memPipe) finish() { p.once.Do(func() { close(p.eof) }) }
+
+// memStream is what both ends share: a cut drops whatever is in flight,
+// as a broken connection would.
+type memStream struct {
+	aborted chan struct{}
+	once    sync.Once
+}
+
+func (s *memStream) abort() { s.once.Do(func() { close(s.aborted) }) }
+
+// memConn is one end of an in-memory stream. Close is graceful, as a
+// TCP close is: the other end reads what was sent, then EOF. A partition
+// or Down aborts the stream: both ends fail and frames in flight are
+// lost.
 type memConn struct {
 	n        *MemNetwork
 	from, to string
-	in, out  chan []byte
-	closed   chan struct{}
-	once     *sync.Once
+	in, out  *memPipe
+	s        *memStream
+	closed   chan struct{} // this end closed
+	once     sync.Once
 }
 
 func (c *memConn) Send(frame []byte) error {
 	b := append([]byte(nil), frame...)
 	select {
-	case c.out <- b:
+	case <-c.out.eof:
+		return errMemClosed
+	case <-c.s.aborted:
+		return errMemAborted
+	default:
+	}
+	select {
+	case c.out.frames <- b:
 		return nil
+	case <-c.out.eof:
+		return errMemClosed
+	case <-c.s.aborted:
+		return errMemAborted
 	case <-c.closed:
 		return errMemClosed
 	}
@@ -193,17 +230,40 @@ func (c *memConn) Send(frame []byte) error {
 
 func (c *memConn) Recv() ([]byte, error) {
 	select {
-	case b := <-c.in:
+	case b := <-c.in.frames:
 		return b, nil
+	case <-c.in.eof:
+		select {
+		case b := <-c.in.frames:
+			return b, nil
+		default:
+			return nil, io.EOF
+		}
+	case <-c.s.aborted:
+		return nil, errMemAborted
 	case <-c.closed:
 		return nil, errMemClosed
 	}
 }
 
+// CloseSend ends this end's sending: the other end reads what was sent,
+// then EOF.
+func (c *memConn) CloseSend() error {
+	c.out.finish()
+	return nil
+}
+
 func (c *memConn) Close() error {
 	c.once.Do(func() { close(c.closed) })
+	c.out.finish()
 	c.n.mu.Lock()
 	delete(c.n.conns, c)
 	c.n.mu.Unlock()
 	return nil
+}
+
+// abort cuts the stream at both ends.
+func (c *memConn) abort() {
+	c.s.abort()
+	c.Close()
 }

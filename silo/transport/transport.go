@@ -22,8 +22,12 @@ type Conn interface {
 	Send(frame []byte) error
 	// Recv returns the next frame. One goroutine at a time.
 	Recv() ([]byte, error)
-	// Close ends the stream; a Recv blocked on it returns an error. Any
-	// goroutine; idempotent.
+	// CloseSend ends this end's sending: the other end reads what was
+	// sent, then io.EOF. The writer goroutine only.
+	CloseSend() error
+	// Close ends the stream; a Recv blocked on it returns an error. What
+	// was sent before reaches the other end if the network can deliver
+	// it. Any goroutine; idempotent.
 	Close() error
 }
 
@@ -293,15 +297,33 @@ func (t *Transport) GoAway(ctx context.Context) error {
 	for _, ep := range eps {
 		ep.sendGoAway()
 	}
-	for _, ep := range eps {
-		select {
-		case <-ep.acked:
-		case <-ep.done:
-		case <-ctx.Done():
-			return ctx.Err()
+	// Streams accepted meanwhile got theirs in Serve: wait for those too,
+	// until a pass finds every stream answered.
+	waited := map[*endpoint]bool{}
+	for {
+		t.mu.Lock()
+		eps = eps[:0]
+		for _, m := range t.accepted {
+			for ep := range m {
+				if !waited[ep] {
+					eps = append(eps, ep)
+				}
+			}
+		}
+		t.mu.Unlock()
+		if len(eps) == 0 {
+			return nil
+		}
+		for _, ep := range eps {
+			select {
+			case <-ep.acked:
+			case <-ep.done:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			waited[ep] = true
 		}
 	}
-	return nil
 }
 
 // checkSize refuses an envelope larger than MaxMessageSize.
@@ -400,6 +422,42 @@ func (t *Transport) sweep() {
 			ep.expire(now)
 		}
 	}
+}
+
+// Shutdown writes out what is queued on every stream (the answers to
+// requests this silo has finished, above all), until ctx ends, and then
+// closes the transport. Any goroutine.
+func (t *Transport) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	var eps []*endpoint
+	for ep := range t.dialed {
+		eps = append(eps, ep)
+	}
+	for _, m := range t.accepted {
+		for ep := range m {
+			eps = append(eps, ep)
+		}
+	}
+	t.mu.Unlock()
+	for _, ep := range eps {
+		ep.flush(ctx)
+	}
+	// End the accepted streams from this side, after their answers: a
+	// gRPC stream whose handler returns sends its end after its data.
+	done := status.Errorf(codes.Unavailable, "granary: silo %s shut down", t.cfg.Self)
+	for _, ep := range eps {
+		if !ep.dialed {
+			ep.fail(done)
+		}
+	}
+	return t.Close()
+}
+
+// isGoingAway reports whether GoAway was called.
+func (t *Transport) isGoingAway() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.goingAway
 }
 
 // Close ends every stream, fails what waits on them with Unavailable, and

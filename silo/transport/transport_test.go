@@ -34,7 +34,7 @@ type echo struct {
 	block   chan struct{} // when set, Deliver waits on it
 }
 
-func newEcho() *echo { return &echo{got: make(chan string, 1024)} }
+func newEcho() *echo { return &echo{got: make(chan string, 4096)} }
 
 func (e *echo) Deliver(from string, env *granaryv1.Envelope, r Responder) {
 	e.mu.Lock()
@@ -520,5 +520,27 @@ func TestGoAway(t *testing.T) {
 	r := wait(t, call(p.a, "b", "after", time.Time{}))
 	if !NotSent(r.err) || !strings.Contains(r.err.Error(), "shutting down") {
 		t.Fatalf("a call after the go-away = %v, want a NotSentError saying b is shutting down", r.err)
+	}
+}
+
+func TestShutdownWritesWhatIsQueued(t *testing.T) {
+	p := newPair(t, nil)
+	const n = 2000
+	for i := range n {
+		if err := p.a.Send("b", &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY, Payload: []byte(fmt.Sprint(i))}, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := p.a.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		select {
+		case <-p.hb.got:
+		case <-time.After(defaultTestTimeout):
+			t.Fatalf("%d of %d one-way envelopes queued before Shutdown arrived", i, n)
+		}
 	}
 }

@@ -797,7 +797,11 @@ type DirectoryResponse struct {
 	Rejected []*DirectoryEntry `protobuf:"bytes,3,rep,name=rejected,proto3" json:"rejected,omitempty"`
 	// HANDOFF: the entries recorded already that beat them, in the same
 	// order as rejected.
-	Winners       []*DirectoryEntry `protobuf:"bytes,4,rep,name=winners,proto3" json:"winners,omitempty"`
+	Winners []*DirectoryEntry `protobuf:"bytes,4,rep,name=winners,proto3" json:"winners,omitempty"`
+	// HANDOFF: the entries recorded nowhere (no owner in the receiver's
+	// view, the hop bound, a silo on the way unreachable); the silos holding
+	// their activations send them again.
+	Unplaced      []*DirectoryEntry `protobuf:"bytes,5,rep,name=unplaced,proto3" json:"unplaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -856,6 +860,13 @@ func (x *DirectoryResponse) GetRejected() []*DirectoryEntry {
 func (x *DirectoryResponse) GetWinners() []*DirectoryEntry {
 	if x != nil {
 		return x.Winners
+	}
+	return nil
+}
+
+func (x *DirectoryResponse) GetUnplaced() []*DirectoryEntry {
+	if x != nil {
+		return x.Unplaced
 	}
 	return nil
 }
@@ -1023,12 +1034,13 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x10DirectoryRequest\x12'\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x17.granary.v1.DirectoryOpR\x02op\x124\n" +
 	"\aentries\x18\x02 \x03(\v2\x1a.granary.v1.DirectoryEntryR\aentries\x12\x12\n" +
-	"\x04hops\x18\x03 \x01(\rR\x04hops\"\xc9\x01\n" +
+	"\x04hops\x18\x03 \x01(\rR\x04hops\"\x81\x02\n" +
 	"\x11DirectoryResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x120\n" +
 	"\x05entry\x18\x02 \x01(\v2\x1a.granary.v1.DirectoryEntryR\x05entry\x126\n" +
 	"\brejected\x18\x03 \x03(\v2\x1a.granary.v1.DirectoryEntryR\brejected\x124\n" +
-	"\awinners\x18\x04 \x03(\v2\x1a.granary.v1.DirectoryEntryR\awinners\"\x85\x02\n" +
+	"\awinners\x18\x04 \x03(\v2\x1a.granary.v1.DirectoryEntryR\awinners\x126\n" +
+	"\bunplaced\x18\x05 \x03(\v2\x1a.granary.v1.DirectoryEntryR\bunplaced\"\x85\x02\n" +
 	"\bNodeMeta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12\x14\n" +
@@ -1102,12 +1114,13 @@ var file_granary_v1_wire_proto_depIdxs = []int32{
 	8,  // 9: granary.v1.DirectoryResponse.entry:type_name -> granary.v1.DirectoryEntry
 	8,  // 10: granary.v1.DirectoryResponse.rejected:type_name -> granary.v1.DirectoryEntry
 	8,  // 11: granary.v1.DirectoryResponse.winners:type_name -> granary.v1.DirectoryEntry
-	2,  // 12: granary.v1.NodeMeta.status:type_name -> granary.v1.SiloStatus
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	8,  // 12: granary.v1.DirectoryResponse.unplaced:type_name -> granary.v1.DirectoryEntry
+	2,  // 13: granary.v1.NodeMeta.status:type_name -> granary.v1.SiloStatus
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_granary_v1_wire_proto_init() }
