@@ -66,6 +66,13 @@ type Config struct {
 	// fake clock and advance it. Default: the real clock.
 	Clock clockwork.Clock
 
+	// RetryNeeded is told that registrations of this silo's activations
+	// wait to be sent again: the silo calls RetryRegistrations soon
+	// (well within RecoveryWindow, so they reach their owner before it
+	// answers misses). Called without locks held, on any goroutine. May
+	// be nil; then the silo must call RetryRegistrations periodically.
+	RetryNeeded func()
+
 	// Lost is told that one of this silo's own activations lost its
 	// registration to another: found when a membership change makes this
 	// silo register its activations again at their new owners, or when

@@ -228,12 +228,16 @@ func (d *Directory) settleRejected(resp *Response) {
 }
 
 // keepForRetry records the own activations among items, whose
-// registration could not be delivered, for RetryRegistrations; it returns
-// how many there were. mu not held.
-func (d *Directory) keepForRetry(items []Item) int {
+// registration could not be delivered, for RetryRegistrations, and tells
+// Config.RetryNeeded; it returns how many there were. mu not held.
+func (d *Directory) keepForRetry(items []Item) (n int) {
+	defer func() {
+		if n > 0 && d.cfg.RetryNeeded != nil {
+			d.cfg.RetryNeeded()
+		}
+	}()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	n := 0
 	for _, it := range items {
 		if it.Entry.Silo != d.self {
 			continue

@@ -132,7 +132,9 @@ type cluster struct {
 	// before it leaves.
 	inflight atomic.Int64
 	drainMu  sync.Mutex
-	drained  chan struct{} // closed when inflight reaches 0 while draining
+	// retryArmed: a timer to send failed registrations again is set.
+	retryArmed atomic.Bool
+	drained    chan struct{} // closed when inflight reaches 0 while draining
 
 	loadStop chan struct{}
 	loadDone chan struct{}
@@ -208,7 +210,7 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 		return fmt.Errorf("silo: cluster: %w", err)
 	}
 	dcfg := cfg.Directory
-	dcfg.Logger, dcfg.Clock, dcfg.Lost = s.log.Named("directory"), s.clock, cl.lost
+	dcfg.Logger, dcfg.Clock, dcfg.Lost, dcfg.RetryNeeded = s.log.Named("directory"), s.clock, cl.lost, cl.retryRegistrations
 	if cl.dir, err = directory.New(dcfg, cl.self, cl); err != nil {
 		return fmt.Errorf("silo: cluster: %w", err)
 	}
@@ -395,6 +397,22 @@ func (cl *cluster) lost(id grain.ID, local, winner directory.Entry) {
 	a.registered.Store(false) // its entry is the winner's: not to be unregistered
 	a.requestDeactivation(grain.DeactivateOperator)
 }
+
+// retryRegistrations has the directory send again, shortly, the
+// registrations it could not deliver: one timer at a time.
+func (cl *cluster) retryRegistrations() {
+	if !cl.retryArmed.CompareAndSwap(false, true) {
+		return
+	}
+	cl.s.clock.AfterFunc(registrationRetryDelay, func() {
+		cl.retryArmed.Store(false)
+		cl.dir.RetryRegistrations()
+	})
+}
+
+// registrationRetryDelay is how soon registrations that could not be
+// delivered are sent again: well within the directory's recovery window.
+const registrationRetryDelay = 50 * time.Millisecond
 
 // reportLoad gossips this silo's load when it changed, and has the
 // directory send again the registrations it could not deliver.

@@ -170,18 +170,24 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 		defer cl.done()
 		if err != nil {
 			cl.dir.Invalidate(c.id, directory.Entry{})
-			if transport.NotSent(err) && c.retries < maxDirectoryRetries {
-				// It never left: look again. The unregistration reaches
-				// the entry's owner before the lookup that follows it.
+			switch {
+			case transport.PeerGone(err) && c.retries < maxDirectoryRetries:
+				// It never left, and the silo is gone or going: look
+				// again. The unregistration reaches the entry's owner
+				// before the lookup that follows it.
 				c.retries++
 				if via.Activation != 0 {
 					cl.dir.Unregister(c.id, via)
 				}
 				c.placedHere = false
 				cl.s.route(nil, c)
-				return
+			case transport.NotSent(err) && cl.retryLater(c, func() { c.placedHere = false; cl.s.route(nil, c) }):
+				// The silo cannot be reached for now; it may be dead, which
+				// membership will tell, or alive behind a broken link: its
+				// entry stays, and the call tries again shortly.
+			default:
+				cl.s.fail(nil, c, err)
 			}
-			cl.s.fail(nil, c, err)
 			return
 		}
 		c.servedBy = to

@@ -208,10 +208,10 @@ func (t *Transport) endpointFor(id string) (*endpoint, error) {
 	}
 	p := t.peers[id]
 	if p == nil {
-		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: no route to silo %s: it is not a live member of the cluster", id)}
+		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: no route to silo %s: it is not a live member of the cluster", id), Gone: true}
 	}
 	if p.leaving {
-		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: silo %s is shutting down", id)}
+		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: silo %s is shutting down", id), Gone: true}
 	}
 	if p.ep != nil {
 		return p.ep, nil
