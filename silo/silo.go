@@ -12,6 +12,7 @@ import (
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/directory"
+	"github.com/granaryio/granary/silo/transport"
 	"github.com/granaryio/granary/grain"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -329,6 +330,17 @@ func (s *Silo) forEachActivation(fn func(a *activationRec)) {
 type Stats struct {
 	Activations int              // activations in the catalog
 	Scheduler   activation.Stats // the pool's counters
+	// Cluster is set for a silo in a cluster.
+	Cluster *ClusterStats
+}
+
+// ClusterStats is a snapshot of a silo's part in its cluster.
+type ClusterStats struct {
+	Members   int             // live members, this silo included
+	Active    int             // members on the directory ring
+	Directory directory.Stats // this silo's partition, cache and handoffs
+	Transport transport.Stats // streams and calls waiting on them
+	InFlight  int64           // requests from or forwarded to other silos, unanswered
 }
 
 // Stats returns the silo's counters. Any goroutine.
@@ -336,6 +348,16 @@ func (s *Silo) Stats() Stats {
 	st := Stats{Activations: int(s.live.Load())}
 	if s.pool != nil {
 		st.Scheduler = s.pool.Stats()
+	}
+	if cl := s.cl; cl != nil && cl.dir != nil && cl.tport != nil {
+		v := cl.view.Load()
+		st.Cluster = &ClusterStats{
+			Members:   len(v.known),
+			Active:    cl.dir.Ring().Len(),
+			Directory: cl.dir.Stats(),
+			Transport: cl.tport.Stats(),
+			InFlight:  cl.inflight.Load(),
+		}
 	}
 	return st
 }
