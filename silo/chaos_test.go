@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/directory"
+	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -114,6 +116,7 @@ type chaosFailure struct {
 	code    codes.Code
 	n       int
 	example error
+	at      []time.Duration // when each failed, since the test started
 }
 
 // chaosTally is what callers saw; each caller keeps its own and they are
@@ -148,7 +151,7 @@ func (ct *chaosTally) answered(key, act string, start, end time.Duration) {
 	sp.add(start, end)
 }
 
-func (ct *chaosTally) fail(into map[string]*chaosFailure, err error) {
+func (ct *chaosTally) fail(into map[string]*chaosFailure, err error, at time.Duration) {
 	reason := failureReason(err)
 	f := into[reason]
 	if f == nil {
@@ -156,6 +159,7 @@ func (ct *chaosTally) fail(into map[string]*chaosFailure, err error) {
 		into[reason] = f
 	}
 	f.n++
+	f.at = append(f.at, at)
 }
 
 func (ct *chaosTally) merge(o *chaosTally) {
@@ -165,8 +169,9 @@ func (ct *chaosTally) merge(o *chaosTally) {
 		for r, f := range pair[1] {
 			if g := pair[0][r]; g != nil {
 				g.n += f.n
+				g.at = append(g.at, f.at...)
 			} else {
-				pair[0][r] = &chaosFailure{code: f.code, n: f.n, example: f.example}
+				pair[0][r] = &chaosFailure{code: f.code, n: f.n, example: f.example, at: slices.Clone(f.at)}
 			}
 		}
 	}
@@ -235,9 +240,10 @@ func (tc *testCluster) sortedLive() []*Silo {
 	return ss
 }
 
-// chaosCall calls probe key through via, bounded by chaosCallTimeout.
-func chaosCall(via *Silo, key string) (*probe.Reply, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), chaosCallTimeout)
+// chaosCall calls probe key through via, bounded by ctx and
+// chaosCallTimeout.
+func chaosCall(ctx context.Context, via *Silo, key string) (*probe.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, chaosCallTimeout)
 	defer cancel()
 	return probe.NewProbeRef(via, key).Call(ctx, &probe.Request{})
 }
@@ -256,7 +262,7 @@ func runChaosCaller(tc *testCluster, rng *rand.Rand, ks []string, t0 time.Time, 
 		via := ss[rng.IntN(len(ss))]
 		key := ks[rng.IntN(len(ks))]
 		start := time.Since(t0)
-		r, err := chaosCall(via, key)
+		r, err := chaosCall(context.Background(), via, key)
 		end := time.Since(t0)
 		ct.calls++
 		switch {
@@ -264,9 +270,9 @@ func runChaosCaller(tc *testCluster, rng *rand.Rand, ks []string, t0 time.Time, 
 			ct.ok++
 			ct.answered(key, where(r), start, end)
 		case via.stopping.Load():
-			ct.fail(ct.gone, err)
+			ct.fail(ct.gone, err, end)
 		default:
-			ct.fail(ct.failed, err)
+			ct.fail(ct.failed, err, end)
 		}
 	}
 }
@@ -276,6 +282,7 @@ type chaosAction struct {
 	at   time.Duration // since the test started
 	what string        // stop, kill or start
 	silo string
+	s    *Silo
 	took time.Duration
 	live int // silos running after it
 }
@@ -312,12 +319,14 @@ func runChaos(tc *testCluster, rng *rand.Rand, dur time.Duration, t0 time.Time, 
 		case "start":
 			a.silo = "s" + strconv.Itoa(next)
 			next++
-			tc.start(a.silo)
+			a.s = tc.start(a.silo)
 		case "stop":
-			a.silo = ss[rng.IntN(len(ss))].cfg.Name
+			a.s = ss[rng.IntN(len(ss))]
+			a.silo = a.s.cfg.Name
 			tc.stop(a.silo)
 		case "kill":
-			a.silo = ss[rng.IntN(len(ss))].cfg.Name
+			a.s = ss[rng.IntN(len(ss))]
+			a.silo = a.s.cfg.Name
 			tc.kill(a.silo)
 		}
 		a.took = time.Since(begin)
@@ -369,8 +378,9 @@ func findDuplicates(spans map[string]map[string]*actSpan) []chaosDuplicate {
 
 // chaosRound calls every key from every live silo and returns what is
 // wrong: a key that fails, answers from more than one activation, or is
-// held by more than one silo's catalog.
-func chaosRound(tc *testCluster, ks []string) []string {
+// held by more than one silo's catalog. Calls still to make when ctx
+// ends fail.
+func chaosRound(ctx context.Context, tc *testCluster, ks []string) []string {
 	ss := tc.sortedLive()
 	answers := make([][]string, len(ss)) // by silo, by key: silo#act or the error
 	var wg sync.WaitGroup
@@ -378,7 +388,7 @@ func chaosRound(tc *testCluster, ks []string) []string {
 		answers[i] = make([]string, len(ks))
 		wg.Go(func() {
 			for j, k := range ks {
-				r, err := chaosCall(s, k)
+				r, err := chaosCall(ctx, s, k)
 				if err != nil {
 					answers[i][j] = "error: " + err.Error()
 				} else {
@@ -429,19 +439,24 @@ func TestClusterChaos(t *testing.T) {
 	t.Logf("chaos: seed %d, duration %v (replay with GRANARY_CHAOS_SEED=%d GRANARY_CHAOS_DURATION=%v)", seed, dur, seed, dur)
 	logs := &chaosLogger{counts: map[string]int{}}
 	tc := newTestCluster(t, []string{"s1", "s2", "s3", "s4"}, clusterOpt{tweak: logs.tweak})
+	all := tc.sortedLive() // every silo that ran, for the directory counters
 	ks := keys("c", chaosKeys)
 	t0 := time.Now()
 
 	stop := make(chan struct{})
 	tallies := make([]*chaosTally, chaosCallers)
 	var wg sync.WaitGroup
+	endLoad := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	t.Cleanup(endLoad) // before the silos stop, should the harness fail the test
 	for i := range chaosCallers {
 		rng := rand.New(rand.NewPCG(seed, uint64(i)+1))
 		wg.Go(func() { tallies[i] = runChaosCaller(tc, rng, ks, t0, stop) })
 	}
 	actions := runChaos(tc, rand.New(rand.NewPCG(seed, 0)), dur, t0, 5)
-	close(stop)
-	wg.Wait()
+	endLoad()
 	loadEnd := time.Since(t0)
 
 	total := newChaosTally()
@@ -455,15 +470,34 @@ func TestClusterChaos(t *testing.T) {
 	var bad []string
 	rounds := 0
 	deadline := time.Now().Add(chaosResolveTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(chaosCallTimeout))
+	defer cancel()
 	for {
 		rounds++
-		if bad = chaosRound(tc, ks); len(bad) == 0 || time.Now().After(deadline) {
+		if bad = chaosRound(ctx, tc, ks); len(bad) == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
 	resolved := time.Since(t0)
 
+	for _, a := range actions {
+		if a.what == "start" {
+			all = append(all, a.s)
+		}
+	}
+	var dir directory.Stats
+	for _, s := range all {
+		st := s.cl.dir.Stats()
+		dir.Forwarded += st.Forwarded
+		dir.Refused += st.Refused
+		dir.HandedOff += st.HandedOff
+		dir.Dropped += st.Dropped
+		dir.Lost += st.Lost
+	}
+
 	logChaosSummary(t, total, dups, actions, logs, loadEnd)
+	t.Logf("directory counters over the %d silos that ran: forwarded %d, refused %d, handed off %d, dropped %d, lost %d",
+		len(all), dir.Forwarded, dir.Refused, dir.HandedOff, dir.Dropped, dir.Lost)
 	t.Logf("after the chaos: converged at %.2fs; %d rounds over %d keys × %d silos, done at %.2fs",
 		converged.Seconds(), rounds, len(ks), len(tc.live()), resolved.Seconds())
 
@@ -478,6 +512,22 @@ func TestClusterChaos(t *testing.T) {
 			}
 		}
 	}
+	// Each caller has one call in flight, so a silo that goes away can
+	// fail about one call per caller; twice that, and one more round
+	// for the whole run, leaves room for calls sent on stale routes.
+	departures := 0
+	for _, a := range actions {
+		if a.what != "start" {
+			departures++
+		}
+	}
+	failed := 0
+	for _, f := range total.failed {
+		failed += f.n
+	}
+	if limit := chaosCallers * (2*departures + 1); failed > limit {
+		t.Errorf("%d calls through live silos failed, more than %d for %d departures", failed, limit, departures)
+	}
 	if total.ok == 0 {
 		t.Errorf("no call succeeded in %d", total.calls)
 	}
@@ -489,9 +539,26 @@ func logChaosSummary(t *testing.T, ct *chaosTally, dups []chaosDuplicate, action
 	var b strings.Builder
 	pct := func(n int) float64 { return 100 * float64(n) / float64(max(ct.calls, 1)) }
 	fmt.Fprintf(&b, "chaos summary (%d callers, %d keys, load ran %.2fs)\n", chaosCallers, chaosKeys, loadEnd.Seconds())
-	fmt.Fprintf(&b, "  actions: %d\n", len(actions))
-	for _, a := range actions {
-		fmt.Fprintf(&b, "    %6.2fs  %-5s %-4s took %-8v → %d live\n", a.at.Seconds(), a.what, a.silo, a.took.Round(time.Millisecond), a.live)
+	// after returns the index of the last action begun by at, or -1.
+	after := func(at time.Duration) int {
+		i, _ := slices.BinarySearchFunc(actions, at, func(a chaosAction, at time.Duration) int { return cmp.Compare(a.at, at) })
+		return i - 1
+	}
+	byAction := func(m map[string]*chaosFailure) []int {
+		n := make([]int, len(actions)+1) // by action index + 1
+		for _, f := range m {
+			for _, at := range f.at {
+				n[after(at)+1]++
+			}
+		}
+		return n
+	}
+	gone, failed := byAction(ct.gone), byAction(ct.failed)
+	fmt.Fprintf(&b, "  actions: %d (and the calls that failed until the next: through a live silo / the caller's silo went away)\n", len(actions))
+	fmt.Fprintf(&b, "     0.00s  (load starts)                     %4d / %d\n", failed[0], gone[0])
+	for i, a := range actions {
+		fmt.Fprintf(&b, "    %6.2fs  %-5s %-4s took %-8v → %d live  %4d / %d\n",
+			a.at.Seconds(), a.what, a.silo, a.took.Round(time.Millisecond), a.live, failed[i+1], gone[i+1])
 	}
 	sum := func(m map[string]*chaosFailure) int {
 		n := 0
@@ -499,6 +566,24 @@ func logChaosSummary(t *testing.T, ct *chaosTally, dups []chaosDuplicate, action
 			n += f.n
 		}
 		return n
+	}
+	// kinds says after which kinds of action the failures of f came.
+	kinds := func(f *chaosFailure) string {
+		n := map[string]int{}
+		for _, at := range f.at {
+			if i := after(at); i >= 0 {
+				n[actions[i].what]++
+			} else {
+				n["none"]++
+			}
+		}
+		var parts []string
+		for _, k := range []string{"kill", "stop", "start", "none"} {
+			if n[k] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
+			}
+		}
+		return strings.Join(parts, ", ")
 	}
 	fmt.Fprintf(&b, "  calls: %d, ok %d (%.2f%%)\n", ct.calls, ct.ok, pct(ct.ok))
 	for _, part := range []struct {
@@ -513,7 +598,7 @@ func logChaosSummary(t *testing.T, ct *chaosTally, dups []chaosDuplicate, action
 		}
 		slices.SortFunc(rs, func(x, y string) int { return cmp.Or(cmp.Compare(part.m[y].n, part.m[x].n), cmp.Compare(x, y)) })
 		for _, r := range rs {
-			fmt.Fprintf(&b, "    %6d  %s\n", part.m[r].n, r)
+			fmt.Fprintf(&b, "    %6d  %s  (after %s)\n", part.m[r].n, r, kinds(part.m[r]))
 		}
 	}
 	fmt.Fprintf(&b, "  duplicate activations seen: %d grains\n", len(dups))
@@ -536,4 +621,93 @@ func logChaosSummary(t *testing.T, ct *chaosTally, dups []chaosDuplicate, action
 	}
 	logs.mu.Unlock()
 	t.Log(b.String())
+}
+
+// TestClusterReregistrationDroppedByStaleOwner is the duplicate the
+// chaos test found after a kill. Silo X owns grain g's directory entry;
+// g's activation A lives on silo S1; without X, silo O owns the entry. X
+// dies. S1 installs the view without X first and registers A again at O
+// (a handoff); O, whose view still has X, passes the item on to X, and
+// the send fails. Before handoffs reported such items back (Unplaced),
+// O dropped the item and answered S1 with a success, so nothing
+// registered A again until g's owner next changed: once O installed the
+// new view it owned g with no entry, calls through any silo but S1 made
+// a second activation B, and calls through S1 still reached A, in its
+// catalog. Both answered for as long as they were called.
+func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
+	tc := newTestCluster(t, []string{"a", "b", "c", "d"}, clusterOpt{})
+	byMember := map[string]*Silo{}
+	for _, s := range tc.live() {
+		byMember[s.cl.self] = s
+	}
+	home := map[string]*Silo{} // key → the silo its activation is on
+	for _, k := range keys("o", 100) {
+		r, err := tc.call(tc.silo("a"), k, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		home[k] = tc.silo(r.Text)
+	}
+	ring := tc.silo("a").cl.dir.Ring()
+	var key string
+	var x, s1, o *Silo
+	for _, k := range keys("o", 100) {
+		id := grain.NewID(probe.ProbeGrainType, k)
+		owner := ring.OwnerOf(id)
+		after := ring.Without(owner).OwnerOf(id)
+		if owner != home[k].cl.self && after != home[k].cl.self {
+			key, x, s1, o = k, byMember[owner], home[k], byMember[after]
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("no grain whose activation, owner and next owner are on three silos")
+	}
+	t.Logf("%s: activation on %s, entry on %s, next owner %s", key, s1.cfg.Name, x.cfg.Name, o.cfg.Name)
+
+	// Only S1 learns of X's death at first, so that what O drops is S1's.
+	var held []string
+	for _, s := range tc.live() {
+		if s != s1 && s != x {
+			held = append(held, s.cl.self)
+			tc.hub.Hold(s.cl.self)
+		}
+	}
+	dropped := o.cl.dir.Stats().Dropped
+	tc.kill(x.cfg.Name)
+	waitFor(t, "O to drop the handoff of S1", func() bool { return o.cl.dir.Stats().Dropped > dropped })
+	for _, id := range held {
+		tc.hub.Release(id)
+	}
+	tc.waitConverged()
+
+	// Give the cluster chaosResolveTimeout to find the duplicate, calling
+	// the grain through every silo meanwhile. (Placement may pick S1 for
+	// every call that finds no entry, and A answers them all; so the
+	// entry at O must name the activation too.)
+	id := grain.NewID(probe.ProbeGrainType, key)
+	deadline := time.Now().Add(chaosResolveTimeout)
+	for {
+		seen := map[string][]string{} // activation → the silos that reached it
+		for _, via := range tc.sortedLive() {
+			r, err := tc.call(via, key, nil)
+			if err != nil {
+				t.Fatalf("calling %s through %s: %v", key, via.cfg.Name, err)
+			}
+			seen[where(r)] = append(seen[where(r)], via.cfg.Name)
+		}
+		entry := "none"
+		for _, it := range o.cl.dir.Entries() {
+			if it.ID == id {
+				entry = fmt.Sprintf("%s#%d", byMember[it.Entry.Silo].cfg.Name, it.Entry.Activation)
+			}
+		}
+		if len(seen) == 1 && len(seen[entry]) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, %v after the cluster converged, answers from %v; its entry at %s: %s",
+				key, chaosResolveTimeout, seen, o.cfg.Name, entry)
+		}
+	}
 }

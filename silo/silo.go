@@ -12,8 +12,8 @@ import (
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/directory"
-	"github.com/granaryio/granary/silo/transport"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/transport"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
