@@ -74,21 +74,16 @@ func chaosSettings(t *testing.T) (time.Duration, uint64) {
 }
 
 // actSpan is what one caller, or all of them merged, saw of one
-// activation: when the calls it answered started and ended, relative to
-// the test's start.
+// activation, relative to the test's start: when the last call it
+// answered started, and when the calls it answered ended.
 type actSpan struct {
-	firstStart, lastStart time.Duration
-	firstEnd, lastEnd     time.Duration
-	n                     int
+	lastStart         time.Duration
+	firstEnd, lastEnd time.Duration
+	n                 int
 }
 
 func (s *actSpan) add(start, end time.Duration) {
-	if s.n == 0 {
-		s.firstStart, s.lastStart, s.firstEnd, s.lastEnd = start, start, end, end
-	}
-	s.firstStart, s.lastStart = min(s.firstStart, start), max(s.lastStart, start)
-	s.firstEnd, s.lastEnd = min(s.firstEnd, end), max(s.lastEnd, end)
-	s.n++
+	s.merge(&actSpan{lastStart: start, firstEnd: end, lastEnd: end, n: 1})
 }
 
 func (s *actSpan) merge(o *actSpan) {
@@ -96,7 +91,7 @@ func (s *actSpan) merge(o *actSpan) {
 		*s = *o
 		return
 	}
-	s.firstStart, s.lastStart = min(s.firstStart, o.firstStart), max(s.lastStart, o.lastStart)
+	s.lastStart = max(s.lastStart, o.lastStart)
 	s.firstEnd, s.lastEnd = min(s.firstEnd, o.firstEnd), max(s.lastEnd, o.lastEnd)
 	s.n += o.n
 }
@@ -555,10 +550,10 @@ func logChaosSummary(t *testing.T, ct *chaosTally, dups []chaosDuplicate, action
 	}
 	gone, failed := byAction(ct.gone), byAction(ct.failed)
 	fmt.Fprintf(&b, "  actions: %d (and the calls that failed until the next: through a live silo / the caller's silo went away)\n", len(actions))
-	fmt.Fprintf(&b, "     0.00s  (load starts)                     %4d / %d\n", failed[0], gone[0])
+	fmt.Fprintf(&b, "    %6.2fs  %-34s  %4d / %d\n", 0.0, "(the load starts)", failed[0], gone[0])
 	for i, a := range actions {
-		fmt.Fprintf(&b, "    %6.2fs  %-5s %-4s took %-8v → %d live  %4d / %d\n",
-			a.at.Seconds(), a.what, a.silo, a.took.Round(time.Millisecond), a.live, failed[i+1], gone[i+1])
+		what := fmt.Sprintf("%-5s %-4s took %-8v → %d live", a.what, a.silo, a.took.Round(time.Millisecond), a.live)
+		fmt.Fprintf(&b, "    %6.2fs  %-34s  %4d / %d\n", a.at.Seconds(), what, failed[i+1], gone[i+1])
 	}
 	sum := func(m map[string]*chaosFailure) int {
 		n := 0
