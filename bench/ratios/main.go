@@ -28,6 +28,7 @@ var pairs = []struct {
 	{"RoundTrip", "BaselineChanRoundTrip", 1.5},
 	{"LocalCall", "BaselineChanAsk", 2},
 	{"GrainToGrain", "BaselineChanAsk", 0},
+	{"CrossSiloCall", "BaselineGRPCBidiPingPong", 1.5},
 	{"Handoff/inline", "BaselineChanRoundTrip", 2},
 	{"Handoff/blocking", "BaselineChanRoundTrip", 2},
 	{"GoroutinePerRun/RoundTrip", "BaselineChanRoundTrip", 0},
