@@ -3,6 +3,7 @@ package directory
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,11 @@ type Config struct {
 	// Clock drives the cache's TTL and the recovery window. Tests pass a
 	// fake clock and advance it. Default: the real clock.
 	Clock clockwork.Clock
+
+	// Local yields this silo's activations that hold their entries, for
+	// OpResync: another silo that took this one for dead asks it to
+	// register them all again. Called without locks held. May be nil.
+	Local func() iter.Seq[Item]
 
 	// RetryNeeded is told that registrations of this silo's activations
 	// wait to be sent again: the silo calls RetryRegistrations soon
@@ -172,10 +178,9 @@ type Directory struct {
 	// new owner could not be delivered; RetryRegistrations sends them
 	// again. mu.
 	retry map[grain.ID]Entry
-	// prevRing is the view before the last change, and recoverUntil the
-	// end of its recovery window (zero: none); see recoveringLocked. mu.
-	prevRing     *Ring
-	recoverUntil time.Time
+	// recovering holds the views before recent changes, each with the end
+	// of its recovery window, oldest first; see recoveringLocked. mu.
+	recovering []recovery
 
 	forwarded atomic.Uint64
 	refused   atomic.Uint64
@@ -254,10 +259,26 @@ func (d *Directory) lookupOwned(id grain.ID) (e Entry, ok, owned, recovering boo
 // caller activate the grain a second time, and that newer activation
 // would win over the one being re-registered. mu held.
 func (d *Directory) recoveringLocked(id grain.ID) bool {
-	if d.recoverUntil.IsZero() || !d.cfg.Clock.Now().Before(d.recoverUntil) {
+	if len(d.recovering) == 0 {
 		return false
 	}
-	return d.prevRing.OwnerOf(id) != d.self
+	now := d.cfg.Clock.Now()
+	for len(d.recovering) > 0 && !now.Before(d.recovering[0].until) {
+		d.recovering = d.recovering[1:]
+	}
+	for _, r := range d.recovering {
+		if r.prev.OwnerOf(id) != d.self {
+			return true
+		}
+	}
+	return false
+}
+
+// recovery is the view before a change and the end of the window in
+// which entries that moved with the change may still be on their way.
+type recovery struct {
+	prev  *Ring
+	until time.Time
 }
 
 // errRecovering answers a Lookup or Register of a grain whose entry may

@@ -62,7 +62,10 @@ func (d *Directory) SetMembers(active []string, local iter.Seq[Item]) {
 	}
 	d.ring.Store(next)
 	if prev.Len() > 0 && d.cfg.RecoveryWindow > 0 {
-		d.prevRing, d.recoverUntil = prev, d.cfg.Clock.Now().Add(d.cfg.RecoveryWindow)
+		// Every change within the window keeps its own: a grain that
+		// moved here with an earlier change may still be on its way
+		// after a later one.
+		d.recovering = append(d.recovering, recovery{prev: prev, until: d.cfg.Clock.Now().Add(d.cfg.RecoveryWindow)})
 	}
 	moved := d.part.Extract(func(id grain.ID) bool { return next.OwnerOf(id) == d.self })
 	handed := make(map[grain.ID]Entry, len(moved))
@@ -296,4 +299,54 @@ func (d *Directory) retrying() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.retry)
+}
+
+// AskResync tells silo, which this one took for dead and now sees alive
+// again, to register all its activations again: their entries here, and
+// at every silo that purged them, are gone. Fire and forget. Any
+// goroutine.
+func (d *Directory) AskResync(silo string) {
+	if silo == d.self {
+		return
+	}
+	d.sender.Send(silo, &Request{Op: OpResync}, func(_ *Response, err error) {
+		if err != nil {
+			d.log.Debug("directory: asking a silo to register again failed", zap.String("silo", silo), zap.Error(err))
+		}
+	})
+}
+
+// registerAll registers every activation Config.Local yields at its
+// owner, as after a membership change; losers go to Config.Lost. mu not
+// held.
+func (d *Directory) registerAll() {
+	if d.cfg.Local == nil {
+		return
+	}
+	var (
+		lost    []lostItem
+		batches = make(map[string][]Item)
+		items   []Item
+	)
+	for it := range d.cfg.Local() {
+		items = append(items, it)
+	}
+	d.mu.Lock()
+	ring := d.ring.Load()
+	for _, it := range items {
+		switch o := ring.OwnerOf(it.ID); o {
+		case "":
+		case d.self:
+			if w, err := d.registerLocked(it.ID, it.Entry); err == nil && w != it.Entry {
+				lost = append(lost, lostItem{it, w})
+			}
+		default:
+			batches[o] = append(batches[o], it)
+		}
+	}
+	d.mu.Unlock()
+	for _, l := range lost {
+		d.reportLost(l.item.ID, l.item.Entry, l.winner)
+	}
+	d.sendHandoffs(batches)
 }

@@ -28,6 +28,10 @@ const (
 	// membership change. Each is merged first-wins; the answer lists the
 	// items that lost, and the entries that beat them.
 	OpHandoff
+	// OpResync tells the receiver that the sender took it for dead and
+	// purged the entries naming it: the receiver registers all its
+	// activations again (Config.Local). No items.
+	OpResync
 )
 
 func (o Op) String() string {
@@ -40,6 +44,8 @@ func (o Op) String() string {
 		return "Unregister"
 	case OpHandoff:
 		return "Handoff"
+	case OpResync:
+		return "Resync"
 	}
 	return "Op(" + strconv.Itoa(int(o)) + ")"
 }
@@ -120,6 +126,10 @@ func checkRequest(req *Request) error {
 				return invalid("Handoff item %d (%v) names no silo", i, it.ID)
 			}
 		}
+	case OpResync:
+		if len(req.Items) != 0 {
+			return invalid("Resync request with %d items; want none", len(req.Items))
+		}
 	default:
 		return invalid("unknown op %d", int(req.Op))
 	}
@@ -140,8 +150,14 @@ func (d *Directory) Handle(from string, req *Request, reply func(*Response, erro
 		reply(nil, err)
 		return
 	}
-	if req.Op == OpHandoff {
+	switch req.Op {
+	case OpHandoff:
 		d.handleHandoff(req, reply)
+		return
+	case OpResync:
+		d.log.Info("directory: another silo took this one for dead; registering every activation again", zap.String("from", from))
+		d.registerAll()
+		reply(&Response{}, nil)
 		return
 	}
 	it := req.Items[0]

@@ -134,7 +134,16 @@ type cluster struct {
 	drainMu  sync.Mutex
 	// retryArmed: a timer to send failed registrations again is set.
 	retryArmed atomic.Bool
-	drained    chan struct{} // closed when inflight reaches 0 while draining
+	// departed remembers the members that left or failed, most recent
+	// last, bounded by maxDeparted: an entry naming one of them is gone,
+	// while one naming a member this silo has not heard of yet may be
+	// new. viewMu.
+	departed     map[string]bool
+	departedList []string
+
+	closed    atomic.Bool // close began: no retries are armed any more
+	closeOnce sync.Once
+	drained   chan struct{} // closed when inflight reaches 0 while draining
 
 	loadStop chan struct{}
 	loadDone chan struct{}
@@ -145,8 +154,20 @@ type clusterView struct {
 	// hosts lists, per grain type, the active silos that host it, as
 	// placement candidates (this one included when it is active).
 	hosts map[string][]placement.Candidate
-	// known is every live member, whatever its status, this one included.
-	known map[string]bool
+	// known is every live member and its status, this one included.
+	known map[string]membership.Status
+	// departed holds the members that left or failed lately.
+	departed map[string]bool
+}
+
+// maxDeparted bounds the departed members a silo remembers.
+const maxDeparted = 4096
+
+// gone reports whether silo left, failed or is shutting down: what the
+// directory says lives there is gone or going.
+func (v *clusterView) gone(silo string) bool {
+	st, live := v.known[silo]
+	return v.departed[silo] || live && st == membership.StatusShuttingDown
 }
 
 // startCluster joins the cluster. It is called by Start after the pool
@@ -211,13 +232,14 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	}
 	dcfg := cfg.Directory
 	dcfg.Logger, dcfg.Clock, dcfg.Lost, dcfg.RetryNeeded = s.log.Named("directory"), s.clock, cl.lost, cl.retryRegistrations
+	dcfg.Local = s.registeredActivations
 	if cl.dir, err = directory.New(dcfg, cl.self, cl); err != nil {
 		return fmt.Errorf("silo: cluster: %w", err)
 	}
 	if cl.placer, err = placement.New(cfg.Placement); err != nil {
 		return fmt.Errorf("silo: cluster: %w", err)
 	}
-	cl.view.Store(&clusterView{hosts: map[string][]placement.Candidate{}, known: map[string]bool{}})
+	cl.view.Store(&clusterView{hosts: map[string][]placement.Candidate{}, known: map[string]membership.Status{}})
 	s.cl = cl // requests may arrive once the listener serves
 
 	if err := cl.lis.Serve(cl.tport); err != nil {
@@ -298,9 +320,17 @@ func (cl *cluster) applyLocked(ev membership.Event) {
 	gone := ev.Kind == membership.EventLeft || ev.Kind == membership.EventFailed
 	if gone {
 		delete(cl.members, m.ID)
+		cl.rememberDepartedLocked(m.ID)
 		cl.tport.RemovePeer(m.ID, ev.Kind.String(), ev.Kind == membership.EventLeft)
 		cl.placer.Forget(m.ID)
 	} else {
+		if cl.departed[m.ID] {
+			// Taken for dead, yet alive: this silo purged the entries
+			// naming it, so it must register its activations again.
+			delete(cl.departed, m.ID)
+			cl.log.Warn("a silo taken for dead is back; asking it to register its activations again", zap.String("member", m.ID))
+			defer cl.dir.AskResync(m.ID) // once it is a transport peer again
+		}
 		prev, had := cl.members[m.ID]
 		cl.members[m.ID] = m
 		cl.tport.SetPeer(m.ID, m.GRPCAddr)
@@ -316,13 +346,32 @@ func (cl *cluster) applyLocked(ev membership.Event) {
 	}
 }
 
+// rememberDepartedLocked adds id to the departed members. viewMu held.
+func (cl *cluster) rememberDepartedLocked(id string) {
+	if cl.departed == nil {
+		cl.departed = map[string]bool{}
+	}
+	if cl.departed[id] {
+		return
+	}
+	cl.departed[id] = true
+	cl.departedList = append(cl.departedList, id)
+	if len(cl.departedList) > maxDeparted {
+		delete(cl.departed, cl.departedList[0])
+		cl.departedList = cl.departedList[1:]
+	}
+}
+
 // refreshLocked rebuilds the routing view and, when the active silos
 // changed, gives the directory its new ring. viewMu held.
 func (cl *cluster) refreshLocked() {
-	v := &clusterView{hosts: map[string][]placement.Candidate{}, known: map[string]bool{cl.self: true}}
+	v := &clusterView{hosts: map[string][]placement.Candidate{}, known: map[string]membership.Status{}, departed: map[string]bool{}}
+	for id := range cl.departed {
+		v.departed[id] = true
+	}
 	var active []string
 	add := func(id string, m membership.Member) {
-		v.known[id] = true
+		v.known[id] = m.Status
 		if m.Status != membership.StatusActive {
 			return
 		}
@@ -392,21 +441,45 @@ func (cl *cluster) lost(id grain.ID, local, winner directory.Entry) {
 	if a.actID != local.Activation {
 		return
 	}
+	if winner.Silo == cl.self {
+		// The winner names an activation of this silo that is gone (this
+		// one holds the catalog slot): a stale entry. Drop it and
+		// register again.
+		cl.dir.Unregister(id, winner)
+		cl.reregister(a)
+		return
+	}
 	cl.log.Warn("duplicate activation found; deactivating this one", zap.Stringer("grain", id),
 		zap.Uint64("activation", a.actID), zap.Stringer("winner", winner))
 	a.registered.Store(false) // its entry is the winner's: not to be unregistered
 	a.requestDeactivation(grain.DeactivateOperator)
 }
 
+// reregister registers a running activation again, after its entry was
+// found missing or stale; if it loses, it deactivates.
+func (cl *cluster) reregister(a *activationRec) {
+	mine := directory.Entry{Silo: cl.self, Activation: a.actID}
+	cl.dir.Register(a.id, mine, func(winner directory.Entry, err error) {
+		switch {
+		case err != nil:
+			cl.log.Debug("registering again failed", zap.Stringer("grain", a.id), zap.Error(err))
+		case winner != mine && winner.Silo != cl.self:
+			cl.lost(a.id, mine, winner)
+		}
+	})
+}
+
 // retryRegistrations has the directory send again, shortly, the
 // registrations it could not deliver: one timer at a time.
 func (cl *cluster) retryRegistrations() {
-	if !cl.retryArmed.CompareAndSwap(false, true) {
+	if cl.closed.Load() || !cl.retryArmed.CompareAndSwap(false, true) {
 		return
 	}
 	cl.s.clock.AfterFunc(registrationRetryDelay, func() {
 		cl.retryArmed.Store(false)
-		cl.dir.RetryRegistrations()
+		if !cl.closed.Load() {
+			cl.dir.RetryRegistrations()
+		}
 	})
 }
 
@@ -447,6 +520,13 @@ func (cl *cluster) beginLeave(ctx context.Context) {
 	if err := cl.mship.Update(func(m *membership.Member) { m.Status = membership.StatusShuttingDown }); err != nil {
 		cl.log.Warn("announcing shutdown failed", zap.Error(err))
 	}
+	// Hand the directory ranges over now, not after the delay: the others
+	// take this silo off their rings as soon as they hear, and their
+	// recovery windows (directory.Config.RecoveryWindow) run from then.
+	cl.viewMu.Lock()
+	cl.selfStatus = membership.StatusShuttingDown
+	cl.refreshLocked()
+	cl.viewMu.Unlock()
 	if d := cl.cfg.ShutdownGossipDelay; d > 0 {
 		tm := time.NewTimer(d) // real time: gossip spreads in real time, whatever the silo's clock
 		select {
@@ -455,10 +535,6 @@ func (cl *cluster) beginLeave(ctx context.Context) {
 		}
 		tm.Stop()
 	}
-	cl.viewMu.Lock()
-	cl.selfStatus = membership.StatusShuttingDown
-	cl.refreshLocked()
-	cl.viewMu.Unlock()
 }
 
 // finishLeave waits until no request is in flight through this silo,
@@ -516,14 +592,15 @@ func (cl *cluster) done() {
 }
 
 // close stops everything the cluster runs, without a leave: the other
-// silos will find this one failed. Idempotent.
+// silos will find this one failed. Idempotent; any goroutine.
 func (cl *cluster) close() {
+	cl.closed.Store(true)
+	cl.closeOnce.Do(cl.closeNow)
+}
+
+func (cl *cluster) closeNow() {
 	if cl.loadStop != nil {
-		select {
-		case <-cl.loadStop:
-		default:
-			close(cl.loadStop)
-		}
+		close(cl.loadStop)
 		<-cl.loadDone
 	}
 	if cl.mship != nil {

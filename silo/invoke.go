@@ -118,7 +118,7 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 	if from == nil && s.stopping.Load() {
 		return nil, unavailable(s, "it is stopping")
 	}
-	if !s.started.Load() {
+	if !s.started.Load() || from == nil && !s.ready.Load() {
 		return nil, status.Errorf(codes.Unavailable, "granary: silo %s is not started", s.cfg.Name)
 	}
 	refs := int32(2)

@@ -73,7 +73,7 @@ func retryBackoff(n uint8) time.Duration {
 // its retries or its deadline would pass first; it reports whether it
 // will.
 func (cl *cluster) retryLater(c *call, retry func()) bool {
-	if c.retries >= maxDirectoryRetries || cl.s.stopping.Load() && c.raw == nil {
+	if c.retries >= maxDirectoryRetries || cl.closed.Load() || cl.s.stopping.Load() && c.raw == nil {
 		return false
 	}
 	d := retryBackoff(c.retries)
@@ -100,6 +100,17 @@ func (cl *cluster) holds(id grain.ID, t *grainType, actID uint64) bool {
 func (cl *cluster) place(c *call, t *grainType) {
 	v := cl.view.Load()
 	req := placement.Request{Grain: c.id, Local: cl.self, Candidates: v.hosts[c.id.Type]}
+	stopping := cl.s.stopping.Load()
+	if stopping {
+		// This silo activates nothing any more, whatever its view says.
+		var others []placement.Candidate
+		for _, cand := range req.Candidates {
+			if cand.ID != cl.self {
+				others = append(others, cand)
+			}
+		}
+		req.Candidates = others
+	}
 	if t != nil {
 		req.Strategy, req.Role = strategyOf(t.opts)
 		for _, cand := range req.Candidates {
@@ -159,7 +170,19 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 		return
 	}
 	if c.oneWay {
-		if err := cl.tport.Send(to, o.env, c.deadline()); err != nil {
+		err := cl.tport.Send(to, o.env, c.deadline())
+		if err != nil && transport.NotSent(err) && c.retries < maxDirectoryRetries && !cl.closed.Load() {
+			// Its caller was told it is on its way: route it again.
+			c.retries++
+			cl.dir.Invalidate(c.id, directory.Entry{})
+			if via.Activation != 0 && cl.view.Load().gone(to) {
+				cl.dir.Unregister(c.id, via)
+			}
+			c.placedHere = false
+			cl.s.route(nil, c)
+			return
+		}
+		if err != nil {
 			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.id), zap.String("to", to), zap.Error(err))
 		}
 		c.release()
@@ -171,10 +194,11 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 		if err != nil {
 			cl.dir.Invalidate(c.id, directory.Entry{})
 			switch {
-			case transport.PeerGone(err) && c.retries < maxDirectoryRetries:
+			case transport.NotSent(err) && cl.view.Load().gone(to) && c.retries < maxDirectoryRetries && !cl.closed.Load():
 				// It never left, and the silo is gone or going: look
 				// again. The unregistration reaches the entry's owner
-				// before the lookup that follows it.
+				// before the lookup that follows it. (A silo this one has
+				// not heard of yet is not gone: it may have just joined.)
 				c.retries++
 				if via.Activation != 0 {
 					cl.dir.Unregister(c.id, via)
@@ -511,7 +535,7 @@ func (cl *cluster) register(a *activationRec) {
 	mine := directory.Entry{Silo: cl.self, Activation: a.actID}
 	cl.dir.Register(a.id, mine, func(winner directory.Entry, err error) {
 		switch {
-		case err != nil && a.retries < maxDirectoryRetries && !cl.s.stopping.Load():
+		case err != nil && a.retries < maxDirectoryRetries && !cl.s.stopping.Load() && !cl.closed.Load():
 			d := retryBackoff(a.retries)
 			a.retries++
 			cl.s.clock.AfterFunc(d, func() { cl.register(a) })

@@ -57,6 +57,7 @@ type Silo struct {
 	closeNow context.CancelFunc
 
 	started   atomic.Bool
+	ready     atomic.Bool // Start finished: outside calls are taken
 	wheelOnce sync.Once
 	stopping  atomic.Bool // no new activations; outside calls refused
 	lifeMu    sync.Mutex
@@ -203,6 +204,7 @@ func (s *Silo) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	s.ready.Store(true)
 	s.log.Info("silo started", zap.Int("grain_types", len(s.types)))
 	return nil
 }
@@ -437,6 +439,7 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationR
 	s.live.Add(1)
 	if s.stopping.Load() {
 		s.unreserve()
+		c.placedHere = false // elsewhere, then
 		return nil, s.cl != nil, false
 	}
 	if s.placing != nil {

@@ -117,8 +117,13 @@ const (
 	DirectoryOp_DIRECTORY_OP_REGISTER DirectoryOp = 2
 	// Forget entries[0], if it is the recorded one.
 	DirectoryOp_DIRECTORY_OP_UNREGISTER DirectoryOp = 3
-	// Take over these entries: the sender owned them and no longer does.
+	// Take over these entries: the sender owned them and no longer does, or
+	// they are the sender's activations registered again after a membership
+	// change.
 	DirectoryOp_DIRECTORY_OP_HANDOFF DirectoryOp = 4
+	// The sender took the receiver for dead and purged the entries naming
+	// it: the receiver registers all its activations again.
+	DirectoryOp_DIRECTORY_OP_RESYNC DirectoryOp = 5
 )
 
 // Enum value maps for DirectoryOp.
@@ -129,6 +134,7 @@ var (
 		2: "DIRECTORY_OP_REGISTER",
 		3: "DIRECTORY_OP_UNREGISTER",
 		4: "DIRECTORY_OP_HANDOFF",
+		5: "DIRECTORY_OP_RESYNC",
 	}
 	DirectoryOp_value = map[string]int32{
 		"DIRECTORY_OP_UNSPECIFIED": 0,
@@ -136,6 +142,7 @@ var (
 		"DIRECTORY_OP_REGISTER":    2,
 		"DIRECTORY_OP_UNREGISTER":  3,
 		"DIRECTORY_OP_HANDOFF":     4,
+		"DIRECTORY_OP_RESYNC":      5,
 	}
 )
 
@@ -1058,13 +1065,14 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x15ENVELOPE_KIND_ONE_WAY\x10\x03\x12\x1a\n" +
 	"\x16ENVELOPE_KIND_RESPONSE\x10\x04\x12\x1b\n" +
 	"\x17ENVELOPE_KIND_DIRECTORY\x10\x05\x12\x19\n" +
-	"\x15ENVELOPE_KIND_GO_AWAY\x10\x06*\x96\x01\n" +
+	"\x15ENVELOPE_KIND_GO_AWAY\x10\x06*\xaf\x01\n" +
 	"\vDirectoryOp\x12\x1c\n" +
 	"\x18DIRECTORY_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DIRECTORY_OP_LOOKUP\x10\x01\x12\x19\n" +
 	"\x15DIRECTORY_OP_REGISTER\x10\x02\x12\x1b\n" +
 	"\x17DIRECTORY_OP_UNREGISTER\x10\x03\x12\x18\n" +
-	"\x14DIRECTORY_OP_HANDOFF\x10\x04*\x8f\x01\n" +
+	"\x14DIRECTORY_OP_HANDOFF\x10\x04\x12\x17\n" +
+	"\x13DIRECTORY_OP_RESYNC\x10\x05*\x8f\x01\n" +
 	"\n" +
 	"SiloStatus\x12\x1b\n" +
 	"\x17SILO_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
