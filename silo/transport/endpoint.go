@@ -48,13 +48,23 @@ type endpoint struct {
 	// nothing: what was queued has been written. Made by flush.
 	flushc chan struct{}
 	// finishSend: once the queue is written, the writer half-closes the
-	// stream and ends (a dialled endpoint told to go away).
+	// stream and ends (a dialled endpoint told to go away). Set together
+	// with queueing the answer to the GO_AWAY; enqueue refuses everything
+	// after it.
 	finishSend bool
 	pending    map[uint64]*pendingCall
 	// dialCancel ends a dial in progress.
 	dialCancel context.CancelFunc
 
 	rx granaryv1.Envelope // the reader's, reused for each envelope it decodes
+
+	// deliverMu is held by the reader while it delivers a frame, and
+	// stopped is set under it when the reader is to deliver nothing more:
+	// Serve takes it before it returns, so an accepted endpoint delivers
+	// nothing after its Serve call, though its reader may still be
+	// blocked in Recv until the stream ends.
+	deliverMu sync.Mutex
+	stopped   bool
 }
 
 // pendingCall is a request sent on a dialled endpoint, waiting for its
@@ -148,7 +158,7 @@ func (ep *endpoint) send(env *granaryv1.Envelope, deadline time.Time) error {
 // fails the call. Any goroutine.
 func (ep *endpoint) enqueue(b []byte, deadline time.Time, id uint64, p *pendingCall) error {
 	ep.mu.Lock()
-	for ep.err == nil && ep.queued > 0 && ep.queued+len(b) > ep.t.cfg.SendQueueBytes {
+	for ep.err == nil && !ep.finishSend && ep.queued > 0 && ep.queued+len(b) > ep.t.cfg.SendQueueBytes {
 		ep.waiting = true
 		spacec := ep.spacec
 		ep.mu.Unlock()
@@ -163,9 +173,26 @@ func (ep *endpoint) enqueue(b []byte, deadline time.Time, id uint64, p *pendingC
 		ep.mu.Unlock()
 		return err
 	}
+	if ep.finishSend {
+		// The answer to the peer's GO_AWAY is queued: the peer counts
+		// nothing sent after it, and the writer half-closes the stream
+		// once it is written. The caller took this endpoint before the
+		// peer was marked as leaving; what it sends goes elsewhere.
+		ep.mu.Unlock()
+		return &NotSentError{Peer: ep.peer, Msg: fmt.Sprintf("granary: silo %s is shutting down", ep.peer), Gone: true}
+	}
 	if p != nil {
 		ep.pending[id] = p
 	}
+	ep.appendLocked(b)
+	ep.mu.Unlock()
+	ep.wakeWriter()
+	return nil
+}
+
+// appendLocked adds an encoded envelope to the frame being filled. mu
+// held.
+func (ep *endpoint) appendLocked(b []byte) {
 	if len(ep.cur) > 0 && len(ep.cur)+len(b) > ep.t.cfg.MaxBatchBytes {
 		ep.frames = append(ep.frames, ep.cur)
 		ep.cur = nil
@@ -175,12 +202,14 @@ func (ep *endpoint) enqueue(b []byte, deadline time.Time, id uint64, p *pendingC
 	}
 	ep.cur = append(ep.cur, b...)
 	ep.queued += len(b)
-	ep.mu.Unlock()
+}
+
+// wakeWriter tells the writer there is work. Any goroutine.
+func (ep *endpoint) wakeWriter() {
 	select {
 	case ep.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // waitForRoom waits until the writer frees room (true), or the deadline
@@ -263,10 +292,7 @@ func (ep *endpoint) flush(ctx context.Context) {
 	}
 	flushed := ep.flushc
 	ep.mu.Unlock()
-	select {
-	case ep.wake <- struct{}{}:
-	default:
-	}
+	ep.wakeWriter()
 	select {
 	case <-flushed:
 	case <-ep.done:
@@ -370,8 +396,8 @@ func (ep *endpoint) connect() bool {
 	return true
 }
 
-// readLoop delivers what arrives until the stream ends. The reader
-// goroutine only.
+// readLoop delivers what arrives until the stream ends, or, on an
+// accepted endpoint, until Serve stops it. The reader goroutine only.
 func (ep *endpoint) readLoop() {
 	for {
 		f, err := ep.conn.Recv()
@@ -379,16 +405,30 @@ func (ep *endpoint) readLoop() {
 			if err == io.EOF && !ep.dialed && ep.t.isGoingAway() {
 				// The dialling silo has sent its last request (after this
 				// one's go-away, or it closed); the answers still go out
-				// until Shutdown ends the stream.
+				// until Shutdown ends the stream, and Serve waits for
+				// that.
 				ep.ackedOnce.Do(func() { close(ep.acked) })
-				<-ep.done
 				return
 			}
 			ep.fail(status.Errorf(codes.Unavailable, "granary: stream with silo %s ended: %v", ep.peer, err))
 			return
 		}
+		ep.deliverMu.Lock()
+		if ep.stopped {
+			ep.deliverMu.Unlock()
+			return
+		}
 		ep.deliverFrame(f)
+		ep.deliverMu.Unlock()
 	}
+}
+
+// stopDelivering waits for the frame the reader is delivering, if any,
+// and has it deliver nothing more. Serve only.
+func (ep *endpoint) stopDelivering() {
+	ep.deliverMu.Lock()
+	ep.stopped = true
+	ep.deliverMu.Unlock()
 }
 
 // deliverFrame hands each envelope of a frame to its receiver. The reader
@@ -436,16 +476,7 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 		// is the last request-direction envelope, and then this end stops
 		// sending; the answers to what was sent before still come.
 		ep.t.peerLeaving(ep)
-		if err := ep.send(&granaryv1.Envelope{Kind: k}, time.Time{}); err != nil {
-			ep.t.log.Debug("answering a go-away failed", zap.String("peer", ep.peer), zap.Error(err))
-		}
-		ep.mu.Lock()
-		ep.finishSend = true
-		ep.mu.Unlock()
-		select {
-		case ep.wake <- struct{}{}:
-		default:
-		}
+		ep.answerGoAway()
 	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
 		ep.ackedOnce.Do(func() { close(ep.acked) })
 	default:
@@ -453,6 +484,30 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 			zap.String("peer", ep.peer), zap.Stringer("kind", k), zap.Bool("dialled", ep.dialed))
 		ep.refuse(k, env.CallId, status.Newf(codes.InvalidArgument, "granary: silo %s does not take %v envelopes on this stream", ep.t.cfg.Self, k))
 	}
+}
+
+// answerGoAway queues the answer to the peer's GO_AWAY and has the writer
+// half-close the stream once it is written. The answer is queued and
+// finishSend set in one critical section, the one enqueue checks, so a
+// request racing it is either queued before the answer (and counted by
+// the peer) or refused as not sent. The answer does not wait for room in
+// a full queue: it is a few bytes, and the reader must not block. The
+// reader goroutine of a dialled endpoint only.
+func (ep *endpoint) answerGoAway() {
+	bp, _, err := encodeEnvelope(&granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY})
+	if err != nil {
+		panic(fmt.Sprintf("transport: encoding the answer to a go-away from silo %s: %v", ep.peer, err))
+	}
+	defer putScratch(bp)
+	ep.mu.Lock()
+	if ep.err != nil || ep.finishSend {
+		ep.mu.Unlock()
+		return
+	}
+	ep.appendLocked(*bp)
+	ep.finishSend = true
+	ep.mu.Unlock()
+	ep.wakeWriter()
 }
 
 // malformed handles an envelope that does not decode: logged, and its
