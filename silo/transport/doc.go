@@ -24,7 +24,9 @@
 //     by the deadline plus a grace period; ResourceExhausted when the
 //     envelope is larger than MaxMessageSize). A *NotSentError (also
 //     Unavailable) says the request never left: the caller may send it
-//     elsewhere.
+//     elsewhere. Its Gone says the peer is gone or going: unknown, or it
+//     sent a GO_AWAY, which a call that had already taken the stream
+//     learns this way too.
 //   - Send sends a one-way envelope; it reports only what fails before the
 //     envelope is queued.
 //   - Incoming envelopes reach the Handler on the stream's reader goroutine,
@@ -32,6 +34,14 @@
 //   - A malformed frame or envelope is logged and dropped; when its call ID
 //     can still be read, the sender gets InvalidArgument. Nothing panics on
 //     bad input.
-//   - Close stops every stream this Transport dialled and waits for their
-//     goroutines; Serve returns once its stream ends.
+//   - RemovePeer of a failed peer ends every stream to and from it at
+//     once. The Network forgets an address only once no peer and no
+//     stream uses it, so a new incarnation at the same address keeps
+//     its channel.
+//   - Serve returns once its stream's endpoint fails: the stream broke
+//     or was closed by the dialling silo, or RemovePeer, Shutdown or
+//     Close ended it. Nothing is delivered from that stream after Serve
+//     returns.
+//   - Close ends every stream, dialled and accepted, and waits for all
+//     of their goroutines.
 package transport

@@ -106,6 +106,13 @@ func newEndpoint(t *Transport, peer, addr string, dialed bool) *endpoint {
 	return ep
 }
 
+// failure returns why the endpoint broke, or nil. Any goroutine.
+func (ep *endpoint) failure() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.err
+}
+
 // broken reports whether the endpoint has failed. Any goroutine.
 func (ep *endpoint) broken() bool {
 	select {

@@ -67,7 +67,9 @@ func RegisterGRPC(s grpc.ServiceRegistrar, t *Transport) {
 			ServerStreams: true,
 			ClientStreams: true,
 			Handler: func(_ any, ss grpc.ServerStream) error {
-				return t.Serve(serverConn{ss})
+				// Returning ends the stream, and with it a Recv or Send
+				// of the endpoint's goroutines blocked on it.
+				return t.serve(serverConn{ss}, ss.Context().Done())
 			},
 		}},
 		Metadata: "granary/v1/wire.proto",
@@ -83,8 +85,11 @@ const (
 )
 
 // ServerOptions returns the gRPC server options that silo streams need
-// under cfg: message size limits that fit the largest frame, and windows
-// for throughput.
+// under cfg: message size limits that fit the largest frame, windows for
+// throughput, and WaitForHandlers, so that the server's Stop waits for
+// the Serve calls of the streams it ends (as Listener.Stop promises)
+// instead of leaving them delivering into a silo that has stopped. The
+// last applies to every service on the server.
 func ServerOptions(cfg Config) []grpc.ServerOption {
 	limit := cfg.maxFrame() + 1024
 	return []grpc.ServerOption{
@@ -92,12 +97,15 @@ func ServerOptions(cfg Config) []grpc.ServerOption {
 		grpc.MaxSendMsgSize(limit),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
+		grpc.WaitForHandlers(true),
 	}
 }
 
-// serverConn is the accepting end of a silo stream. Close cannot end a
-// gRPC server stream from outside its handler: the stream ends when the
-// dialling silo closes it or the server stops.
+// serverConn is the accepting end of a silo stream. Its Close does
+// nothing, as a gRPC server stream cannot be ended from outside its
+// handler: the stream ends when the handler (Serve) returns, which it
+// does once the endpoint fails, when the dialling silo closes it, or when
+// the server stops.
 type serverConn struct{ ss grpc.ServerStream }
 
 func (c serverConn) Send(frame []byte) error { return c.ss.SendMsg(&frameMsg{b: frame}) }
@@ -110,7 +118,7 @@ func (c serverConn) Recv() ([]byte, error) {
 	return f.b, nil
 }
 
-func (serverConn) Close() error { return nil }
+func (serverConn) Close() error { return nil } // Serve's return ends the stream
 
 func (serverConn) CloseSend() error { return nil } // the stream ends when Serve returns
 

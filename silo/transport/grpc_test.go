@@ -156,3 +156,62 @@ func openBaseline(tb testing.TB, s *grpcSilo) grpc.ClientStream {
 	}
 	return st
 }
+
+// countingHandler echoes requests and counts them.
+type countingHandler struct{ n chan struct{} }
+
+func (h countingHandler) Deliver(from string, env *granaryv1.Envelope, r Responder) {
+	r.Reply(&granaryv1.Envelope{Payload: env.Payload})
+	h.n <- struct{}{}
+}
+
+func TestGRPCFailedPeerStreamEndsWithWriterBlocked(t *testing.T) {
+	hb := countingHandler{n: make(chan struct{}, 64)}
+	a := startGRPCSilo(t, "test", "a", newEcho(), nil)
+	b := startGRPCSilo(t, "test", "b", hb, nil)
+	a.tr.SetPeer("b", b.addr)
+	// a's reader is held in the first response's callback, so b's answers
+	// fill the stream's flow-control window and b's writer blocks in Send.
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	const n = 16 // 8 MiB of answers, twice the stream window
+	outcomes := make(chan error, n)
+	payload := strings.Repeat("w", 512<<10)
+	for range n {
+		a.tr.Call("b", &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, Payload: []byte(payload)}, time.Time{},
+			func(_ *granaryv1.Envelope, err error) {
+				<-hold
+				outcomes <- err
+			})
+	}
+	for i := range n {
+		select {
+		case <-hb.n:
+		case <-time.After(defaultTestTimeout):
+			t.Fatalf("b answered %d of %d requests", i, n)
+		}
+	}
+	// b declares a failed: its end of the stream ends though its writer
+	// is blocked, and b closes without waiting for a to read.
+	b.tr.RemovePeer("a", "failed", false)
+	closed := make(chan struct{})
+	go func() {
+		b.tr.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("b's Close waited for a writer blocked on a stream of a failed peer")
+	}
+	release()
+	for range n {
+		select {
+		case <-outcomes:
+		case <-time.After(defaultTestTimeout):
+			t.Fatal("a call got no outcome after b ended the stream")
+		}
+	}
+}

@@ -68,7 +68,9 @@ func (l *GRPCListener) Serve(t *Transport) error {
 	return nil
 }
 
-// Stop stops the server, which ends every stream, and waits for it.
+// Stop stops the server, which ends every stream, and waits for it and
+// for the Serve calls of the streams (the server has WaitForHandlers from
+// ServerOptions).
 func (l *GRPCListener) Stop() {
 	l.mu.Lock()
 	first, served := !l.stopped, l.served

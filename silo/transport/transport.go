@@ -38,7 +38,8 @@ type Network interface {
 	// dial only, not the stream.
 	Dial(ctx context.Context, addr string) (Conn, error)
 	// Forget releases whatever the network keeps for addr (a gRPC channel
-	// and its reconnect attempts): the silo there is gone.
+	// and its reconnect attempts): the silo there is gone. The Transport
+	// calls it once no peer it knows and no stream it dialled uses addr.
 	Forget(addr string)
 }
 
@@ -72,8 +73,16 @@ type Transport struct {
 	peers     map[string]*peer              // by member ID
 	dialed    map[*endpoint]bool            // streams this silo dialled and not yet broken
 	accepted  map[string]map[*endpoint]bool // streams peers dialled, by peer
+	// addrs counts the uses of each address: the peers at it and the
+	// dialled streams to it not yet broken. The network forgets an
+	// address when its count drops to zero, and not before: a new
+	// incarnation of a silo (a new member ID) may listen at the address
+	// of the old one while the old one's streams are still being failed.
+	addrs map[string]int
 
-	wg        sync.WaitGroup // dialled endpoints' goroutines and the sweeper
+	// wg counts the goroutines of every endpoint (the writers and readers
+	// of dialled and accepted streams) and the sweeper.
+	wg        sync.WaitGroup
 	stopSweep chan struct{}
 }
 
@@ -113,6 +122,7 @@ func New(cfg Config, net Network, h Handler) (*Transport, error) {
 		peers:     map[string]*peer{},
 		dialed:    map[*endpoint]bool{},
 		accepted:  map[string]map[*endpoint]bool{},
+		addrs:     map[string]int{},
 		stopSweep: make(chan struct{}),
 	}
 	t.wg.Add(1)
@@ -121,7 +131,8 @@ func New(cfg Config, net Network, h Handler) (*Transport, error) {
 }
 
 // SetPeer tells the transport where silo id listens. A new address for a
-// known peer ends its old stream. Any goroutine.
+// known peer ends the streams this silo dialled to the old one, and the
+// network forgets the old address once nothing uses it. Any goroutine.
 func (t *Transport) SetPeer(id, addr string) {
 	t.mu.Lock()
 	p := t.peers[id]
@@ -129,42 +140,81 @@ func (t *Transport) SetPeer(id, addr string) {
 		t.mu.Unlock()
 		return
 	}
-	var old *endpoint
+	var old []*endpoint
+	forget := false
 	if p != nil {
-		old = p.ep
+		old = t.dialedToLocked(id)
+		forget = t.releaseAddrLocked(p.addr)
 	}
 	t.peers[id] = &peer{addr: addr}
+	t.addrs[addr]++
 	t.mu.Unlock()
-	if old != nil {
-		old.fail(status.Errorf(codes.Unavailable, "granary: silo %s moved to %s", id, addr))
+	for _, ep := range old {
+		ep.fail(status.Errorf(codes.Unavailable, "granary: silo %s moved to %s", id, addr))
+	}
+	if forget {
+		t.net.Forget(p.addr)
 	}
 }
 
 // RemovePeer forgets silo id, naming why: no new call goes to it. A peer
-// that failed (graceful false) has its streams closed, and every call
-// waiting on it fails at once with Unavailable. A peer that left
-// gracefully keeps its streams until it closes them: it answers what it
-// was sent before it goes. Any goroutine.
+// that failed (graceful false) has its streams closed, those it dialled
+// and every one this silo dialled to it (also one it told to go away),
+// and every call waiting on it fails at once with Unavailable. A peer
+// that left gracefully keeps its streams until it closes them: it answers
+// what it was sent before it goes. The network forgets the peer's
+// address once no other peer and no stream uses it. Any goroutine.
 func (t *Transport) RemovePeer(id string, why string, graceful bool) {
 	t.mu.Lock()
 	p := t.peers[id]
 	delete(t.peers, id)
+	forget := false
+	if p != nil {
+		forget = t.releaseAddrLocked(p.addr)
+	}
 	var eps []*endpoint
 	if !graceful {
 		for ep := range t.accepted[id] {
 			eps = append(eps, ep)
 		}
-		if p != nil && p.ep != nil {
-			eps = append(eps, p.ep)
-		}
+		eps = append(eps, t.dialedToLocked(id)...)
 	}
 	t.mu.Unlock()
 	err := status.Errorf(codes.Unavailable, "granary: silo %s is gone: %s", id, why)
 	for _, ep := range eps {
 		ep.fail(err)
 	}
-	if p != nil && !graceful {
+	if forget {
 		t.net.Forget(p.addr)
+	}
+}
+
+// dialedToLocked returns every unbroken stream this silo dialled to silo
+// id: its current one and one that its GO_AWAY detached from it. mu held.
+func (t *Transport) dialedToLocked(id string) []*endpoint {
+	var eps []*endpoint
+	for ep := range t.dialed {
+		if ep.peer == id {
+			eps = append(eps, ep)
+		}
+	}
+	return eps
+}
+
+// releaseAddrLocked drops one use of addr and reports whether the network
+// is to forget it: nothing uses it any more and the transport is not
+// closed (its owner closes the network then). mu held.
+func (t *Transport) releaseAddrLocked(addr string) bool {
+	n := t.addrs[addr]
+	switch {
+	case n <= 0:
+		panic(fmt.Sprintf("transport: releasing address %q, which has %d uses", addr, n))
+	case n == 1:
+		delete(t.addrs, addr)
+		return !t.closed
+	default:
+		t.addrs[addr] = n - 1
+		return false
 	}
 }
 
@@ -222,6 +272,7 @@ func (t *Transport) endpointFor(id string) (*endpoint, error) {
 	ep := newEndpoint(t, id, p.addr, true)
 	p.ep = ep
 	t.dialed[ep] = true
+	t.addrs[ep.addr]++
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -241,29 +292,29 @@ func (t *Transport) dialFailed(ep *endpoint) {
 }
 
 // detach forgets a broken endpoint, so the next call dials anew. The
-// network forgets the address of a peer that was removed gracefully once
-// its last stream ends.
+// network forgets the address of a dialled endpoint once nothing else
+// uses it (the last stream to a peer that was removed, say). Once, from
+// fail.
 func (t *Transport) detach(ep *endpoint) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if ep.dialed {
-		delete(t.dialed, ep)
-		p := t.peers[ep.peer]
-		switch {
-		case p != nil && p.ep == ep:
-			p.ep = nil
-		case p == nil && !t.closed:
-			t.mu.Unlock() // a network may take its time to close a channel
-			t.net.Forget(ep.addr)
-			t.mu.Lock()
+	if !ep.dialed {
+		if m := t.accepted[ep.peer]; m != nil {
+			delete(m, ep)
+			if len(m) == 0 {
+				delete(t.accepted, ep.peer)
+			}
 		}
+		t.mu.Unlock()
 		return
 	}
-	if m := t.accepted[ep.peer]; m != nil {
-		delete(m, ep)
-		if len(m) == 0 {
-			delete(t.accepted, ep.peer)
-		}
+	delete(t.dialed, ep)
+	if p := t.peers[ep.peer]; p != nil && p.ep == ep {
+		p.ep = nil
+	}
+	forget := t.releaseAddrLocked(ep.addr)
+	t.mu.Unlock()
+	if forget {
+		t.net.Forget(ep.addr) // not under mu: a network may take its time to close a channel
 	}
 }
 
@@ -335,10 +386,22 @@ func (t *Transport) checkSize(size int, to string) error {
 	return nil
 }
 
-// Serve runs a stream another silo dialled, until it ends: the network
-// calls it for each stream it accepts. The first envelope must be a hello
-// of this cluster; otherwise the stream is refused.
-func (t *Transport) Serve(conn Conn) error {
+// Serve runs a stream another silo dialled: the network calls it for
+// each stream it accepts. The first envelope must be a hello of this
+// cluster; otherwise the stream is refused. Serve returns once the
+// stream's endpoint fails: the stream broke or the other silo closed it,
+// RemovePeer declared that silo failed, or Shutdown or Close ended it. It
+// has closed conn by then and delivers nothing after it returns; the
+// stream's reader and writer goroutines end as soon as conn's Recv and
+// Send return (a gRPC stream ends when its handler returns), and Close
+// waits for them. It returns the endpoint's error, which a gRPC handler
+// sends to the dialling silo as the stream's status.
+func (t *Transport) Serve(conn Conn) error { return t.serve(conn, nil) }
+
+// serve is Serve, also returning when ended closes: the stream ended
+// under it without a Recv to notice (a gRPC server stopping while the
+// reader has already seen the dialling silo's last request).
+func (t *Transport) serve(conn Conn, ended <-chan struct{}) error {
 	f, err := conn.Recv()
 	if err != nil {
 		return err
@@ -376,15 +439,17 @@ func (t *Transport) Serve(conn Conn) error {
 	}
 	m[ep] = true
 	goingAway := t.goingAway
+	// The writer and the reader are the transport's: they may outlive
+	// this call until the stream ends, which this call's return may be
+	// what does (a writer blocked on flow control, a reader in Recv).
+	t.wg.Add(2)
 	t.mu.Unlock()
 	if goingAway {
 		ep.sendGoAway()
 	}
 
-	var wg sync.WaitGroup
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer t.wg.Done()
 		ep.writeLoop()
 	}()
 	for _, b := range rest {
@@ -395,9 +460,17 @@ func (t *Transport) Serve(conn Conn) error {
 		}
 		ep.deliver(env)
 	}
-	ep.readLoop()
-	wg.Wait()
-	return nil
+	go func() {
+		defer t.wg.Done()
+		ep.readLoop()
+	}()
+	select {
+	case <-ep.done:
+	case <-ended:
+		ep.fail(status.Errorf(codes.Unavailable, "granary: stream with silo %s ended", ep.peer))
+	}
+	ep.stopDelivering()
+	return ep.failure()
 }
 
 // sweep forgets calls whose response is long overdue.
@@ -461,9 +534,9 @@ func (t *Transport) isGoingAway() bool {
 }
 
 // Close ends every stream, fails what waits on them with Unavailable, and
-// waits for the goroutines of the streams this silo dialled. Streams that
-// other silos dialled end when they close them or when the server that
-// runs Serve stops. Idempotent.
+// waits for the goroutines of every stream: those this silo dialled and
+// those other silos dialled, whose Serve calls return (and with a gRPC
+// server, whose streams end) at once. Idempotent.
 func (t *Transport) Close() error {
 	t.mu.Lock()
 	if t.closed {

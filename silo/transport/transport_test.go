@@ -544,3 +544,104 @@ func TestShutdownWritesWhatIsQueued(t *testing.T) {
 		}
 	}
 }
+
+func TestRemovePeerFailsStreamToldToGoAway(t *testing.T) {
+	p := newPair(t, nil)
+	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
+		t.Fatal(r.err)
+	}
+	ep, err := p.a.endpointFor("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := p.holdB()
+	inFlight := call(p.a, "b", "in flight", time.Time{})
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	goAway := make(chan error, 1)
+	go func() { goAway <- p.b.GoAway(ctx) }()
+	ep.mu.Lock()
+	mc := ep.conn.(*memConn)
+	ep.mu.Unlock()
+	select {
+	case <-mc.out.eof: // a answered the go-away: the stream is detached from b
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("a did not answer b's go-away")
+	}
+	// b is then declared failed: the call it will never answer fails at
+	// once, not after its deadline.
+	p.a.RemovePeer("b", "membership declared it dead", false)
+	r := wait(t, inFlight)
+	wantCode(t, r.err, codes.Unavailable, "membership declared it dead")
+	release()
+	if err := <-goAway; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forgetLog is a Network that reports what it is told to forget.
+type forgetLog struct {
+	Network
+	forgot chan string
+}
+
+func (f forgetLog) Forget(addr string) {
+	f.forgot <- addr
+	f.Network.Forget(addr)
+}
+
+func TestForgetOnlyUnusedAddresses(t *testing.T) {
+	n := NewMemNetwork()
+	mk := func(self string, net Network) *Transport {
+		cfg := DefaultConfig()
+		cfg.ClusterID, cfg.Self = "test", self
+		tr, err := New(cfg, net, newEcho())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	b := mk("b", n.From("b"))
+	n.Listen("b", b)
+	fl := forgetLog{Network: n.From("a"), forgot: make(chan string, 16)}
+	a := mk("a", fl)
+	defer func() {
+		a.Close()
+		b.Close()
+		n.Unlisten("b")
+		n.Wait()
+	}()
+	for _, step := range []struct {
+		what string
+		do   func()
+		want string // the address forgotten, if any
+	}{
+		{"b listens at b", func() { a.SetPeer("b", "b") }, ""},
+		{"a stream to b", func() { wait(t, call(a, "b", "x", time.Time{})) }, ""},
+		{"b's new incarnation b2 at b", func() { a.SetPeer("b2", "b") }, ""},
+		{"a stream to b2", func() { wait(t, call(a, "b2", "x", time.Time{})) }, ""},
+		{"b fails: b2 still uses the address", func() { a.RemovePeer("b", "failed", false) }, ""},
+		{"b2 leaves: its stream stays", func() { a.RemovePeer("b2", "left", true) }, ""},
+		{"b2's stream ends", func() { n.Unlisten("b") }, "b"},
+		{"c at b", func() { n.Listen("b", b); a.SetPeer("c", "b") }, ""},
+		{"c moves to c2", func() { a.SetPeer("c", "c2") }, "b"},
+		{"c fails, with no stream", func() { a.RemovePeer("c", "failed", false) }, "c2"},
+	} {
+		step.do()
+		if step.want != "" {
+			select {
+			case got := <-fl.forgot:
+				if got != step.want {
+					t.Fatalf("%s: forgot %q, want %q", step.what, got, step.want)
+				}
+			case <-time.After(defaultTestTimeout):
+				t.Fatalf("%s: forgot nothing, want %q", step.what, step.want)
+			}
+		}
+		select {
+		case got := <-fl.forgot:
+			t.Fatalf("%s: forgot %q, want nothing more", step.what, got)
+		default:
+		}
+	}
+}
