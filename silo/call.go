@@ -288,7 +288,7 @@ func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
 // call or one from another silo, which have no timer here, its deadline
 // passed.
 func (c *call) expired() bool {
-	return c.isSettled() || (c.oneWay || c.waiter == remoteWaiter) && c.s.since() >= c.due
+	return c.isSettled() || (c.oneWay || c.waiter == remoteWaiter) && c.s.callNow() >= c.due
 }
 
 // deadline is the call's deadline as a time.

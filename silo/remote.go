@@ -287,7 +287,7 @@ func (cl *cluster) envelope(c *call, placed bool, o outgoing) error {
 			return status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.id, c.method.Name, err)
 		}
 	}
-	left := c.due - cl.s.since()
+	left := c.due - cl.s.callNow()
 	if left <= 0 {
 		return deadlineError(c)
 	}
@@ -358,7 +358,7 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 	if timeout <= 0 {
 		timeout = s.cfg.ResponseTimeout
 	}
-	c.due = s.since() + timeout
+	c.due = s.callNow() + timeout
 	if len(env.Headers) > 0 {
 		kv := make([]string, 0, 2*len(env.Headers))
 		for _, h := range env.Headers {
