@@ -297,15 +297,7 @@ func (d *Directory) Lookup(id grain.ID, done func(e Entry, found bool, err error
 		done(Entry{}, false, invalid("Lookup of the zero grain ID"))
 		return
 	}
-	if e, ok, owned, recovering := d.lookupOwned(id); owned {
-		if recovering {
-			done(Entry{}, false, errRecovering(id))
-			return
-		}
-		if ok {
-			d.cache.Put(id, e)
-		}
-		done(e, ok, nil)
+	if d.answerOwned(id, done) {
 		return
 	}
 	if d.ring.Load().Len() == 0 {
@@ -322,23 +314,32 @@ func (d *Directory) Lookup(id grain.ID, done func(e Entry, found bool, err error
 		case "":
 			done(Entry{}, false, ErrNoSilos)
 		case d.self: // the view changed since lookupOwned
-			e, ok, owned, recovering := d.lookupOwned(id)
-			if !owned {
+			if !d.answerOwned(id, done) {
 				continue // and changed again
 			}
-			if recovering {
-				done(Entry{}, false, errRecovering(id))
-				return
-			}
-			if ok {
-				d.cache.Put(id, e)
-			}
-			done(e, ok, nil)
 		default:
 			d.askOwner(owner, id, done)
 		}
 		return
 	}
+}
+
+// answerOwned answers a Lookup from the own partition when this silo
+// owns id, and reports whether it did.
+func (d *Directory) answerOwned(id grain.ID, done func(Entry, bool, error)) bool {
+	e, ok, owned, recovering := d.lookupOwned(id)
+	switch {
+	case !owned:
+		return false
+	case recovering:
+		done(Entry{}, false, errRecovering(id))
+	default:
+		if ok {
+			d.cache.Put(id, e)
+		}
+		done(e, ok, nil)
+	}
+	return true
 }
 
 // askOwner sends a Lookup of id to owner. Any goroutine; mu not held.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/hashmix"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -275,5 +276,5 @@ func (c *Cache) removeLocked(i int32) {
 // randLocked returns a pseudo-random index below n. c.mu held.
 func (c *Cache) randLocked(n int) int32 {
 	c.rnd += 0x9e3779b97f4a7c15
-	return int32(mix64(c.rnd) % uint64(n))
+	return int32(hashmix.Mix64(c.rnd) % uint64(n))
 }

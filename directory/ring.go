@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/hashmix"
 )
 
 // Ring is a consistent-hash ring over a set of silos. Each silo stands on
@@ -71,7 +72,7 @@ func NewRing(silos []string, vnodes int) *Ring {
 // FNV-1a alone puts keys that differ only in their last bytes ("user1",
 // "user2", ...) close together in the high bits, so a run of such keys
 // would fall on one arc and one silo; the mixer spreads them.
-func Position(id grain.ID) uint64 { return mix64(id.Hash()) }
+func Position(id grain.ID) uint64 { return hashmix.Mix64(id.Hash()) }
 
 // Owner returns the silo that owns ring position h, or "" when the ring is
 // empty.
@@ -157,32 +158,10 @@ func (r *Ring) Share(silo string) float64 {
 // silo+"#"+v, mixed, so that the points of similar names spread over the
 // whole ring.
 func vnodePosition(silo string, v int) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	for i := 0; i < len(silo); i++ {
-		h ^= uint64(silo[i])
-		h *= prime
-	}
-	h ^= '#'
-	h *= prime
+	h := hashmix.AddByte(hashmix.FNV1a(silo), '#')
 	var buf [20]byte
 	for _, c := range strconv.AppendInt(buf[:0], int64(v), 10) {
-		h ^= uint64(c)
-		h *= prime
+		h = hashmix.AddByte(h, c)
 	}
-	return mix64(h)
-}
-
-// mix64 is the finalizer of splitmix64: every input bit affects every
-// output bit, with about half of them flipping.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return hashmix.Mix64(h)
 }

@@ -382,16 +382,22 @@ func (a *activationRec) queueDeactivation(e *activation.Exec) {
 	}
 }
 
-// deactivated ends the deactivate turn: the activation is dead and gone
-// from the catalog, and the requests that arrived meanwhile are routed
-// again, to a new activation.
-func (a *activationRec) deactivated(e *activation.Exec) {
+// end marks the activation dead, takes it out of the catalog and returns
+// the requests it held.
+func (a *activationRec) end() []*call {
 	a.mu.Lock()
 	a.state = dead
 	q := a.takeQueueLocked()
 	a.mu.Unlock()
 	a.s.removeActivation(a)
-	for _, c := range q {
+	return q
+}
+
+// deactivated ends the deactivate turn: the activation is dead and gone
+// from the catalog, and the requests that arrived meanwhile are routed
+// again, to a new activation.
+func (a *activationRec) deactivated(e *activation.Exec) {
+	for _, c := range a.end() {
 		c.act = nil
 		c.inline = false // this is a turn's Done, not the caller's turn
 		a.s.route(e, c)
@@ -402,12 +408,7 @@ func (a *activationRec) deactivated(e *activation.Exec) {
 // registration lost to the activation on silo winner, or failed with err:
 // the requests it holds go on to the winner, or fail with err.
 func (a *activationRec) abandon(winner directory.Entry, err error) {
-	a.mu.Lock()
-	a.state = dead
-	q := a.takeQueueLocked()
-	a.mu.Unlock()
-	a.s.removeActivation(a)
-	for _, c := range q {
+	for _, c := range a.end() {
 		c.act = nil
 		if err != nil {
 			c.settle(nil, nil, err)

@@ -1,5 +1,7 @@
 package placement
 
+import "github.com/granaryio/granary/internal/hashmix"
+
 // Rendezvous (highest-random-weight) hashing. Each candidate gets a weight
 // that depends only on the grain ID and the candidate's ID, and the grain
 // goes to the heaviest. So the choice does not depend on the order of the
@@ -18,7 +20,7 @@ func placeHash(req Request) (string, error) {
 	if len(req.Candidates) == 0 {
 		return "", noSilo(req)
 	}
-	g := mix64(req.Grain.Hash())
+	g := hashmix.Mix64(req.Grain.Hash())
 	best := req.Candidates[0].ID
 	bestW := weight(g, best)
 	for i := 1; i < len(req.Candidates); i++ {
@@ -35,30 +37,5 @@ func placeHash(req Request) (string, error) {
 // is g. Both hashes are mixed before they are combined, because FNV-1a on
 // its own spreads the last bytes of similar keys poorly.
 func weight(g uint64, silo string) uint64 {
-	return mix64(g ^ mix64(fnv1a(silo)))
-}
-
-// fnv1a is the 64-bit FNV-1a hash of s, as grain.ID.Hash uses.
-func fnv1a(s string) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= prime
-	}
-	return h
-}
-
-// mix64 is the SplitMix64 finaliser: a bijection on uint64 in which every
-// input bit flips each output bit with probability about 1/2.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return hashmix.Mix64(g ^ hashmix.Mix64(hashmix.FNV1a(silo)))
 }

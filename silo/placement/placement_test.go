@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/hashmix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -199,7 +200,7 @@ func TestPlace(t *testing.T) {
 // placeHashRef is a reference rendezvous hash: sort the candidates by
 // weight, heaviest first, and take the first.
 func placeHashRef(id grain.ID, silos ...string) string {
-	g := mix64(id.Hash())
+	g := hashmix.Mix64(id.Hash())
 	s := slices.Clone(silos)
 	slices.SortFunc(s, func(a, b string) int {
 		wa, wb := weight(g, a), weight(g, b)

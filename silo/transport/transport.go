@@ -502,15 +502,7 @@ func (t *Transport) sweep() {
 // closes the transport. Any goroutine.
 func (t *Transport) Shutdown(ctx context.Context) error {
 	t.mu.Lock()
-	var eps []*endpoint
-	for ep := range t.dialed {
-		eps = append(eps, ep)
-	}
-	for _, m := range t.accepted {
-		for ep := range m {
-			eps = append(eps, ep)
-		}
-	}
+	eps := t.endpointsLocked()
 	t.mu.Unlock()
 	for _, ep := range eps {
 		ep.flush(ctx)
@@ -524,6 +516,20 @@ func (t *Transport) Shutdown(ctx context.Context) error {
 		}
 	}
 	return t.Close()
+}
+
+// endpointsLocked lists every stream, dialled and accepted. mu held.
+func (t *Transport) endpointsLocked() []*endpoint {
+	eps := make([]*endpoint, 0, len(t.dialed)+len(t.accepted))
+	for ep := range t.dialed {
+		eps = append(eps, ep)
+	}
+	for _, m := range t.accepted {
+		for ep := range m {
+			eps = append(eps, ep)
+		}
+	}
+	return eps
 }
 
 // isGoingAway reports whether GoAway was called.
@@ -545,15 +551,7 @@ func (t *Transport) Close() error {
 		return nil
 	}
 	t.closed = true
-	var eps []*endpoint
-	for ep := range t.dialed {
-		eps = append(eps, ep)
-	}
-	for _, m := range t.accepted {
-		for ep := range m {
-			eps = append(eps, ep)
-		}
-	}
+	eps := t.endpointsLocked()
 	t.mu.Unlock()
 	close(t.stopSweep)
 	err := status.Errorf(codes.Unavailable, "granary: silo %s: %v", t.cfg.Self, ErrClosed)
