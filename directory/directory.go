@@ -267,7 +267,7 @@ func (d *Directory) recoveringLocked(id grain.ID) bool {
 		d.recovering = d.recovering[1:]
 	}
 	for _, r := range d.recovering {
-		if r.prev.OwnerOf(id) != d.self {
+		if r.prev == nil || r.prev.OwnerOf(id) != d.self {
 			return true
 		}
 	}
@@ -275,7 +275,9 @@ func (d *Directory) recoveringLocked(id grain.ID) bool {
 }
 
 // recovery is the view before a change and the end of the window in
-// which entries that moved with the change may still be on their way.
+// which entries that moved with the change may still be on their way. A
+// nil prev covers every grain: a silo taken for dead came back, and its
+// purged entries may be anywhere.
 type recovery struct {
 	prev  *Ring
 	until time.Time

@@ -161,6 +161,12 @@ func (d *Directory) forgetDeadLocked(silo string) {
 	}
 	delete(d.dead, silo)
 	d.deadOrder = slices.DeleteFunc(d.deadOrder, func(s string) bool { return s == silo })
+	// A silo taken for dead is back: the entries naming it were purged,
+	// and it registers them again (OpResync). Until they are in, no miss
+	// is an answer, whichever grain it is about.
+	if d.cfg.RecoveryWindow > 0 {
+		d.recovering = append(d.recovering, recovery{until: d.cfg.Clock.Now().Add(d.cfg.RecoveryWindow)})
+	}
 }
 
 type lostItem struct {
