@@ -108,16 +108,18 @@ func (c *ClusterConfig) validate() error {
 // cluster is a silo's membership of a cluster: the view of the other
 // silos, the directory, placement and the transport.
 type cluster struct {
-	s      *Silo
-	cfg    ClusterConfig
-	log    *zap.Logger
-	self   string // this silo's member ID
-	mship  membership.Service
-	tport  *transport.Transport
-	lis    transport.Listener
-	net    transport.Network
-	dir    *directory.Directory
-	placer *placement.Placer
+	s    *Silo
+	cfg  ClusterConfig
+	log  *zap.Logger
+	self string // this silo's member ID
+	// grpcAddr is where other silos dial this one.
+	grpcAddr string
+	mship    membership.Service
+	tport    *transport.Transport
+	lis      transport.Listener
+	net      transport.Network
+	dir      *directory.Directory
+	placer   *placement.Placer
 
 	view atomic.Pointer[clusterView]
 
@@ -221,6 +223,7 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 		return fmt.Errorf("silo: cluster: %w", err)
 	}
 	cl.self = cl.mship.Local().ID
+	cl.grpcAddr = mcfg.GRPCAddr
 
 	tcfg.Self = cl.self
 	cl.net = cfg.Network
@@ -615,6 +618,17 @@ func (cl *cluster) closeNow() {
 	if g, ok := cl.net.(*transport.GRPCNetwork); ok && cl.cfg.Network == nil {
 		g.Close()
 	}
+}
+
+// ClusterAddrs returns the addresses this silo gossips on and takes
+// other silos' streams on, as other silos reach them (a port 0 in the
+// configuration shows as the port picked), or "" for a silo alone. Valid
+// once Start has returned.
+func (s *Silo) ClusterAddrs() (gossip, grpc string) {
+	if s.cl == nil {
+		return "", ""
+	}
+	return s.cl.mship.Local().GossipAddr, s.cl.grpcAddr
 }
 
 // Member returns this silo's member ID in its cluster, or "" for a silo

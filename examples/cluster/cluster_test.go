@@ -165,9 +165,10 @@ func (c *child) waitReady(ctx context.Context) error {
 		return fmt.Errorf("silo %s: %w", c.name, err)
 	}
 	f := fields(line)
-	if c.member = f["member"]; !strings.HasPrefix(c.member, c.name+"-") || f["grpc"] != c.grpc || f["gossip"] != c.gossip {
-		return fmt.Errorf("silo %s: ready line %q does not match its flags", c.name, line)
+	if c.member = f["member"]; !strings.HasPrefix(c.member, c.name+"-") || f["grpc"] == "" || f["gossip"] == "" {
+		return fmt.Errorf("silo %s: ready line %q does not name its member and addresses", c.name, line)
 	}
+	c.gossip, c.grpc = f["gossip"], f["grpc"] // the ports it picked
 	return nil
 }
 
@@ -367,22 +368,34 @@ func TestClusterSurvivesKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*defaultTestTimeout)
 	defer cancel()
 
-	// Every silo lists every gossip address as a seed, so they may
-	// start in any order; each skips its own.
+	// Each silo picks its own ports (a port picked ahead and handed over
+	// could be taken meanwhile by another test). The first founds the
+	// cluster; the others join through it, once its ready line names its
+	// gossip address.
 	clusterID := newClusterID()
-	gossip, grpcs := freeAddrs(t, clusterSilos, true), freeAddrs(t, clusterSilos, false)
-	children := make([]*child, clusterSilos)
-	for i := range children {
-		children[i] = startChild(t, bin, string(rune('a'+i)), clusterID, gossip[i], grpcs[i], gossip)
-	}
 	readyCtx, readyCancel := context.WithTimeout(ctx, defaultTestTimeout)
 	defer readyCancel()
+	children := make([]*child, clusterSilos)
+	var seeds []string
 	byMember := map[string]*child{}
+	for i := range children {
+		children[i] = startChild(t, bin, string(rune('a'+i)), clusterID, "127.0.0.1:0", "127.0.0.1:0", seeds)
+		if i == 0 {
+			if err := children[0].waitReady(readyCtx); err != nil {
+				t.Fatal(err)
+			}
+			seeds = []string{children[0].gossip}
+		}
+	}
+	var gossip []string
 	for _, c := range children {
-		if err := c.waitReady(readyCtx); err != nil {
-			t.Fatal(err)
+		if c.member == "" {
+			if err := c.waitReady(readyCtx); err != nil {
+				t.Fatal(err)
+			}
 		}
 		byMember[c.member] = c
+		gossip = append(gossip, c.gossip)
 	}
 	s, logs := startCaller(t, readyCtx, clusterID, gossip)
 

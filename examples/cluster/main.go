@@ -154,7 +154,8 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 		return fmt.Errorf("joining cluster %q: %w", o.cluster, err)
 	}
 	defer s.Close() // a no-op after a graceful Stop; stops the silo on an early return
-	fmt.Fprintf(stdout, "ready member=%s grpc=%s gossip=%s\n", s.Member(), o.grpc, o.gossip)
+	gossip, grpcAddr := s.ClusterAddrs()
+	fmt.Fprintf(stdout, "ready member=%s grpc=%s gossip=%s\n", s.Member(), grpcAddr, gossip)
 
 	if o.drive > 0 {
 		drive(ctx, s, o.drive, stdout)
@@ -202,16 +203,15 @@ func siloConfig(o options) (silo.Config, error) {
 }
 
 // splitPort splits a listen address, defaulting the host to every
-// interface. The port must be given: the silo does not report a port it
-// picked, so the ready line could not name it.
+// interface. Port 0 picks a free port, which the ready line names.
 func splitPort(flagName, addr string) (host string, port int, err error) {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", 0, fmt.Errorf("%s %q: %w", flagName, addr, err)
 	}
 	port, err = strconv.Atoi(p)
-	if err != nil || port < 1 || port > 65535 {
-		return "", 0, fmt.Errorf("%s %q: the port must be in [1, 65535]; 0 is refused, as the silo does not report the port it would pick", flagName, addr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%s %q: the port must be in [0, 65535]", flagName, addr)
 	}
 	if host == "" {
 		host = "0.0.0.0"
