@@ -55,10 +55,23 @@ func grpcSilo(tb testing.TB, name string, seeds []string, register func(*Silo)) 
 // gossipAddr is the address other silos join s through.
 func gossipAddr(s *Silo) string { return s.cl.mship.Local().GossipAddr }
 
+// tally counts one-way calls and signals reached when it has counted
+// want of them.
+type tally struct {
+	n, want atomic.Int64
+	reached chan struct{}
+}
+
+func (t *tally) add() {
+	if t.n.Add(1) == t.want.Load() {
+		t.reached <- struct{}{}
+	}
+}
+
 // benchProbe counts one-way calls and answers the others at once.
 type benchProbe struct {
 	probe.UnimplementedProbeGrain
-	told *atomic.Int64
+	told *tally
 }
 
 func (g *benchProbe) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
@@ -66,14 +79,14 @@ func (g *benchProbe) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, 
 }
 
 func (g *benchProbe) Tell(ctx grain.Context, req *probe.Request) (*emptypb.Empty, error) {
-	g.told.Add(1)
+	g.told.add()
 	return &emptypb.Empty{}, nil
 }
 
 // benchPair is a two-silo cluster: the caller hosts no grains, so every
 // grain it calls lives on the callee, one network hop away.
-func benchPair(b *testing.B) (caller *Silo, told *atomic.Int64) {
-	told = new(atomic.Int64)
+func benchPair(b *testing.B) (caller *Silo, told *tally) {
+	told = &tally{reached: make(chan struct{}, 1)}
 	callee := grpcSilo(b, "callee", nil, func(s *Silo) {
 		if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchProbe{told: told} }); err != nil {
 			b.Fatal(err)
@@ -156,6 +169,7 @@ func BenchmarkCrossSiloOneWay(b *testing.B) {
 	}
 	ctx := context.Background()
 	req := &probe.Request{Tag: "o", N: 1}
+	told.want.Store(int64(b.N)) // no one-way call was made yet
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -164,16 +178,12 @@ func BenchmarkCrossSiloOneWay(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	want := int64(b.N)
-	deadline := time.Now().Add(time.Minute)
-	for told.Load() < want {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d one-way calls arrived", told.Load(), want)
-		}
-		time.Sleep(100 * time.Microsecond)
+	select {
+	case <-told.reached:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d one-way calls arrived", told.n.Load(), b.N)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-	told.Add(-want)
 }
 
 // BenchmarkBaselineGRPCBidiPingPong is the yardstick for a call between
