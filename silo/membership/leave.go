@@ -99,17 +99,14 @@ func (m *Memberlist) observeLeaveIntent(b []byte) {
 		return
 	}
 	m.mu.Lock()
-	mem, known := m.others[id]
-	if !known || m.state == stateClosed {
-		m.mu.Unlock()
+	left := m.removeLocked(id, EventLeft)
+	if left {
+		m.leaving[id] = true
+	}
+	m.mu.Unlock()
+	if !left {
 		return
 	}
-	delete(m.others, id)
-	m.leaving[id] = true
-	m.numNodes.Store(int64(len(m.others) + 1))
-	mem.Status = StatusDead
-	m.q.push(Event{Kind: EventLeft, Member: mem})
-	m.mu.Unlock()
 	m.broadcasts.QueueBroadcast(&intentBroadcast{id: id, msg: append([]byte(nil), b...)})
 }
 

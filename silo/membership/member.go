@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/granaryio/granary/internal/hashmix"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -190,9 +190,7 @@ func (e Event) String() string { return e.Kind.String() + " " + e.Member.ID }
 // clusterHash is the 64-bit FNV-1a of the cluster ID: ten bytes of
 // metadata instead of up to 257.
 func clusterHash(clusterID string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(clusterID))
-	return h.Sum64()
+	return hashmix.FNV1a(clusterID)
 }
 
 // encodeMeta encodes m's gossiped fields and the cluster hash. It fails

@@ -482,14 +482,21 @@ func (m *Memberlist) observeGone(id string, kind EventKind) {
 		delete(m.leaving, id)
 		return
 	}
+	m.removeLocked(id, kind)
+}
+
+// removeLocked forgets the alive member id and queues kind for it,
+// reporting whether it was known. mu held.
+func (m *Memberlist) removeLocked(id string, kind EventKind) bool {
 	mem, known := m.others[id]
 	if !known || m.state == stateClosed {
-		return
+		return false
 	}
 	delete(m.others, id)
 	m.numNodes.Store(int64(len(m.others) + 1))
 	mem.Status = StatusDead
 	m.q.push(Event{Kind: kind, Member: mem})
+	return true
 }
 
 // logWriter routes memberlist's log lines, "[LEVEL] memberlist: text",

@@ -24,9 +24,8 @@
 //     by the deadline plus a grace period; ResourceExhausted when the
 //     envelope is larger than MaxMessageSize). A *NotSentError (also
 //     Unavailable) says the request never left: the caller may send it
-//     elsewhere. Its Gone says the peer is gone or going: unknown, or it
-//     sent a GO_AWAY, which a call that had already taken the stream
-//     learns this way too.
+//     elsewhere. A call to a peer that sent a GO_AWAY, even one that had
+//     already taken the stream, ends this way too.
 //   - Send sends a one-way envelope; it reports only what fails before the
 //     envelope is queued.
 //   - Incoming envelopes reach the Handler on the stream's reader goroutine,

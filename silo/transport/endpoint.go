@@ -126,16 +126,12 @@ func (ep *endpoint) broken() bool {
 // call sends a request and records it as pending. Any goroutine.
 func (ep *endpoint) call(env *granaryv1.Envelope, deadline time.Time, done func(*granaryv1.Envelope, error)) {
 	env.CallId = ep.nextID.Add(1)
-	bp, size, err := encodeEnvelope(env)
+	bp, err := ep.encode(env)
 	if err != nil {
-		done(nil, status.Errorf(codes.Internal, "granary: encoding a message to silo %s: %v", ep.peer, err))
-		return
-	}
-	defer putScratch(bp)
-	if err := ep.t.checkSize(size, ep.peer); err != nil {
 		done(nil, err)
 		return
 	}
+	defer putScratch(bp)
 	p := pendingPool.Get().(*pendingCall)
 	p.done, p.deadline = done, deadline
 	if err := ep.enqueue(*bp, deadline, env.CallId, p); err != nil {
@@ -147,15 +143,26 @@ func (ep *endpoint) call(env *granaryv1.Envelope, deadline time.Time, done func(
 // send queues an envelope that gets no response: a one-way request on a
 // dialled endpoint, or a response on an accepted one. Any goroutine.
 func (ep *endpoint) send(env *granaryv1.Envelope, deadline time.Time) error {
-	bp, size, err := encodeEnvelope(env)
+	bp, err := ep.encode(env)
 	if err != nil {
-		return status.Errorf(codes.Internal, "granary: encoding a message to silo %s: %v", ep.peer, err)
-	}
-	defer putScratch(bp)
-	if err := ep.t.checkSize(size, ep.peer); err != nil {
 		return err
 	}
+	defer putScratch(bp)
 	return ep.enqueue(*bp, deadline, 0, nil)
+}
+
+// encode encodes env for the send queue, refusing one larger than
+// MaxMessageSize before spending the encoding on it.
+func (ep *endpoint) encode(env *granaryv1.Envelope) (*[]byte, error) {
+	size := proto.Size(env)
+	if err := ep.t.checkSize(size, ep.peer); err != nil {
+		return nil, err
+	}
+	bp, err := encodeSized(env, size)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "granary: encoding a message to silo %s: %v", ep.peer, err)
+	}
+	return bp, nil
 }
 
 // enqueue appends an encoded envelope to the send queue, first waiting for
@@ -186,7 +193,7 @@ func (ep *endpoint) enqueue(b []byte, deadline time.Time, id uint64, p *pendingC
 		// once it is written. The caller took this endpoint before the
 		// peer was marked as leaving; what it sends goes elsewhere.
 		ep.mu.Unlock()
-		return &NotSentError{Peer: ep.peer, Msg: fmt.Sprintf("granary: silo %s is shutting down", ep.peer), Gone: true}
+		return &NotSentError{Peer: ep.peer, Msg: fmt.Sprintf("granary: silo %s is shutting down", ep.peer)}
 	}
 	if p != nil {
 		ep.pending[id] = p
@@ -414,7 +421,7 @@ func (ep *endpoint) readLoop() {
 				// one's go-away, or it closed); the answers still go out
 				// until Shutdown ends the stream, and Serve waits for
 				// that.
-				ep.ackedOnce.Do(func() { close(ep.acked) })
+				ep.markAcked()
 				return
 			}
 			ep.fail(status.Errorf(codes.Unavailable, "granary: stream with silo %s ended: %v", ep.peer, err))
@@ -446,19 +453,22 @@ func (ep *endpoint) stopDelivering() {
 // and sub-messages, and the reset before it drops the old ones) but not
 // the Envelope itself.
 func (ep *endpoint) deliverFrame(f []byte) {
-	env := &ep.rx
-	err := splitFrame(f, func(b []byte) {
-		proto.Reset(env)
-		if err := proto.Unmarshal(b, env); err != nil {
-			ep.malformed(b, err)
-			return
-		}
-		ep.deliver(env)
-	})
-	proto.Reset(env)
+	err := splitFrame(f, ep.deliverOne)
+	proto.Reset(&ep.rx)
 	if err != nil {
 		ep.t.log.Warn("dropped the rest of a malformed frame", zap.String("peer", ep.peer), zap.Int("bytes", len(f)), zap.Error(err))
 	}
+}
+
+// deliverOne decodes one envelope into ep.rx and routes it. The reader
+// goroutine only (or serve, before it starts the reader).
+func (ep *endpoint) deliverOne(b []byte) {
+	proto.Reset(&ep.rx)
+	if err := proto.Unmarshal(b, &ep.rx); err != nil {
+		ep.malformed(b, err)
+		return
+	}
+	ep.deliver(&ep.rx)
 }
 
 // deliver routes one decoded envelope.
@@ -466,10 +476,7 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 	k := env.GetKind()
 	switch {
 	case ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE:
-		ep.mu.Lock()
-		p := ep.pending[env.CallId]
-		delete(ep.pending, env.CallId)
-		ep.mu.Unlock()
+		p := ep.takePending(env.CallId)
 		if p == nil {
 			return // it timed out, or the stream that sent it was failed
 		}
@@ -485,7 +492,7 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 		ep.t.peerLeaving(ep)
 		ep.answerGoAway()
 	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
-		ep.ackedOnce.Do(func() { close(ep.acked) })
+		ep.markAcked()
 	default:
 		ep.t.log.Warn("dropped an envelope of a kind this end of the stream does not take",
 			zap.String("peer", ep.peer), zap.Stringer("kind", k), zap.Bool("dialled", ep.dialed))
@@ -526,11 +533,7 @@ func (ep *endpoint) malformed(b []byte, err error) {
 		return
 	}
 	if ep.dialed && kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE {
-		ep.mu.Lock()
-		p := ep.pending[id]
-		delete(ep.pending, id)
-		ep.mu.Unlock()
-		if p != nil {
+		if p := ep.takePending(id); p != nil {
 			p.finish(nil, status.Errorf(codes.Internal, "granary: the response from silo %s is malformed: %v", ep.peer, err))
 		}
 		return
@@ -590,6 +593,15 @@ func (ep *endpoint) expire(now time.Time) {
 	}
 }
 
+// takePending removes and returns the pending call id, or nil.
+func (ep *endpoint) takePending(id uint64) *pendingCall {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	p := ep.pending[id]
+	delete(ep.pending, id)
+	return p
+}
+
 // pendingCount is the number of calls waiting for a response.
 func (ep *endpoint) pendingCount() int {
 	ep.mu.Lock()
@@ -601,9 +613,12 @@ func (ep *endpoint) pendingCount() int {
 // one is shutting down.
 func (ep *endpoint) sendGoAway() {
 	if err := ep.send(&granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY}, time.Time{}); err != nil {
-		ep.ackedOnce.Do(func() { close(ep.acked) }) // broken: nothing more arrives either
+		ep.markAcked() // broken: nothing more arrives either
 	}
 }
+
+// markAcked closes acked, once.
+func (ep *endpoint) markAcked() { ep.ackedOnce.Do(func() { close(ep.acked) }) }
 
 // A Responder answers one request that arrived on a stream. The zero
 // Responder (for a one-way envelope) answers nothing.

@@ -14,10 +14,6 @@ import (
 type NotSentError struct {
 	Peer string
 	Msg  string
-	// Gone: the peer is not a live member, or said it is shutting down;
-	// what the directory says lives there is gone or going. Otherwise
-	// the peer could not be reached for now, and may still be alive.
-	Gone bool
 }
 
 func (e *NotSentError) Error() string { return "rpc error: code = Unavailable desc = " + e.Msg }
@@ -29,11 +25,4 @@ func (e *NotSentError) GRPCStatus() *status.Status { return status.New(codes.Una
 func NotSent(err error) bool {
 	var ns *NotSentError
 	return errors.As(err, &ns)
-}
-
-// PeerGone reports whether err says the call never left this silo
-// because its peer is gone or going (NotSentError.Gone).
-func PeerGone(err error) bool {
-	var ns *NotSentError
-	return errors.As(err, &ns) && ns.Gone
 }

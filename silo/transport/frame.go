@@ -26,6 +26,12 @@ var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return 
 // putScratch.
 func encodeEnvelope(env *granaryv1.Envelope) (*[]byte, int, error) {
 	size := proto.Size(env)
+	bp, err := encodeSized(env, size)
+	return bp, size, err
+}
+
+// encodeSized is encodeEnvelope for an env whose proto.Size was just taken.
+func encodeSized(env *granaryv1.Envelope, size int) (*[]byte, error) {
 	bp := scratchPool.Get().(*[]byte)
 	b := protowire.AppendTag((*bp)[:0], batchEnvelopesField, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
@@ -33,9 +39,9 @@ func encodeEnvelope(env *granaryv1.Envelope) (*[]byte, int, error) {
 	*bp = b
 	if err != nil {
 		putScratch(bp)
-		return nil, 0, err
+		return nil, err
 	}
-	return bp, size, nil
+	return bp, nil
 }
 
 func putScratch(bp *[]byte) {

@@ -59,20 +59,17 @@ var connectStream = grpc.StreamDesc{StreamName: "Connect", ServerStreams: true, 
 // the server ServerOptions(cfg) so it accepts frames as large as the
 // transport sends.
 func RegisterGRPC(s grpc.ServiceRegistrar, t *Transport) {
+	sd := connectStream
+	sd.Handler = func(_ any, ss grpc.ServerStream) error {
+		// Returning ends the stream, and with it a Recv or Send
+		// of the endpoint's goroutines blocked on it.
+		return t.serve(serverConn{ss}, ss.Context().Done())
+	}
 	desc := grpc.ServiceDesc{
 		ServiceName: serviceName,
 		HandlerType: (*any)(nil),
-		Streams: []grpc.StreamDesc{{
-			StreamName:    connectStream.StreamName,
-			ServerStreams: true,
-			ClientStreams: true,
-			Handler: func(_ any, ss grpc.ServerStream) error {
-				// Returning ends the stream, and with it a Recv or Send
-				// of the endpoint's goroutines blocked on it.
-				return t.serve(serverConn{ss}, ss.Context().Done())
-			},
-		}},
-		Metadata: "granary/v1/wire.proto",
+		Streams:     []grpc.StreamDesc{sd},
+		Metadata:    "granary/v1/wire.proto",
 	}
 	s.RegisterService(&desc, t)
 }
@@ -124,7 +121,6 @@ func (serverConn) CloseSend() error { return nil } // the stream ends when Serve
 
 // GRPCNetwork dials silo streams over gRPC, one channel per address.
 type GRPCNetwork struct {
-	cfg  Config
 	opts []grpc.DialOption
 
 	mu    sync.Mutex
@@ -142,7 +138,7 @@ func NewGRPCNetwork(cfg Config, opts ...grpc.DialOption) *GRPCNetwork {
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
 	}
-	return &GRPCNetwork{cfg: cfg, opts: append(base, opts...), conns: map[string]*grpc.ClientConn{}}
+	return &GRPCNetwork{opts: append(base, opts...), conns: map[string]*grpc.ClientConn{}}
 }
 
 // Dial opens a silo stream to addr.

@@ -68,23 +68,20 @@ func grpcPair(tb testing.TB, tweak func(*Config)) (a, b *grpcSilo, hb *echo) {
 
 func TestGRPCRoundTrip(t *testing.T) {
 	a, _, _ := grpcPair(t, nil)
+	chs := make([]chan result, 100)
 	var wg sync.WaitGroup
-	errs := make(chan error, 100)
-	for i := range 100 {
+	for i := range chs {
 		wg.Add(1)
-		go func() {
+		go func() { // concurrent callers; only the test goroutine fails the test
 			defer wg.Done()
-			want := strings.Repeat("p", i*100)
-			r := wait(t, call(a.tr, "b", want, time.Time{}))
-			if r.err != nil || string(r.env.Payload) != want {
-				errs <- r.err
-			}
+			chs[i] = call(a.tr, "b", strings.Repeat("p", i*100), time.Time{})
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("a call over gRPC failed: %v", err)
+	for i, ch := range chs {
+		if r := wait(t, ch); r.err != nil || len(r.env.Payload) != i*100 {
+			t.Fatalf("call %d over gRPC = %v, %v", i, r.env, r.err)
+		}
 	}
 }
 

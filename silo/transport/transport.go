@@ -258,10 +258,10 @@ func (t *Transport) endpointFor(id string) (*endpoint, error) {
 	}
 	p := t.peers[id]
 	if p == nil {
-		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: no route to silo %s: it is not a live member of the cluster", id), Gone: true}
+		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: no route to silo %s: it is not a live member of the cluster", id)}
 	}
 	if p.leaving {
-		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: silo %s is shutting down", id), Gone: true}
+		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: silo %s is shutting down", id)}
 	}
 	if p.ep != nil {
 		return p.ep, nil
@@ -338,12 +338,7 @@ func (t *Transport) peerLeaving(ep *endpoint) {
 func (t *Transport) GoAway(ctx context.Context) error {
 	t.mu.Lock()
 	t.goingAway = true
-	var eps []*endpoint
-	for _, m := range t.accepted {
-		for ep := range m {
-			eps = append(eps, ep)
-		}
-	}
+	eps := t.acceptedLocked(nil)
 	t.mu.Unlock()
 	for _, ep := range eps {
 		ep.sendGoAway()
@@ -351,20 +346,7 @@ func (t *Transport) GoAway(ctx context.Context) error {
 	// Streams accepted meanwhile got theirs in Serve: wait for those too,
 	// until a pass finds every stream answered.
 	waited := map[*endpoint]bool{}
-	for {
-		t.mu.Lock()
-		eps = eps[:0]
-		for _, m := range t.accepted {
-			for ep := range m {
-				if !waited[ep] {
-					eps = append(eps, ep)
-				}
-			}
-		}
-		t.mu.Unlock()
-		if len(eps) == 0 {
-			return nil
-		}
+	for len(eps) > 0 {
 		for _, ep := range eps {
 			select {
 			case <-ep.acked:
@@ -374,7 +356,24 @@ func (t *Transport) GoAway(ctx context.Context) error {
 			}
 			waited[ep] = true
 		}
+		t.mu.Lock()
+		eps = t.acceptedLocked(waited)
+		t.mu.Unlock()
 	}
+	return nil
+}
+
+// acceptedLocked lists the accepted streams not in skip. mu held.
+func (t *Transport) acceptedLocked(skip map[*endpoint]bool) []*endpoint {
+	var eps []*endpoint
+	for _, m := range t.accepted {
+		for ep := range m {
+			if !skip[ep] {
+				eps = append(eps, ep)
+			}
+		}
+	}
+	return eps
 }
 
 // checkSize refuses an envelope larger than MaxMessageSize.
@@ -453,13 +452,9 @@ func (t *Transport) serve(conn Conn, ended <-chan struct{}) error {
 		ep.writeLoop()
 	}()
 	for _, b := range rest {
-		env := new(granaryv1.Envelope)
-		if err := proto.Unmarshal(b, env); err != nil {
-			ep.malformed(b, err)
-			continue
-		}
-		ep.deliver(env)
+		ep.deliverOne(b) // the reader has not started: ep.rx is free
 	}
+	proto.Reset(&ep.rx)
 	go func() {
 		defer t.wg.Done()
 		ep.readLoop()
