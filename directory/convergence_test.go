@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -220,6 +221,8 @@ func (s *sim) installOne() bool {
 
 func (s *sim) run(steps int) {
 	for range steps {
+		// Time passes, so recovery windows close as they would.
+		s.cfg.Clock.(*clockwork.FakeClock).Advance(time.Duration(s.r.IntN(100)) * time.Millisecond)
 		members := s.members()
 		switch k := s.r.IntN(100); {
 		case k < 5 && len(s.live()) < 7:

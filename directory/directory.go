@@ -229,26 +229,26 @@ func (d *Directory) Owner(id grain.ID) string { return d.ring.Load().OwnerOf(id)
 // silo owns id (authoritative: false means id has no activation), else
 // from the cache (false means unknown). Any goroutine.
 func (d *Directory) CachedLookup(id grain.ID) (Entry, bool) {
-	if e, ok, owned, _ := d.lookupOwned(id); owned {
+	if e, ok, owner, _ := d.lookupOwned(id); owner == d.self {
 		return e, ok
 	}
 	return d.cache.Get(id)
 }
 
-// lookupOwned looks id up in the own partition if this silo owns it;
-// recovering says a miss may be an entry still on its way here. Any
-// goroutine; takes mu.
-func (d *Directory) lookupOwned(id grain.ID) (e Entry, ok, owned, recovering bool) {
-	if d.ring.Load().OwnerOf(id) != d.self {
-		return Entry{}, false, false, false
+// lookupOwned returns id's owner in the current view and, when that is
+// this silo, looks id up in the own partition; recovering says a miss may
+// be an entry still on its way here. Any goroutine; takes mu when owned.
+func (d *Directory) lookupOwned(id grain.ID) (e Entry, ok bool, owner string, recovering bool) {
+	if owner = d.ring.Load().OwnerOf(id); owner != d.self {
+		return Entry{}, false, owner, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.ring.Load().OwnerOf(id) != d.self {
-		return Entry{}, false, false, false // the view changed meanwhile
+	if owner = d.ring.Load().OwnerOf(id); owner != d.self {
+		return Entry{}, false, owner, false // the view changed meanwhile
 	}
 	e, ok = d.part.Lookup(id)
-	return e, ok, true, !ok && d.recoveringLocked(id)
+	return e, ok, owner, !ok && d.recoveringLocked(id)
 }
 
 // recoveringLocked reports whether id's entry may still be on its way to
@@ -299,40 +299,16 @@ func (d *Directory) Lookup(id grain.ID, done func(e Entry, found bool, err error
 		done(Entry{}, false, invalid("Lookup of the zero grain ID"))
 		return
 	}
-	if d.answerOwned(id, done) {
-		return
-	}
-	if d.ring.Load().Len() == 0 {
-		done(Entry{}, false, ErrNoSilos)
-		return
-	}
-	if e, ok := d.cache.Get(id); ok {
-		done(e, true, nil)
-		return
-	}
-	for {
-		owner := d.Owner(id)
-		switch owner {
-		case "":
-			done(Entry{}, false, ErrNoSilos)
-		case d.self: // the view changed since lookupOwned
-			if !d.answerOwned(id, done) {
-				continue // and changed again
-			}
-		default:
-			d.askOwner(owner, id, done)
-		}
-		return
-	}
-}
-
-// answerOwned answers a Lookup from the own partition when this silo
-// owns id, and reports whether it did.
-func (d *Directory) answerOwned(id grain.ID, done func(Entry, bool, error)) bool {
-	e, ok, owned, recovering := d.lookupOwned(id)
+	e, ok, owner, recovering := d.lookupOwned(id)
 	switch {
-	case !owned:
-		return false
+	case owner == "":
+		done(Entry{}, false, ErrNoSilos)
+	case owner != d.self:
+		if e, ok := d.cache.Get(id); ok {
+			done(e, true, nil)
+			return
+		}
+		d.askOwner(owner, id, done)
 	case recovering:
 		done(Entry{}, false, errRecovering(id))
 	default:
@@ -341,7 +317,6 @@ func (d *Directory) answerOwned(id grain.ID, done func(Entry, bool, error)) bool
 		}
 		done(e, ok, nil)
 	}
-	return true
 }
 
 // askOwner sends a Lookup of id to owner. Any goroutine; mu not held.
@@ -478,7 +453,7 @@ type Stats struct {
 func (d *Directory) Stats() Stats {
 	ring := d.ring.Load()
 	d.mu.Lock()
-	entries, dead := d.part.Len(), len(d.dead)
+	entries, dead, retrying := d.part.Len(), len(d.dead), len(d.retry)
 	d.mu.Unlock()
 	return Stats{
 		Entries:      entries,
@@ -489,7 +464,7 @@ func (d *Directory) Stats() Stats {
 		Forwarded:    d.forwarded.Load(),
 		Refused:      d.refused.Load(),
 		HandedOff:    d.handedOff.Load(),
-		Retrying:     d.retrying(),
+		Retrying:     retrying,
 		Dropped:      d.dropped.Load(),
 		Lost:         d.lost.Load(),
 	}

@@ -138,7 +138,11 @@ func TestAlone(t *testing.T) {
 		winner directory.Entry
 		found  bool
 	)
-	d.Register(g1, ent("b", 1), func(directory.Entry, error) {}) // before any view
+	var early error
+	d.Register(g1, ent("b", 1), func(_ directory.Entry, err error) { early = err }) // before any view
+	if early != directory.ErrNoSilos {
+		t.Fatalf("Register before any view = %v, want ErrNoSilos", early)
+	}
 	d.SetMembers([]string{"a"}, nil)
 	d.Register(g1, ent("a", 1), func(w directory.Entry, err error) { winner = w })
 	if winner != ent("a", 1) {

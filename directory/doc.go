@@ -64,8 +64,8 @@
 // # Purity
 //
 // The package does no I/O and starts no goroutine. A Directory sends
-// through an injected Sender, reads time from an injected clock (for the
-// cache only), and calls back on the goroutine of its caller or of the
+// through an injected Sender, reads time from an injected clock (the
+// cache's TTL and the recovery window), and calls back on the goroutine of its caller or of the
 // Sender's done; it never calls back with its lock held. The silo carries
 // requests over its transport (granary.v1.DirectoryRequest) and hands
 // the requests it receives to Handle. The directorytest package has an

@@ -76,9 +76,7 @@ func (d *Directory) SetMembers(active []string, local iter.Seq[Item]) {
 	for _, it := range moving {
 		switch o := next.OwnerOf(it.ID); {
 		case o == d.self:
-			if w, err := d.registerLocked(it.ID, it.Entry); err == nil && w != it.Entry {
-				lost = append(lost, lostItem{it, w})
-			}
+			lost = d.registerOwnLocked(it, lost)
 		case handed[it.ID] == it.Entry:
 			// The moved entry is this activation's: it travels once.
 		default:
@@ -89,10 +87,7 @@ func (d *Directory) SetMembers(active []string, local iter.Seq[Item]) {
 
 	d.log.Debug("directory: new view",
 		zap.Strings("active", next.Silos()), zap.Int("moved", len(moved)), zap.Int("reregistered", len(moving)))
-	for _, l := range lost {
-		d.reportLost(l.item.ID, l.item.Entry, l.winner)
-	}
-	d.sendHandoffs(batches)
+	d.settle(lost, batches)
 }
 
 // HandOffAll takes this silo off its own ring and hands every entry of its
@@ -172,6 +167,24 @@ func (d *Directory) forgetDeadLocked(silo string) {
 type lostItem struct {
 	item   Item
 	winner Entry
+}
+
+// registerOwnLocked registers it, one of this silo's activations, in the
+// own partition, and adds it to lost when another entry holds. mu held.
+func (d *Directory) registerOwnLocked(it Item, lost []lostItem) []lostItem {
+	if w, err := d.registerLocked(it.ID, it.Entry); err == nil && w != it.Entry {
+		lost = append(lost, lostItem{it, w})
+	}
+	return lost
+}
+
+// settle reports lost to Config.Lost and sends batches, keyed by owner.
+// mu not held.
+func (d *Directory) settle(lost []lostItem, batches map[string][]Item) {
+	for _, l := range lost {
+		d.reportLost(l.item.ID, l.item.Entry, l.winner)
+	}
+	d.sendHandoffs(batches)
 }
 
 // reportLost tells Config.Lost that local, an activation of this silo,
@@ -285,26 +298,14 @@ func (d *Directory) RetryRegistrations() {
 		case "":
 			continue // no ring: keep it
 		case d.self:
-			if w, err := d.registerLocked(id, e); err == nil && w != e {
-				lost = append(lost, lostItem{Item{ID: id, Entry: e}, w})
-			}
+			lost = d.registerOwnLocked(Item{ID: id, Entry: e}, lost)
 		default:
 			batches[o] = append(batches[o], Item{ID: id, Entry: e})
 		}
 		delete(d.retry, id)
 	}
 	d.mu.Unlock()
-	for _, l := range lost {
-		d.reportLost(l.item.ID, l.item.Entry, l.winner)
-	}
-	d.sendHandoffs(batches)
-}
-
-// retrying is how many registrations wait for RetryRegistrations.
-func (d *Directory) retrying() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.retry)
+	d.settle(lost, batches)
 }
 
 // AskResync tells silo, which this one took for dead and now sees alive
@@ -343,16 +344,11 @@ func (d *Directory) registerAll() {
 		switch o := ring.OwnerOf(it.ID); o {
 		case "":
 		case d.self:
-			if w, err := d.registerLocked(it.ID, it.Entry); err == nil && w != it.Entry {
-				lost = append(lost, lostItem{it, w})
-			}
+			lost = d.registerOwnLocked(it, lost)
 		default:
 			batches[o] = append(batches[o], it)
 		}
 	}
 	d.mu.Unlock()
-	for _, l := range lost {
-		d.reportLost(l.item.ID, l.item.Entry, l.winner)
-	}
-	d.sendHandoffs(batches)
+	d.settle(lost, batches)
 }

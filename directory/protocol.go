@@ -275,14 +275,14 @@ func (d *Directory) handleHandoff(req *Request, reply func(*Response, error)) {
 				d.dropped.Add(uint64(len(items)))
 				d.log.Debug("directory: passing handoff entries on failed; their silos are told to send them again",
 					zap.String("to", to), zap.Int("entries", len(items)), zap.Error(err))
-				r, err = &Response{Unplaced: items}, nil
+				r = &Response{Unplaced: items}
 			} else {
 				d.settleRejected(r)
 			}
-			g.add(r, err)
+			g.add(r)
 		})
 	}
-	g.add(nil, nil) // the own part is done
+	g.add(nil) // the own part is done
 }
 
 // gather joins the answers of a handoff's parts and replies once all are
@@ -294,9 +294,9 @@ type gather struct {
 	reply   func(*Response, error)
 }
 
-func (g *gather) add(r *Response, err error) {
+func (g *gather) add(r *Response) {
 	g.mu.Lock()
-	if err == nil && r != nil {
+	if r != nil {
 		n := min(len(r.Rejected), len(r.Winners))
 		g.resp.Rejected = append(g.resp.Rejected, r.Rejected[:n]...)
 		g.resp.Winners = append(g.resp.Winners, r.Winners[:n]...)

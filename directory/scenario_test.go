@@ -154,6 +154,9 @@ func (s *scenario) step(f []string) error {
 	}
 	switch {
 	case cmd == "config":
+		if s.cluster != nil {
+			return fmt.Errorf("config after silos: it would not reach them")
+		}
 		return s.config(args)
 	case cmd == "silos":
 		if s.cluster != nil {

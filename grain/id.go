@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/granaryio/granary/internal/hashmix"
 )
 
 // ID identifies a grain: its type (the full name of its proto service, such
@@ -44,22 +46,7 @@ func ParseID(s string) (ID, error) {
 // Hash returns a 64-bit FNV-1a hash of the ID, the same in every process
 // and on every platform: the directory places grains on its ring by it.
 func (id ID) Hash() uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	for i := 0; i < len(id.Type); i++ {
-		h ^= uint64(id.Type[i])
-		h *= prime
-	}
-	h ^= '/'
-	h *= prime
-	for i := 0; i < len(id.Key); i++ {
-		h ^= uint64(id.Key[i])
-		h *= prime
-	}
-	return h
+	return hashmix.AddString(hashmix.AddByte(hashmix.FNV1a(id.Type), '/'), id.Key)
 }
 
 // KeyKind is the kind of key a grain type uses, from the key_kind grain

@@ -8,7 +8,6 @@ package directorytest
 import (
 	"cmp"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -238,7 +237,7 @@ func (n *Network) reply(c *call, resp *directory.Response, err error) {
 	c.replied = true
 	if resp != nil {
 		cp := *resp
-		cp.Rejected, cp.Winners = slices.Clone(resp.Rejected), slices.Clone(resp.Winners)
+		cp.Rejected, cp.Winners, cp.Unplaced = slices.Clone(resp.Rejected), slices.Clone(resp.Winners), slices.Clone(resp.Unplaced)
 		resp = &cp
 	} else if err == nil {
 		panic(fmt.Sprintf("directorytest: %s answered the %v request from %s with neither a response nor an error", c.to, c.op, c.from))
@@ -285,20 +284,4 @@ func (n *Network) DeliverAll(limit int) int {
 		}
 	}
 	return k
-}
-
-// DeliverRandom delivers messages chosen by r until none is left, and
-// returns how many it delivered. It panics past limit deliveries.
-func (n *Network) DeliverRandom(r *rand.Rand, limit int) int {
-	k := 0
-	for {
-		l := n.Len()
-		if l == 0 {
-			return k
-		}
-		n.Deliver(r.IntN(l))
-		if k++; k > limit {
-			panic(fmt.Sprintf("directorytest: still delivering after %d messages", limit))
-		}
-	}
 }

@@ -1,6 +1,6 @@
-// Package hashmix holds the hash functions the directory ring and hash
-// placement share: FNV-1a over bytes, the same hash grain.ID.Hash uses,
-// and the SplitMix64 finaliser that spreads its output.
+// Package hashmix holds the hash functions grain IDs, the directory ring
+// and hash placement share: FNV-1a over bytes (grain.ID.Hash is FNV-1a of
+// "type/key") and the SplitMix64 finaliser that spreads its output.
 package hashmix
 
 // FNV offset basis and prime, 64 bits.
