@@ -137,6 +137,15 @@ type chainLink struct {
 	remote *granaryv1.ChainLink
 }
 
+// grainID is the link's grain.
+func (l *chainLink) grainID() grain.ID {
+	if l.act != nil {
+		return l.act.id
+	}
+	id, _ := grain.ParseID(l.remote.GetGrain())
+	return id
+}
+
 // grain names the link's grain, for errors.
 func (l *chainLink) grain() string {
 	if l.act != nil {

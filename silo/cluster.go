@@ -432,16 +432,11 @@ func (s *Silo) registeredActivations() iter.Seq[directory.Item] {
 // lost its entry to another: it deactivates, and the requests it holds go
 // to the winner.
 func (cl *cluster) lost(id grain.ID, local, winner directory.Entry) {
-	t := cl.s.types[id.Type]
-	if t == nil || local.Silo != cl.self {
+	if local.Silo != cl.self {
 		return
 	}
-	v, ok := t.acts.Load(id.Key)
-	if !ok {
-		return
-	}
-	a := v.(*activationRec)
-	if a.actID != local.Activation {
+	a := cl.s.activationByID(id, local.Activation)
+	if a == nil {
 		return
 	}
 	if winner.Silo == cl.self {
@@ -504,8 +499,7 @@ func (cl *cluster) reportLoad() {
 		case <-tk.Chan():
 		}
 		cl.dir.RetryRegistrations()
-		st := cl.s.Stats()
-		now := [2]uint64{uint64(st.Activations), uint64(st.Scheduler.QueuedGroups)}
+		now := [2]uint64{uint64(cl.s.live.Load()), uint64(cl.s.pool.Stats().QueuedGroups)}
 		if now == last {
 			continue
 		}

@@ -92,7 +92,7 @@ func (t *turnCtx) CallChain() []grain.ID {
 	i := len(ids)
 	for l := t.c.chain; l != nil; l = l.next {
 		i--
-		ids[i] = l.act.id
+		ids[i] = l.grainID()
 	}
 	return ids
 }

@@ -121,6 +121,9 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 	if !s.started.Load() || from == nil && !s.ready.Load() {
 		return nil, status.Errorf(codes.Unavailable, "granary: silo %s is not started", s.cfg.Name)
 	}
+	if from != nil && from.c.depth >= s.cfg.MaxCallChain {
+		return nil, status.Errorf(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
+	}
 	refs := int32(2)
 	if o.OneWay {
 		refs = 1
@@ -151,13 +154,6 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 		c.headers = ctx.Value(headerCtxKey)
 	default:
 		p := from.c
-		if p.depth >= s.cfg.MaxCallChain {
-			c.release()
-			if !o.OneWay {
-				c.release()
-			}
-			return nil, status.Errorf(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
-		}
 		c.chain = &chainLink{act: p.act, seq: p.seq, next: p.chain}
 		c.depth = p.depth + 1
 		if inTurn {
@@ -189,31 +185,29 @@ func (s *Silo) send(c *call) *activation.Exec {
 // route delivers c to its activation and queues its turn if admitted.
 // Failures settle it. e is the running turn's worker, or nil.
 func (s *Silo) route(e *activation.Exec, c *call) {
-	t := s.byMethod[c.method]
+	c.kind = kindOf(c.method)
+	t := s.byMethod[c.method] // a registered method: checked by RegisterGrain
 	if t == nil || t.desc.Type != c.id.Type {
 		t = s.types[c.id.Type]
-	}
-	if t == nil {
-		if s.cl != nil {
-			c.kind = kindOf(c.method)
-			s.cl.resolve(c, nil) // hosted elsewhere, if anywhere
+		if t == nil {
+			if s.cl != nil {
+				s.cl.resolve(c, nil) // hosted elsewhere, if anywhere
+				return
+			}
+			s.fail(e, c, unknownType(c.id))
 			return
 		}
-		s.fail(e, c, unknownType(c.id))
-		return
+		if m := c.method; m.Index < 0 || m.Index >= len(t.desc.Methods) || t.desc.Methods[m.Index].Name != m.Name {
+			s.fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.id.Type, m.Name))
+			return
+		}
 	}
-	if m := c.method; m.Index < 0 || m.Index >= len(t.desc.Methods) || t.desc.Methods[m.Index].Name != m.Name {
-		s.fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.id.Type, m.Name))
-		return
-	}
-	if err := t.opts.KeyKind.CheckKey(c.id.Key); err != nil {
-		s.fail(e, c, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", c.id, err, c.id.Type, t.opts.KeyKind))
-		return
-	}
-	c.kind = kindOf(c.method)
 	for range maxReroutes {
-		a, remote, queued := s.activationFor(c.id, t, c)
+		a, remote, queued, err := s.activationFor(c.id, t, c)
 		switch {
+		case err != nil:
+			s.fail(e, c, err)
+			return
 		case queued:
 			return // in the activation it made, before it was published
 		case remote:

@@ -39,7 +39,7 @@ func (cl *cluster) resolve(c *call, t *grainType) {
 			cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating %s: %v", c.id, status.Convert(err).Message()))
 		case found && e.Silo != cl.self:
 			cl.forward(e, c, false)
-		case found && cl.holds(c.id, t, e.Activation):
+		case found && cl.s.activationByID(c.id, e.Activation) != nil:
 			// Made here since the call missed the catalog.
 			c.placedHere = true
 			cl.s.route(nil, c)
@@ -83,16 +83,6 @@ func (cl *cluster) retryLater(c *call, retry func()) bool {
 	c.retries++
 	cl.s.clock.AfterFunc(d, retry)
 	return true
-}
-
-// holds reports whether activation actID of grain id is in this silo's
-// catalog.
-func (cl *cluster) holds(id grain.ID, t *grainType, actID uint64) bool {
-	if t == nil {
-		return false
-	}
-	v, ok := t.acts.Load(id.Key)
-	return ok && v.(*activationRec).actID == actID
 }
 
 // place picks a silo for a grain that has no activation anywhere and
@@ -170,20 +160,10 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 		return
 	}
 	if c.oneWay {
-		err := cl.tport.Send(to, o.env, c.deadline())
-		if err != nil && transport.NotSent(err) && c.retries < maxDirectoryRetries && !cl.closed.Load() {
-			// Its caller was told it is on its way: route it again.
-			c.retries++
-			cl.dir.Invalidate(c.id, directory.Entry{})
-			if via.Activation != 0 && cl.view.Load().gone(to) {
-				cl.dir.Unregister(c.id, via)
-			}
-			c.placedHere = false
-			cl.s.route(nil, c)
-			return
-		}
-		if err != nil {
+		if err := cl.tport.Send(to, o.env, c.deadline()); err != nil {
 			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.id), zap.String("to", to), zap.Error(err))
+			cl.notSent(c, via, err)
+			return
 		}
 		c.release()
 		return
@@ -192,26 +172,7 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 	cl.tport.Call(to, o.env, c.deadline(), func(resp *granaryv1.Envelope, err error) {
 		defer cl.done()
 		if err != nil {
-			cl.dir.Invalidate(c.id, directory.Entry{})
-			switch {
-			case transport.NotSent(err) && cl.view.Load().gone(to) && c.retries < maxDirectoryRetries && !cl.closed.Load():
-				// It never left, and the silo is gone or going: look
-				// again. The unregistration reaches the entry's owner
-				// before the lookup that follows it. (A silo this one has
-				// not heard of yet is not gone: it may have just joined.)
-				c.retries++
-				if via.Activation != 0 {
-					cl.dir.Unregister(c.id, via)
-				}
-				c.placedHere = false
-				cl.s.route(nil, c)
-			case transport.NotSent(err) && cl.retryLater(c, func() { c.placedHere = false; cl.s.route(nil, c) }):
-				// The silo cannot be reached for now; it may be dead, which
-				// membership will tell, or alive behind a broken link: its
-				// entry stays, and the call tries again shortly.
-			default:
-				cl.s.fail(nil, c, err)
-			}
+			cl.notSent(c, via, err)
 			return
 		}
 		c.servedBy = to
@@ -219,8 +180,8 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 			cl.dir.Invalidate(c.id, directory.Entry{}) // it was passed on
 			c.servedBy = resp.ActivationSilo
 		}
-		if code := codes.Code(resp.Code); code != codes.OK {
-			cl.s.fail(nil, c, status.Error(code, resp.Message))
+		if err := statusOf(resp); err != nil {
+			cl.s.fail(nil, c, err)
 			return
 		}
 		out := c.method.NewResponse()
@@ -231,6 +192,29 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 		c.settle(nil, out, nil)
 		c.release()
 	})
+}
+
+// notSent handles a call forward could not deliver to via.Silo: one that
+// never left is routed again at once when that silo is gone or going (its
+// entry unregistered first), or shortly while it may be alive behind a
+// broken link; any other fails.
+func (cl *cluster) notSent(c *call, via directory.Entry, err error) {
+	cl.dir.Invalidate(c.id, directory.Entry{})
+	reroute := func() { c.placedHere = false; cl.s.route(nil, c) }
+	switch {
+	case transport.NotSent(err) && cl.view.Load().gone(via.Silo) && c.retries < maxDirectoryRetries && !cl.closed.Load():
+		// The unregistration reaches the entry's owner before the lookup
+		// that follows it. (A silo this one has not heard of yet is not
+		// gone: it may have just joined.)
+		c.retries++
+		if via.Activation != 0 {
+			cl.dir.Unregister(c.id, via)
+		}
+		reroute()
+	case transport.NotSent(err) && cl.retryLater(c, reroute):
+	default:
+		cl.s.fail(nil, c, err)
+	}
 }
 
 // Envelopes and payload buffers for outgoing calls and replies: the
@@ -319,10 +303,11 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 	}
 	s := cl.s
 	refuse := func(code codes.Code, format string, args ...any) {
+		err := status.Errorf(code, format, args...)
 		if r.Expects() {
-			r.Reply(&granaryv1.Envelope{Code: uint32(code), Message: status.Errorf(code, format, args...).Error()})
+			r.Reply(setStatus(&granaryv1.Envelope{}, err))
 		} else {
-			cl.log.Warn("dropped a one-way call from another silo", zap.String("from", from), zap.Error(status.Errorf(code, format, args...)))
+			cl.log.Warn("dropped a one-way call from another silo", zap.String("from", from), zap.Error(err))
 		}
 	}
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
@@ -387,10 +372,8 @@ func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *chainLink {
 		l := &chainLink{seq: pl.Seq, remote: pl}
 		if pl.Silo == cl.self {
 			if id, err := grain.ParseID(pl.Grain); err == nil {
-				if t := cl.s.types[id.Type]; t != nil {
-					if v, ok := t.acts.Load(id.Key); ok && v.(*activationRec).actID == pl.Activation {
-						l.act, l.remote = v.(*activationRec), nil
-					}
+				if a := cl.s.activationByID(id, pl.Activation); a != nil {
+					l.act, l.remote = a, nil
 				}
 			}
 		}
@@ -416,8 +399,7 @@ func (cl *cluster) reply(c *call) {
 	}
 	switch {
 	case c.err != nil:
-		st := status.Convert(c.err)
-		resp.Code, resp.Message = uint32(st.Code()), st.Message()
+		setStatus(resp, c.err)
 	case c.resp != nil:
 		if err := o.encode(c.resp); err != nil {
 			resp.Payload = nil
@@ -432,11 +414,12 @@ func (cl *cluster) reply(c *call) {
 func (cl *cluster) Send(to string, req *directory.Request, done func(*directory.Response, error)) {
 	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY, Directory: dirRequestToProto(req)}
 	cl.tport.Call(to, env, cl.s.clock.Now().Add(directoryTimeout), func(resp *granaryv1.Envelope, err error) {
+		if err == nil {
+			err = statusOf(resp)
+		}
 		switch {
 		case err != nil:
 			done(nil, err)
-		case codes.Code(resp.Code) != codes.OK:
-			done(nil, status.Error(codes.Code(resp.Code), resp.Message))
 		default:
 			done(dirResponseFromProto(resp.DirectoryReply), nil)
 		}
@@ -450,20 +433,33 @@ func (cl *cluster) handleDirectory(from string, env *granaryv1.Envelope, r trans
 	}
 	req, err := dirRequestFromProto(env.Directory)
 	if err != nil {
-		st := status.Convert(err)
-		r.Reply(&granaryv1.Envelope{Code: uint32(st.Code()), Message: st.Message()})
+		r.Reply(setStatus(&granaryv1.Envelope{}, err))
 		return
 	}
 	cl.inflight.Add(1) // it may be passed on: a leaving silo waits for it
 	cl.dir.Handle(from, req, func(resp *directory.Response, err error) {
 		defer cl.done()
 		if err != nil {
-			st := status.Convert(err)
-			r.Reply(&granaryv1.Envelope{Code: uint32(st.Code()), Message: st.Message()})
+			r.Reply(setStatus(&granaryv1.Envelope{}, err))
 			return
 		}
 		r.Reply(&granaryv1.Envelope{DirectoryReply: dirResponseToProto(resp)})
 	})
+}
+
+// setStatus writes err's gRPC status into env, a reply, and returns env.
+func setStatus(env *granaryv1.Envelope, err error) *granaryv1.Envelope {
+	st := status.Convert(err)
+	env.Code, env.Message = uint32(st.Code()), st.Message()
+	return env
+}
+
+// statusOf is the error a reply envelope carries, or nil.
+func statusOf(env *granaryv1.Envelope) error {
+	if code := codes.Code(env.Code); code != codes.OK {
+		return status.Error(code, env.Message)
+	}
+	return nil
 }
 
 func dirRequestToProto(req *directory.Request) *granaryv1.DirectoryRequest {
@@ -483,7 +479,7 @@ func dirRequestFromProto(pr *granaryv1.DirectoryRequest) (*directory.Request, er
 	}
 	req := &directory.Request{Op: directory.Op(pr.Op), Hops: int(pr.Hops), Items: make([]directory.Item, 0, len(pr.Entries))}
 	for _, e := range pr.Entries {
-		req.Items = append(req.Items, directory.Item{ID: grain.ID{Type: e.GrainType, Key: e.GrainKey}, Entry: directory.Entry{Silo: e.Silo, Activation: e.Activation}})
+		req.Items = append(req.Items, itemFromProto(e))
 	}
 	return req, nil
 }
@@ -491,12 +487,12 @@ func dirRequestFromProto(pr *granaryv1.DirectoryRequest) (*directory.Request, er
 func dirResponseToProto(resp *directory.Response) *granaryv1.DirectoryResponse {
 	out := &granaryv1.DirectoryResponse{Found: resp.Found}
 	if !resp.Entry.IsZero() {
-		out.Entry = &granaryv1.DirectoryEntry{Silo: resp.Entry.Silo, Activation: resp.Entry.Activation}
+		out.Entry = entryToProto(grain.ID{}, resp.Entry)
 	}
 	for i, it := range resp.Rejected {
 		out.Rejected = append(out.Rejected, entryToProto(it.ID, it.Entry))
 		if i < len(resp.Winners) {
-			out.Winners = append(out.Winners, &granaryv1.DirectoryEntry{Silo: resp.Winners[i].Silo, Activation: resp.Winners[i].Activation})
+			out.Winners = append(out.Winners, entryToProto(grain.ID{}, resp.Winners[i]))
 		}
 	}
 	for _, it := range resp.Unplaced {
@@ -508,20 +504,24 @@ func dirResponseToProto(resp *directory.Response) *granaryv1.DirectoryResponse {
 func dirResponseFromProto(pr *granaryv1.DirectoryResponse) *directory.Response {
 	resp := &directory.Response{Found: pr.GetFound()}
 	if e := pr.GetEntry(); e != nil {
-		resp.Entry = directory.Entry{Silo: e.Silo, Activation: e.Activation}
+		resp.Entry = itemFromProto(e).Entry
 	}
 	for i, e := range pr.GetRejected() {
-		resp.Rejected = append(resp.Rejected, directory.Item{ID: grain.ID{Type: e.GrainType, Key: e.GrainKey}, Entry: directory.Entry{Silo: e.Silo, Activation: e.Activation}})
+		resp.Rejected = append(resp.Rejected, itemFromProto(e))
 		var w directory.Entry
 		if i < len(pr.GetWinners()) {
-			w = directory.Entry{Silo: pr.Winners[i].Silo, Activation: pr.Winners[i].Activation}
+			w = itemFromProto(pr.Winners[i]).Entry
 		}
 		resp.Winners = append(resp.Winners, w)
 	}
 	for _, e := range pr.GetUnplaced() {
-		resp.Unplaced = append(resp.Unplaced, directory.Item{ID: grain.ID{Type: e.GrainType, Key: e.GrainKey}, Entry: directory.Entry{Silo: e.Silo, Activation: e.Activation}})
+		resp.Unplaced = append(resp.Unplaced, itemFromProto(e))
 	}
 	return resp
+}
+
+func itemFromProto(e *granaryv1.DirectoryEntry) directory.Item {
+	return directory.Item{ID: grain.ID{Type: e.GrainType, Key: e.GrainKey}, Entry: directory.Entry{Silo: e.Silo, Activation: e.Activation}}
 }
 
 func entryToProto(id grain.ID, e directory.Entry) *granaryv1.DirectoryEntry {

@@ -399,9 +399,7 @@ func (s *Silo) removeActivation(a *activationRec) {
 	if s.cl != nil && a.registered.Load() {
 		s.cl.dir.Unregister(a.id, directory.Entry{Silo: s.cl.self, Activation: a.actID})
 	}
-	if s.live.Add(-1) == 0 {
-		s.maybeEmpty()
-	}
+	s.unreserve()
 }
 
 func (s *Silo) maybeEmpty() {
@@ -419,19 +417,24 @@ func (s *Silo) maybeEmpty() {
 // to the activation and may be gone already. remote says the grain is to
 // be found or placed elsewhere in the cluster; a nil activation without
 // remote means this silo is stopping.
-func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationRec, remote, queued bool) {
+func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationRec, remote, queued bool, err error) {
+	if !t.opts.StatelessWorker {
+		if v, ok := t.acts.Load(id.Key); ok {
+			return v.(*activationRec), false, false, nil // its key was checked when it was made
+		}
+	}
+	if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
+		return nil, false, false, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
+	}
 	if t.opts.StatelessWorker {
 		a, queued := s.workerFor(id, t, c)
 		if a != nil || s.cl == nil {
-			return a, false, queued
+			return a, false, queued, nil
 		}
-		return nil, true, false
-	}
-	if v, ok := t.acts.Load(id.Key); ok {
-		return v.(*activationRec), false, false
+		return nil, true, false, nil
 	}
 	if s.cl != nil && !c.placedHere {
-		return nil, true, false // ask the directory
+		return nil, true, false, nil // ask the directory
 	}
 	// Count the activation before looking at stopping: Stop sets stopping
 	// before it looks at the catalog, and waits for the count to reach
@@ -440,7 +443,7 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationR
 	if s.stopping.Load() {
 		s.unreserve()
 		c.placedHere = false // elsewhere, then
-		return nil, s.cl != nil, false
+		return nil, s.cl != nil, false, nil
 	}
 	if s.placing != nil {
 		s.placing(id)
@@ -449,11 +452,22 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationR
 	a.pushLocked(c) // a is not published yet: no lock needed
 	if v, loaded := t.acts.LoadOrStore(id.Key, a); loaded {
 		s.unreserve()
-		return v.(*activationRec), false, false
+		return v.(*activationRec), false, false, nil
 	}
 	c.act = a
 	s.activated(a)
-	return a, false, true
+	return a, false, true, nil
+}
+
+// activationByID returns activation actID of grain id if it is in the
+// catalog, else nil.
+func (s *Silo) activationByID(id grain.ID, actID uint64) *activationRec {
+	if t := s.types[id.Type]; t != nil {
+		if v, ok := t.acts.Load(id.Key); ok && v.(*activationRec).actID == actID {
+			return v.(*activationRec)
+		}
+	}
+	return nil
 }
 
 // unreserve gives back a count taken for an activation not made.
