@@ -57,6 +57,16 @@ func newTestCluster(t *testing.T, names []string, o clusterOpt) *testCluster {
 // active.
 func (tc *testCluster) start(name string) *Silo {
 	tc.t.Helper()
+	s := tc.startNoWait(name, nil)
+	tc.waitConverged()
+	return s
+}
+
+// startNoWait starts a silo called name, with tweak applied after the
+// cluster's own, and does not wait for the cluster to converge (a test may
+// be holding some silo's membership events).
+func (tc *testCluster) startNoWait(name string, tweak func(*Config)) *Silo {
+	tc.t.Helper()
 	cfg := DefaultConfig()
 	cfg.Name = name
 	cc := DefaultClusterConfig()
@@ -75,6 +85,9 @@ func (tc *testCluster) start(name string) *Silo {
 	if tc.tweak != nil {
 		tc.tweak(&cfg)
 	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	s, err := New(cfg)
 	if err != nil {
 		tc.t.Fatal(err)
@@ -92,7 +105,6 @@ func (tc *testCluster) start(name string) *Silo {
 	tc.mu.Lock()
 	tc.silos[name] = s
 	tc.mu.Unlock()
-	tc.waitConverged()
 	return s
 }
 

@@ -234,6 +234,9 @@ func TestClusterGracefulStopHandsGrainsOver(t *testing.T) {
 			onC = append(onC, k)
 		}
 	}
+	if len(onC) == 0 {
+		t.Fatal("no grain landed on c")
+	}
 	stopped := make(chan struct{})
 	var errs []error
 	var mu sync.Mutex

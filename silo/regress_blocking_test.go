@@ -3,7 +3,6 @@ package silo
 import (
 	"context"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -25,14 +24,7 @@ func TestRegressCallInsideBlocking(t *testing.T) {
 		callInsideBlockingChild(t)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRegressCallInsideBlocking$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "GRANARY_TEST_CHILD=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child failed (%v; killed = hung in Stop):\n%.1500s", err, out)
-	}
+	runInChild(t, "TestRegressCallInsideBlocking", 16*time.Second) // killed = hung in Stop
 }
 
 func callInsideBlockingChild(t *testing.T) {

@@ -3,8 +3,7 @@ package silo
 import (
 	"context"
 	"os"
-	"os/exec"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +21,9 @@ import (
 // moment it instead returns without the activation's OnDeactivate).
 func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
 	placing, proceed := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(proceed) })
 	h := newHarness(t, harnessOpt{})
+	t.Cleanup(release) // before the harness's Stop, which would wait on the held call
 	h.s.placing = func(id grain.ID) {
 		if id.Key == "late" { // held after the stopping check
 			close(placing)
@@ -43,7 +44,13 @@ func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
 		_, err := h.probe("late").Call(context.Background(), &probe.Request{})
 		lateErr <- err
 	}()
-	<-placing // the call to "late" passed the stopping check
+	select { // the call to "late" passes the stopping check
+	case <-placing:
+	case err := <-lateErr:
+		t.Fatalf("the call to late ended before placement: %v", err)
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("the call to late never reached placement")
+	}
 
 	stopErr := make(chan error, 1)
 	go func() {
@@ -57,7 +64,7 @@ func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
 		defer x.mu.Unlock()
 		return x.deactPending
 	})
-	close(proceed)
+	release()
 	<-lateErr
 	hold.open()
 	_ = fx.Wait(context.Background())
@@ -228,16 +235,7 @@ func TestRegressInterleavedTickAfterPoolClosePanics(t *testing.T) {
 		interleavedTickChild(t)
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRegressInterleavedTickAfterPoolClosePanics$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "GRANARY_TEST_CHILD=1")
-	out, err := cmd.CombinedOutput()
-	if strings.Contains(string(out), "panic:") || err != nil {
-		i := strings.Index(string(out), "panic:")
-		if i < 0 {
-			i = 0
-		}
-		t.Fatalf("child failed (%v):\n%.600s", err, out[i:])
-	}
+	runInChild(t, "TestRegressInterleavedTickAfterPoolClosePanics", 30*time.Second)
 }
 
 func interleavedTickChild(t *testing.T) {

@@ -12,57 +12,10 @@ import (
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/placement"
 	"github.com/jonboulle/clockwork"
-	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
-
-// reviewStart starts a silo called name as tc.start does, with tweak
-// applied after the cluster's own, but does not wait for the cluster to
-// converge (a test may be holding some silo's membership events).
-func (tc *testCluster) reviewStart(name string, tweak func(*Config)) *Silo {
-	tc.t.Helper()
-	cfg := DefaultConfig()
-	cfg.Name = name
-	cc := DefaultClusterConfig()
-	cc.Membership.ClusterID = "test"
-	cc.ShutdownGossipDelay = 0
-	cc.LoadReportInterval = 50 * time.Millisecond
-	cc.Listener = tc.net.Listener(addrOf(name))
-	cc.Network = tc.net.From(addrOf(name))
-	cc.NewMembership = func(mc membership.Config, on func(membership.Event)) (membership.Service, error) {
-		return tc.hub.Member(mc, on), nil
-	}
-	cfg.Cluster = &cc
-	if testing.Verbose() {
-		cfg.Logger, _ = zap.NewDevelopment()
-	}
-	if tc.tweak != nil {
-		tc.tweak(&cfg)
-	}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	s, err := New(cfg)
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	factory := func(id grain.ID) *clusterProbe { return &clusterProbe{tc: tc, silo: name, id: id} }
-	if err := probe.RegisterProbeGrain(s, func(id grain.ID) probe.ProbeGrain { return factory(id) }); err != nil {
-		tc.t.Fatal(err)
-	}
-	if err := probe.RegisterWorkerProbeGrain(s, func(id grain.ID) probe.WorkerProbeGrain { return factory(id) }); err != nil {
-		tc.t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		tc.t.Fatal(err)
-	}
-	tc.mu.Lock()
-	tc.silos[name] = s
-	tc.mu.Unlock()
-	return s
-}
 
 // holders returns the names of the silos whose catalog holds an
 // activation of probe key.
@@ -104,7 +57,7 @@ func TestReviewUnknownSiloEntryUnregistered(t *testing.T) {
 	a, s := tc.silo("a"), tc.silo("s")
 	tc.hub.Hold(s.cl.self) // s has not heard of d yet
 	t.Cleanup(func() { tc.hub.Release(s.cl.self) })
-	d := tc.reviewStart("d", func(cfg *Config) { cfg.Cluster.Placement.Default = placement.PreferLocal })
+	d := tc.startNoWait("d", func(cfg *Config) { cfg.Cluster.Placement.Default = placement.PreferLocal })
 	waitFor(t, "a and d to see all three silos", func() bool {
 		return a.cl.dir.Ring().Len() == 3 && d.cl.dir.Ring().Len() == 3
 	})

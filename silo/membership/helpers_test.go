@@ -110,6 +110,14 @@ func (r *recorder) waitJoined(t testing.TB, ids ...string) map[string]Member {
 
 // none fails if an event is already queued: for checks after something
 // that would have produced one has finished.
+// next waits for the next event, which must be kind about id: a barrier,
+// since each member's events arrive in order.
+func (r *recorder) next(t testing.TB, kind EventKind, id string) Event {
+	t.Helper()
+	return r.waitFor(t, kind.String()+" "+id, func(e Event) bool { return e.Kind == kind && e.Member.ID == id },
+		func(e Event) { t.Fatalf("%s: unexpected event %v before %v %s", r.name, e, kind, id) })
+}
+
 func (r *recorder) none(t testing.TB) {
 	t.Helper()
 	select {

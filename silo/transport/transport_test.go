@@ -317,17 +317,13 @@ func TestLostResponseSwept(t *testing.T) {
 	release := p.holdB()
 	defer release()
 	ch := call(p.a, "b", "never answered", p.clock.Now().Add(time.Second))
-	for range 5 {
-		p.clock.Advance(time.Second)
-		select {
-		case r := <-ch:
-			wantCode(t, r.err, codes.DeadlineExceeded, "no response from silo b")
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := p.clock.BlockUntilContext(ctx, 2); err != nil { // a's and b's sweep tickers
+		t.Fatal(err)
 	}
-	r := wait(t, ch)
-	wantCode(t, r.err, codes.DeadlineExceeded, "no response from silo b")
+	p.clock.Advance(3 * time.Second) // past the deadline and ResponseGrace
+	wantCode(t, wait(t, ch).err, codes.DeadlineExceeded, "no response from silo b")
 }
 
 // rawConn dials b directly, for tests that speak the wire themselves.
