@@ -114,8 +114,7 @@ func (a *activationRec) submit(c *call) (start, retry bool) {
 		// A call from OnActivate came back: it would wait for the
 		// activation that waits for it.
 		a.mu.Unlock()
-		c.settle(nil, nil, deadlockError(c))
-		c.release()
+		a.s.fail(nil, c, deadlockError(c))
 		return false, false
 	case a.state != valid || a.deactPending && !a.holdsChainLocked(c):
 		// Held for after activation, or for the next activation. A
@@ -131,8 +130,7 @@ func (a *activationRec) submit(c *call) (start, retry bool) {
 	case admission.Start:
 		return true, false
 	case admission.Deadlock:
-		c.settle(nil, nil, deadlockError(c))
-		c.release()
+		a.s.fail(nil, c, deadlockError(c))
 	}
 	return false, false
 }
@@ -256,8 +254,7 @@ func (a *activationRec) enqueue(e *activation.Exec, c *call) {
 			a.gate.Finish(c.seq)
 		}
 		a.mu.Unlock()
-		c.settle(e, nil, unavailable(a.s, "its silo is shutting down"))
-		c.release()
+		a.s.fail(e, c, unavailable(a.s, "its silo is shutting down"))
 	}
 }
 
@@ -293,8 +290,7 @@ func (a *activationRec) activated(e *activation.Exec, err error) {
 		a.mu.Unlock()
 		a.s.removeActivation(a)
 		for _, c := range q {
-			c.settle(e, nil, err)
-			c.release()
+			a.s.fail(e, c, err)
 		}
 		return
 	}
@@ -321,8 +317,7 @@ func (a *activationRec) activated(e *activation.Exec, err error) {
 		t.fire()
 	}
 	for _, c := range deadlocks {
-		c.settle(e, nil, deadlockError(c))
-		c.release()
+		a.s.fail(e, c, deadlockError(c))
 	}
 	for _, c := range starts {
 		a.enqueue(e, c)
@@ -382,11 +377,15 @@ func (a *activationRec) queueDeactivation(e *activation.Exec) {
 	}
 }
 
-// end marks the activation dead, takes it out of the catalog and returns
-// the requests it held.
+// end marks the activation dead, stops its timers, takes it out of the
+// catalog and returns the requests it held.
 func (a *activationRec) end() []*call {
 	a.mu.Lock()
 	a.state = dead
+	for _, t := range a.timers {
+		t.stopLocked()
+	}
+	a.timers = nil
 	q := a.takeQueueLocked()
 	a.mu.Unlock()
 	a.s.removeActivation(a)
@@ -411,8 +410,7 @@ func (a *activationRec) abandon(winner directory.Entry, err error) {
 	for _, c := range a.end() {
 		c.act = nil
 		if err != nil {
-			c.settle(nil, nil, err)
-			c.release()
+			a.s.fail(nil, c, err)
 			continue
 		}
 		a.s.cl.forward(winner, c, false)

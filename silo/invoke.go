@@ -240,7 +240,10 @@ func (s *Silo) startTurn(e *activation.Exec, a *activationRec, c *call) {
 	a.enqueue(e, c)
 }
 
-// fail settles a call that reached no activation.
+// fail settles a call with err on the callee's behalf and drops the
+// callee's ownership: for a call that reached no activation, or that its
+// activation refused or dropped. e is the worker running the settling
+// turn, or nil.
 func (s *Silo) fail(e *activation.Exec, c *call, err error) {
 	c.settle(e, nil, err)
 	c.release()

@@ -281,17 +281,8 @@ func (s *Silo) closeAll() {
 	// Fail what is queued first: the pool's Close waits for running turns,
 	// and a turn may be waiting for one of these calls.
 	s.forEachActivation(func(a *activationRec) {
-		a.mu.Lock()
-		a.state = dead
-		for _, t := range a.timers {
-			t.stopLocked()
-		}
-		q := a.takeQueueLocked()
-		a.mu.Unlock()
-		s.removeActivation(a)
-		for _, c := range q {
-			c.settle(nil, nil, unavailable(s, "it closed"))
-			c.release()
+		for _, c := range a.end() {
+			s.fail(nil, c, unavailable(s, "it closed"))
 		}
 	})
 	if s.pool != nil {
