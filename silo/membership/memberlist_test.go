@@ -402,13 +402,13 @@ func TestDelegateRefusesBadMembers(t *testing.T) {
 	}
 	d.NotifyJoin(&memberlist.Node{Name: m.id, Meta: []byte("self is never an event")})
 	d.NotifyJoin(ok)
-	if e := rec.waitKind(t, EventJoined, "peer-1"); !e.Member.Hosts("T") {
+	if e := rec.next(t, EventJoined, "peer-1"); !e.Member.Hosts("T") {
 		t.Errorf("joined %+v", e.Member)
 	}
 	d.NotifyLeave(ok)
-	rec.waitKind(t, EventFailed, "peer-1")
+	rec.next(t, EventFailed, "peer-1")
 	d.NotifyJoin(ok)
-	rec.waitKind(t, EventJoined, "peer-1")
+	rec.next(t, EventJoined, "peer-1")
 
 	// A leave intent reports EventLeft; memberlist's later notifications
 	// about the member are not events.
@@ -423,13 +423,13 @@ func TestDelegateRefusesBadMembers(t *testing.T) {
 		d.NotifyMsg(msg) // dropped
 	}
 	d.NotifyMsg(encodeLeaveIntent(m.cluster, "peer-1"))
-	if e := rec.waitKind(t, EventLeft, "peer-1"); e.Member.Status != StatusDead {
+	if e := rec.next(t, EventLeft, "peer-1"); e.Member.Status != StatusDead {
 		t.Errorf("left %+v", e.Member)
 	}
 	d.NotifyUpdate(ok)
 	d.NotifyLeave(ok)
 	d.NotifyJoin(ok) // its death was seen: a new alive would be news
-	rec.waitKind(t, EventJoined, "peer-1")
+	rec.next(t, EventJoined, "peer-1")
 	rec.none(t)
 	if got := m.broadcasts.NumQueued(); got != 1 {
 		t.Errorf("%d intents queued for re-gossip, want 1", got)
