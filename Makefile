@@ -8,10 +8,12 @@ BENCHSTAT             := $(BIN)/benchstat
 BUF                   := $(BIN)/buf
 PROTOC_GEN_GO         := $(BIN)/protoc-gen-go
 PROTOC_GEN_GO_GRANARY := $(BIN)/protoc-gen-go-granary
+GRPCURL               := $(BIN)/grpcurl
 
 STATICCHECK_VERSION := v0.8.2
 BENCHSTAT_VERSION   := v0.0.0-20260908200009-22c9c6c9d4da
 BUF_VERSION         := v1.75.0
+GRPCURL_VERSION     := v1.9.3
 # protoc-gen-go is the version of google.golang.org/protobuf in go.mod, so
 # the generated code matches the runtime it is compiled against.
 PROTOC_GEN_GO_VERSION = $(shell $(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
@@ -46,8 +48,10 @@ vet:
 lint: $(STATICCHECK)
 	$(STATICCHECK) ./...
 
-race:
-	$(GO) test -race -count=1 -timeout 20m ./...
+# The tests of silo/grpcapi drive the gateway with grpcurl, a client that
+# knows nothing of Granary; GRANARY_GRPCURL tells them where it is.
+race: $(GRPCURL)
+	GRANARY_GRPCURL=$(GRPCURL) $(GO) test -race -count=1 -timeout 20m ./...
 
 ## bench: benchmarks with allocations, BENCH_COUNT runs each, summarised by benchstat.
 bench: $(BENCHSTAT)
@@ -76,7 +80,7 @@ generate-check: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRANARY)
 	done && \
 	if [ $$stale -ne 0 ]; then echo "generated code under proto/ is stale: run 'make generate'"; exit 1; fi
 
-tools: $(STATICCHECK) $(BENCHSTAT) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRANARY)
+tools: $(STATICCHECK) $(BENCHSTAT) $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRANARY) $(GRPCURL)
 
 $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -86,6 +90,9 @@ $(BENCHSTAT):
 
 $(BUF):
 	GOBIN=$(BIN) $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+
+$(GRPCURL):
+	GOBIN=$(BIN) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
 # Reinstalled when go.mod changes, which may change the protobuf version;
 # touched because go install leaves an up-to-date binary as it was.

@@ -68,6 +68,14 @@ type call struct {
 	servedBy   string
 	retries    uint8 // directory requests retried
 
+	// A call from an external client (fromClient), through this silo's
+	// gateway: gwCancel, when the client may cancel it, cancels the
+	// context cancel holds, and gwCall is its name in the gateway's
+	// table of those.
+	fromClient bool
+	gwCall     clientCall
+	gwCancel   context.CancelFunc
+
 	// Set by the activation that runs the call.
 	act    *activationRec
 	seq    uint64
@@ -111,6 +119,7 @@ const (
 	outsideWaiter            // a goroutine outside the pool, on donec
 	turnWaiter               // a turn, on ev
 	remoteWaiter             // another silo, answered through responder
+	clientWaiter             // an external client, answered through responder
 )
 
 const (
@@ -218,6 +227,9 @@ func (c *call) settle(e *activation.Exec, resp proto.Message, err error) bool {
 		// ownership ends. The settler still holds its own.
 		c.s.cl.reply(c)
 		c.release()
+	case c.waiter == clientWaiter:
+		c.s.gw.reply(c)
+		c.release()
 	}
 	return true
 }
@@ -294,10 +306,10 @@ func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
 // expired reports whether the call should be dropped instead of run: its
 // caller has its outcome already (the timeout timer settles a two-way
 // call at its deadline, so no clock read is needed), or, for a one-way
-// call or one from another silo, which have no timer here, its deadline
-// passed.
+// call or one from another silo or a client, which have no timer here,
+// its deadline passed.
 func (c *call) expired() bool {
-	return c.isSettled() || (c.oneWay || c.waiter == remoteWaiter) && c.s.callNow() >= c.due
+	return c.isSettled() || (c.oneWay || c.waiter == remoteWaiter || c.waiter == clientWaiter) && c.s.callNow() >= c.due
 }
 
 // deadline is the call's deadline as a time.

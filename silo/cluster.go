@@ -132,8 +132,7 @@ type cluster struct {
 	// inflight counts requests from other silos not yet answered and
 	// calls forwarded from here not yet answered: Stop waits for both
 	// before it leaves.
-	inflight atomic.Int64
-	drainMu  sync.Mutex
+	inflight inflightCount
 	// retryArmed: a timer to send failed registrations again is set.
 	retryArmed atomic.Bool
 	// departed remembers the members that left or failed, most recent
@@ -145,7 +144,6 @@ type cluster struct {
 
 	closed    atomic.Bool // close began: no retries are armed any more
 	closeOnce sync.Once
-	drained   chan struct{} // closed when inflight reaches 0 while draining
 
 	loadStop chan struct{}
 	loadDone chan struct{}
@@ -208,6 +206,9 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 		mcfg.Logger = s.log.Named("membership")
 	}
 	mcfg.Types = s.hostedTypes()
+	if s.gw != nil && mcfg.GatewayAddr == "" {
+		mcfg.GatewayAddr = s.gw.addr
+	}
 	if mcfg.GRPCAddr == "" {
 		if mcfg.GRPCAddr, err = advertisedAddr(cl.lis.Addr(), mcfg); err != nil {
 			return err
@@ -540,7 +541,7 @@ func (cl *cluster) beginLeave(ctx context.Context) {
 // those requests too, writes out the last answers and closes the
 // streams. Stop calls it once the silo's grains are deactivated.
 func (cl *cluster) finishLeave(ctx context.Context) error {
-	err := cl.drain(ctx)
+	err := cl.inflight.drain(ctx, "requests through the cluster")
 	if lerr := cl.mship.Leave(ctx); lerr != nil && err == nil {
 		err = fmt.Errorf("silo: cluster: leaving: %w", lerr)
 	}
@@ -548,7 +549,7 @@ func (cl *cluster) finishLeave(ctx context.Context) error {
 		err = fmt.Errorf("silo: cluster: waiting for the other silos to stop sending: %w", gerr)
 	}
 	if err == nil {
-		err = cl.drain(ctx)
+		err = cl.inflight.drain(ctx, "requests through the cluster")
 	}
 	if serr := cl.tport.Shutdown(ctx); serr != nil && err == nil {
 		err = serr
@@ -557,35 +558,47 @@ func (cl *cluster) finishLeave(ctx context.Context) error {
 	return err
 }
 
-// drain waits until no request is in flight through this silo.
-func (cl *cluster) drain(ctx context.Context) error {
-	cl.drainMu.Lock()
+// inflightCount counts requests in flight, and lets Stop wait until
+// there are none.
+type inflightCount struct {
+	n       atomic.Int64
+	mu      sync.Mutex
+	drained chan struct{} // closed when n reaches 0 while draining
+}
+
+func (c *inflightCount) add()        { c.n.Add(1) }
+func (c *inflightCount) load() int64 { return c.n.Load() }
+
+// done counts one request as answered.
+func (c *inflightCount) done() {
+	if c.n.Add(-1) != 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.drained != nil && c.n.Load() == 0 {
+		close(c.drained)
+		c.drained = nil
+	}
+	c.mu.Unlock()
+}
+
+// drain waits until no request is in flight, or ctx ends; what names the
+// requests in the error.
+func (c *inflightCount) drain(ctx context.Context, what string) error {
+	c.mu.Lock()
 	drained := make(chan struct{})
-	if cl.inflight.Load() == 0 {
+	if c.n.Load() == 0 {
 		close(drained)
 	} else {
-		cl.drained = drained
+		c.drained = drained
 	}
-	cl.drainMu.Unlock()
+	c.mu.Unlock()
 	select {
 	case <-drained:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("silo: cluster: %d requests still in flight: %w", cl.inflight.Load(), ctx.Err())
+		return fmt.Errorf("silo: %d %s still in flight: %w", c.n.Load(), what, ctx.Err())
 	}
-}
-
-// done counts one request through this silo as answered.
-func (cl *cluster) done() {
-	if cl.inflight.Add(-1) != 0 {
-		return
-	}
-	cl.drainMu.Lock()
-	if cl.drained != nil && cl.inflight.Load() == 0 {
-		close(cl.drained)
-		cl.drained = nil
-	}
-	cl.drainMu.Unlock()
 }
 
 // close stops everything the cluster runs, without a leave: the other

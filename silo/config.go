@@ -76,6 +76,10 @@ type Config struct {
 	// ClusterConfig. Nil (the default) runs a silo alone, where every
 	// grain is activated here and no call leaves the process.
 	Cluster *ClusterConfig
+
+	// Gateway, when set, makes the silo serve external clients: see
+	// GatewayConfig. Nil (the default) serves none.
+	Gateway *GatewayConfig
 }
 
 // TypeConfig overrides the silo's collection settings for one grain type.
@@ -139,6 +143,11 @@ func (c *Config) validate() error {
 	}
 	if c.Cluster != nil {
 		if err := c.Cluster.validate(); err != nil {
+			return err
+		}
+	}
+	if c.Gateway != nil {
+		if err := c.Gateway.validate(); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,8 @@
 package silo
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -145,7 +147,7 @@ func strategyOf(o grain.TypeOptions) (placement.Strategy, string) {
 // names a silo that is gone or going, is unregistered first.
 func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 	to := via.Silo
-	if c.raw != nil {
+	if c.raw != nil && !c.fromClient {
 		c.hops++ // passed on by a silo it was sent to
 	}
 	if c.hops > maxForwards {
@@ -168,9 +170,9 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 		c.release()
 		return
 	}
-	cl.inflight.Add(1)
+	cl.inflight.add()
 	cl.tport.Call(to, o.env, c.deadline(), func(resp *granaryv1.Envelope, err error) {
-		defer cl.done()
+		defer cl.inflight.done()
 		if err != nil {
 			cl.notSent(c, via, err)
 			return
@@ -297,9 +299,12 @@ func (cl *cluster) envelope(c *call, placed bool, o outgoing) error {
 // a call, which is routed here as a local call would be. The stream's
 // reader goroutine; it does not block.
 func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
-	if env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY {
+	switch env.Kind {
+	case granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY:
 		cl.handleDirectory(from, env, r)
 		return
+	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
+		return // silos do not cancel each other's calls
 	}
 	s := cl.s
 	refuse := func(code codes.Code, format string, args ...any) {
@@ -358,7 +363,7 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 	}
 	if !oneWay {
 		c.waiter, c.responder = remoteWaiter, r
-		cl.inflight.Add(1)
+		cl.inflight.add()
 	}
 	s.route(nil, c)
 }
@@ -390,7 +395,7 @@ func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *chainLink {
 // reply answers a call that came from another silo; settle calls it once
 // the outcome is in.
 func (cl *cluster) reply(c *call) {
-	defer cl.done()
+	defer cl.inflight.done()
 	o := newOutgoing()
 	defer o.free()
 	resp := o.env
@@ -436,9 +441,9 @@ func (cl *cluster) handleDirectory(from string, env *granaryv1.Envelope, r trans
 		r.Reply(setStatus(&granaryv1.Envelope{}, err))
 		return
 	}
-	cl.inflight.Add(1) // it may be passed on: a leaving silo waits for it
+	cl.inflight.add() // it may be passed on: a leaving silo waits for it
 	cl.dir.Handle(from, req, func(resp *directory.Response, err error) {
-		defer cl.done()
+		defer cl.inflight.done()
 		if err != nil {
 			r.Reply(setStatus(&granaryv1.Envelope{}, err))
 			return
@@ -448,8 +453,13 @@ func (cl *cluster) handleDirectory(from string, env *granaryv1.Envelope, r trans
 }
 
 // setStatus writes err's gRPC status into env, a reply, and returns env.
+// A context's error that a grain returned as it is keeps its meaning:
+// DeadlineExceeded or Canceled, not Unknown.
 func setStatus(env *granaryv1.Envelope, err error) *granaryv1.Envelope {
-	st := status.Convert(err)
+	st, ok := status.FromError(err)
+	if !ok && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		st = status.FromContextError(err)
+	}
 	env.Code, env.Message = uint32(st.Code()), st.Message()
 	return env
 }

@@ -42,6 +42,8 @@ type Silo struct {
 	// cl is the silo's membership of a cluster, or nil for a silo alone.
 	// Set by Start.
 	cl *cluster
+	// gw serves external clients, or is nil. Set by Start.
+	gw *gateway
 
 	types map[string]*grainType // written before Start only
 	// byMethod finds a type from the address of one of its registered
@@ -194,17 +196,30 @@ func (s *Silo) Start(ctx context.Context) error {
 	s.collStop, s.collDone = make(chan struct{}), make(chan struct{})
 	go s.collect()
 	s.started.Store(true)
+	fail := func(err error) error {
+		s.stopped = true
+		s.stopping.Store(true)
+		close(s.collStop)
+		<-s.collDone
+		s.closeAll()
+		return err
+	}
+	if s.cfg.Gateway != nil {
+		if err := s.listenGateway(); err != nil {
+			return fail(err)
+		}
+	}
 	if s.cfg.Cluster != nil {
 		if err := s.startCluster(ctx); err != nil {
-			s.stopped = true
-			s.stopping.Store(true)
-			close(s.collStop)
-			<-s.collDone
-			s.closeAll()
-			return err
+			return fail(err)
 		}
 	}
 	s.ready.Store(true)
+	if s.gw != nil {
+		if err := s.startGateway(); err != nil {
+			return fail(err)
+		}
+	}
 	s.log.Info("silo started", zap.Int("grain_types", len(s.types)))
 	return nil
 }
@@ -222,6 +237,9 @@ func (s *Silo) Stop(ctx context.Context) error {
 	if !s.beginStop() {
 		return nil
 	}
+	if s.gw != nil {
+		s.gw.goAway(ctx)
+	}
 	if s.cl != nil {
 		s.cl.beginLeave(ctx)
 	}
@@ -232,6 +250,12 @@ func (s *Silo) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		s.closeAll()
 		return ctx.Err()
+	}
+	if s.gw != nil {
+		if err := s.gw.finish(ctx); err != nil {
+			s.closeAll()
+			return err
+		}
 	}
 	if s.cl != nil {
 		if err := s.cl.finishLeave(ctx); err != nil {
@@ -287,6 +311,9 @@ func (s *Silo) closeAll() {
 	})
 	if s.pool != nil {
 		s.pool.Close()
+	}
+	if s.gw != nil {
+		s.gw.close()
 	}
 	if s.cl != nil {
 		s.cl.close()
@@ -349,7 +376,7 @@ func (s *Silo) Stats() Stats {
 			Active:    cl.dir.Ring().Len(),
 			Directory: cl.dir.Stats(),
 			Transport: cl.tport.Stats(),
-			InFlight:  cl.inflight.Load(),
+			InFlight:  cl.inflight.load(),
 		}
 	}
 	return st

@@ -184,6 +184,69 @@ func TestBadInput(t *testing.T) {
 			want: []string{"rpc M: method option one_way cannot be combined with timeout"},
 		},
 		{
+			name: "repeated key field",
+			body: `message K { repeated string id = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc M: request bad.K: key field id is repeated; the key option needs a singular string, int64, int32, uint64 or uint32 field\n"},
+		},
+		{
+			name: "map key field",
+			body: `message K { map<string, string> ids = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc M: request bad.K: key field ids is a map; the key option needs a singular string"},
+		},
+		{
+			name: "bytes key field",
+			body: `message K { bytes id = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc M: request bad.K: key field id is of type bytes; the key option needs a singular string, int64, int32, uint64 or uint32 field\n"},
+		},
+		{
+			name: "double key field",
+			body: `message K { double id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64}; rpc M(K) returns (Resp); }`,
+			want: []string{"rpc M: request bad.K: key field id is of type double; the key option needs"},
+		},
+		{
+			name: "sint64 key field",
+			body: `message K { sint64 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64}; rpc M(K) returns (Resp); }`,
+			want: []string{"rpc M: request bad.K: key field id is of type sint64; the key option needs"},
+		},
+		{
+			name: "message key field",
+			body: `message K { Req id = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`,
+			want: []string{"rpc M: request bad.K: key field id is of type message; the key option needs"},
+		},
+		{
+			name: "enum key field",
+			body: `enum E { E_UNSPECIFIED = 0; } message K { E id = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`,
+			want: []string{"rpc M: request bad.K: key field id is of type enum; the key option needs"},
+		},
+		{
+			name: "two key fields",
+			body: `message K { string a = 1 [(granary.v1.key) = true]; string b = 2; string c = 3 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc M: request bad.K: 2 fields have the key option (a, c); at most one may carry the grain key\n"},
+		},
+		{
+			name: "integer key field of a grain with string keys",
+			body: `message K { int64 id = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc M: request bad.K: key field id is of type int64, but the grain option key_kind is KEY_KIND_STRING, whose keys are strings: the key field must be a string\n"},
+		},
+		{
+			name: "integer key field of a grain with UUID keys",
+			body: `message K { uint32 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_UUID}; rpc M(K) returns (Resp); }`,
+			want: []string{"rpc M: request bad.K: key field id is of type uint32, but the grain option key_kind is KEY_KIND_UUID, whose keys are strings: the key field must be a string\n"},
+		},
+		{
+			name: "string key field of a grain with int64 keys",
+			body: `message K { string id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64}; rpc M(K) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc M: request bad.K: key field id is of type string, but the grain option key_kind is KEY_KIND_INT64: the key field must be an int64, int32, uint64 or uint32\n"},
+		},
+		{
+			name: "a bad key field in a request two rpcs share",
+			body: `message K { bool id = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); rpc N(K) returns (Resp); }`,
+			want: []string{
+				"bad.proto: service bad.S: rpc M: request bad.K: key field id is of type bool",
+				"bad.proto: service bad.S: rpc N: request bad.K: key field id is of type bool",
+			},
+		},
+		{
 			name: "every problem of a file at once",
 			body: `service S {
 				option (granary.v1.grain) = {max_local_workers: 2};
@@ -303,6 +366,14 @@ func TestAllowedCombinations(t *testing.T) {
 		{"placement by silo role", `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: "gpu-a100.eu/west"}; }`},
 		{"placement by a non-ASCII silo role", `service S { option (granary.v1.grain) = {placement: PLACEMENT_SILO_ROLE, silo_role: "bords-été"}; }`},
 		{"zero durations", `service S { option (granary.v1.grain) = {collection_age: {}}; rpc M(Req) returns (Resp) { option (granary.v1.method) = {timeout: {}}; } }`},
+		{"string key field", `message K { string id = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`},
+		{"string key field of a grain with UUID keys", `message K { string id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_UUID}; rpc M(K) returns (Resp); }`},
+		{"integer key fields of grains with int64 keys", `message A { int64 id = 1 [(granary.v1.key) = true]; } message B { int32 id = 1 [(granary.v1.key) = true]; } message C { uint64 id = 1 [(granary.v1.key) = true]; } message D { uint32 id = 1 [(granary.v1.key) = true]; }
+			service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64}; rpc MA(A) returns (Resp); rpc MB(B) returns (Resp); rpc MC(C) returns (Resp); rpc MD(D) returns (Resp); }`},
+		{"optional key field", `message K { optional int64 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64}; rpc M(K) returns (Resp); }`},
+		{"key field in a oneof", `message K { oneof o { string name = 1 [(granary.v1.key) = true]; int64 n = 2; } } service S { rpc M(K) returns (Resp); }`},
+		{"one key field among fields marked false", `message K { string a = 1 [(granary.v1.key) = false]; string b = 2 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`},
+		{"two key fields in a message no rpc takes", `message K { string a = 1 [(granary.v1.key) = true]; string b = 2 [(granary.v1.key) = true]; } service S { rpc M(Req) returns (Resp); }`},
 		{"longest time.Duration", `service S { option (granary.v1.grain) = {collection_age: {seconds: 9223372036, nanos: 854775807}}; }`},
 	}
 	for _, tt := range tests {

@@ -13,6 +13,10 @@
 // The grain and method options of proto/granary/v1/options.proto become
 // fields of X_ServiceDesc. The plugin checks them and fails, naming the file,
 // service and rpc, when they contradict each other or when an rpc streams.
+// It also checks the key field option of each rpc's request, which the
+// generated code does not use but a silo's plain gRPC service does
+// (silo/grpcapi): at most one marked field, of a type that suits the
+// grain's key_kind.
 //
 // Usage with buf (see buf.gen.yaml at the repository root):
 //

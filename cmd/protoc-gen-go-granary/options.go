@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 
@@ -150,7 +151,7 @@ func loadGrainType(f *protogen.File, svc *protogen.Service) (*grainType, []error
 	}
 
 	for i, m := range svc.Methods {
-		gm, merrs := loadGrainMethod(m, i)
+		gm, merrs := loadGrainMethod(m, i, t.opts.keyKind)
 		t.methods = append(t.methods, gm)
 		for _, e := range merrs {
 			fail("rpc %s: %v", m.Desc.Name(), e)
@@ -160,9 +161,10 @@ func loadGrainType(f *protogen.File, svc *protogen.Service) (*grainType, []error
 }
 
 // loadGrainMethod reads and checks the method options of m, the index-th
-// rpc of its service. The errors it returns do not name the file, service
-// or rpc; loadGrainType adds those.
-func loadGrainMethod(m *protogen.Method, index int) (*grainMethod, []error) {
+// rpc of its service, and the key option of its request's fields against
+// keyKind, the grain's key kind. The errors it returns do not name the
+// file, service or rpc; loadGrainType adds those.
+func loadGrainMethod(m *protogen.Method, index int, keyKind granaryv1.KeyKind) (*grainMethod, []error) {
 	gm := &grainMethod{m: m, index: index}
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -207,16 +209,73 @@ func loadGrainMethod(m *protogen.Method, index int) (*grainMethod, []error) {
 			fail("method option one_way cannot be combined with timeout: a one-way call has no reply to time out")
 		}
 	}
+	errs = append(errs, checkKeyField(m.Input, keyKind)...)
 	return gm, errs
 }
 
+// keyFieldKinds are the kinds of field that may carry a grain key, each
+// with whether it is an integer (written in decimal as the key). The silo
+// accepts the same kinds (silo/grpcapi).
+var keyFieldKinds = map[protoreflect.Kind]bool{
+	protoreflect.StringKind: false,
+	protoreflect.Int64Kind:  true,
+	protoreflect.Int32Kind:  true,
+	protoreflect.Uint64Kind: true,
+	protoreflect.Uint32Kind: true,
+}
+
+// checkKeyField checks the fields of msg, an rpc's request, that carry the
+// key option: each must be a singular field of one of keyFieldKinds whose
+// type suits keyKind (an integer for KEY_KIND_INT64, a string otherwise),
+// and there may be at most one. The errors name the message and the field
+// but not the file, service or rpc.
+func checkKeyField(msg *protogen.Message, keyKind granaryv1.KeyKind) []error {
+	var (
+		errs   []error
+		marked []string
+	)
+	fail := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("request %s: %s", msg.Desc.FullName(), fmt.Sprintf(format, args...)))
+	}
+	for _, f := range msg.Fields {
+		fd := f.Desc
+		on, err := extension[bool](fd.Options(), &descriptorpb.FieldOptions{}, granaryv1.E_Key)
+		if err != nil {
+			fail("field %s: reading the key option: %v", fd.Name(), err)
+			continue
+		}
+		if !on {
+			continue
+		}
+		marked = append(marked, string(fd.Name()))
+		integer, ok := keyFieldKinds[fd.Kind()]
+		switch {
+		case fd.IsMap():
+			fail("key field %s is a map; the key option needs a singular string, int64, int32, uint64 or uint32 field", fd.Name())
+		case fd.IsList():
+			fail("key field %s is repeated; the key option needs a singular string, int64, int32, uint64 or uint32 field", fd.Name())
+		case !ok:
+			fail("key field %s is of type %v; the key option needs a singular string, int64, int32, uint64 or uint32 field", fd.Name(), fd.Kind())
+		case integer && keyKind != granaryv1.KeyKind_KEY_KIND_INT64:
+			fail("key field %s is of type %v, but the grain option key_kind is %v, whose keys are strings: the key field must be a string", fd.Name(), fd.Kind(), keyKind)
+		case !integer && keyKind == granaryv1.KeyKind_KEY_KIND_INT64:
+			fail("key field %s is of type string, but the grain option key_kind is KEY_KIND_INT64: the key field must be an int64, int32, uint64 or uint32", fd.Name())
+		}
+	}
+	if len(marked) > 1 {
+		fail("%d fields have the key option (%s); at most one may carry the grain key", len(marked), strings.Join(marked, ", "))
+	}
+	return errs
+}
+
 // extension returns the value of the extension xt in opts, or the zero T
-// when opts does not set it. opts may hold the extension as a typed field,
+// when opts does not set it. T is the extension's Go type: a message
+// pointer or a scalar. opts may hold the extension as a typed field,
 // as a dynamic message or as unknown bytes, depending on which registry the
 // descriptors were parsed with, so the options are encoded and decoded
 // again into blank (an empty options message of opts's type) against the
 // extension types linked into this program.
-func extension[T proto.Message](opts, blank proto.Message, xt protoreflect.ExtensionType) (T, error) {
+func extension[T any](opts, blank proto.Message, xt protoreflect.ExtensionType) (T, error) {
 	var zero T
 	b, err := proto.Marshal(opts)
 	if err != nil {

@@ -71,6 +71,10 @@ type Config struct {
 	// GRPCAddr is where the silo's gRPC server listens for other silos,
 	// host:port, gossiped in the metadata. Required.
 	GRPCAddr string
+	// GatewayAddr is where the silo's gateway listens for external
+	// clients, host:port, gossiped in the metadata so that clients learn
+	// every gateway from any one. Empty: no gateway.
+	GatewayAddr string
 
 	// Roles and Types (the grain types this silo hosts) are gossiped in
 	// the metadata for placement. Each entry non-empty and unique. With
@@ -256,6 +260,11 @@ func (c *Config) validate() error {
 	}
 	if err := checkHostPort(c.GRPCAddr); err != "" {
 		return bad("GRPCAddr", "%s", err)
+	}
+	if c.GatewayAddr != "" {
+		if err := checkHostPort(c.GatewayAddr); err != "" {
+			return bad("GatewayAddr", "%s", err)
+		}
 	}
 	if err := checkNames("Roles", c.Roles); err != nil {
 		return err

@@ -55,7 +55,7 @@ type HubMember struct {
 var _ Service = (*HubMember)(nil)
 
 // Member returns a new member of h, not yet started. Only cfg's Name,
-// ClusterID, GRPCAddr, Roles and Types are used; Start checks that Name is
+// ClusterID, GRPCAddr, GatewayAddr, Roles and Types are used; Start checks that Name is
 // set and that the metadata would fit memberlist's limit. Its ID, Name
 // plus "-" and a sequence number, is fixed now, so a test can Partition
 // or Hold it before Start. onEvent may be nil.
@@ -68,13 +68,14 @@ func (h *Hub) Member(cfg Config, onEvent func(Event)) *HubMember {
 		cluster: cfg.ClusterID,
 		q:       newEventQueue(onEvent),
 		local: Member{
-			ID:         cfg.Name + "-" + strconv.Itoa(h.seq),
-			Name:       cfg.Name,
-			GossipAddr: "hub:" + strconv.Itoa(h.seq),
-			GRPCAddr:   cfg.GRPCAddr,
-			Roles:      slices.Clone(cfg.Roles),
-			Types:      slices.Clone(cfg.Types),
-			Status:     StatusJoining,
+			ID:          cfg.Name + "-" + strconv.Itoa(h.seq),
+			Name:        cfg.Name,
+			GossipAddr:  "hub:" + strconv.Itoa(h.seq),
+			GRPCAddr:    cfg.GRPCAddr,
+			GatewayAddr: cfg.GatewayAddr,
+			Roles:       slices.Clone(cfg.Roles),
+			Types:       slices.Clone(cfg.Types),
+			Status:      StatusJoining,
 		},
 		view: make(map[string]Member),
 	}

@@ -28,7 +28,7 @@ var (
 	ErrMetaTooLarge = errors.New("membership: node metadata too large")
 	// ErrImmutable is wrapped by the error Update returns when its function
 	// changes a field that identifies the member (ID, Name, GossipAddr,
-	// GRPCAddr) or sets StatusDead, which only the membership layer reports.
+	// GRPCAddr, GatewayAddr) or sets StatusDead, which only the membership layer reports.
 	ErrImmutable = errors.New("membership: field may not change")
 )
 
@@ -129,9 +129,12 @@ type Member struct {
 	Name       string
 	GossipAddr string // host:port
 	GRPCAddr   string // host:port of the silo's gRPC server
-	Roles      []string
-	Types      []string // grain types hosted
-	Status     Status
+	// GatewayAddr is where the silo's gateway listens for external
+	// clients, host:port, or "" when it serves none.
+	GatewayAddr string
+	Roles       []string
+	Types       []string // grain types hosted
+	Status      Status
 	// Load, as last gossiped: activations in the catalog and turns queued.
 	Activations, Queued uint64
 }
@@ -198,23 +201,24 @@ func clusterHash(clusterID string) uint64 {
 // not fit memberlist.MetaMaxSize.
 func encodeMeta(m *Member, cluster uint64) ([]byte, error) {
 	pb := &granaryv1.NodeMeta{
-		Name:        m.Name,
-		GrpcAddress: m.GRPCAddr,
-		Roles:       m.Roles,
-		GrainTypes:  m.Types,
-		Status:      m.Status.Proto(),
-		Activations: m.Activations,
-		Queued:      m.Queued,
-		ClusterHash: cluster,
+		Name:           m.Name,
+		GrpcAddress:    m.GRPCAddr,
+		GatewayAddress: m.GatewayAddr,
+		Roles:          m.Roles,
+		GrainTypes:     m.Types,
+		Status:         m.Status.Proto(),
+		Activations:    m.Activations,
+		Queued:         m.Queued,
+		ClusterHash:    cluster,
 	}
 	b, err := proto.Marshal(pb)
 	if err != nil {
 		return nil, fmt.Errorf("membership: encode metadata: %w", err)
 	}
 	if len(b) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("%w: %d bytes, over memberlist's limit of %d: %d grain types take %d bytes and %d roles %d (name %d, gRPC address %d); host fewer or shorter grain types or roles",
+		return nil, fmt.Errorf("%w: %d bytes, over memberlist's limit of %d: %d grain types take %d bytes and %d roles %d (name %d, addresses %d); host fewer or shorter grain types or roles",
 			ErrMetaTooLarge, len(b), memberlist.MetaMaxSize,
-			len(m.Types), stringsSize(m.Types), len(m.Roles), stringsSize(m.Roles), len(m.Name), len(m.GRPCAddr))
+			len(m.Types), stringsSize(m.Types), len(m.Roles), stringsSize(m.Roles), len(m.Name), len(m.GRPCAddr)+len(m.GatewayAddr))
 	}
 	return b, nil
 }
@@ -255,6 +259,7 @@ func decodeMeta(id string, meta []byte, cluster uint64) (Member, error) {
 		ID:          id,
 		Name:        pb.GetName(),
 		GRPCAddr:    pb.GetGrpcAddress(),
+		GatewayAddr: pb.GetGatewayAddress(),
 		Roles:       pb.GetRoles(),
 		Types:       pb.GetGrainTypes(),
 		Status:      st,
@@ -277,6 +282,8 @@ func applyUpdate(cur Member, fn func(*Member)) (Member, error) {
 		return cur, fmt.Errorf("%w: GossipAddr", ErrImmutable)
 	case next.GRPCAddr != cur.GRPCAddr:
 		return cur, fmt.Errorf("%w: GRPCAddr", ErrImmutable)
+	case next.GatewayAddr != cur.GatewayAddr:
+		return cur, fmt.Errorf("%w: GatewayAddr", ErrImmutable)
 	case next.Status == StatusDead:
 		return cur, fmt.Errorf("%w: Status may not be set to dead", ErrImmutable)
 	case next.Status < StatusJoining || next.Status > StatusDead:

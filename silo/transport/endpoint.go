@@ -6,7 +6,6 @@ import (
 	"io"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
@@ -27,9 +26,8 @@ type endpoint struct {
 	dialed bool
 	conn   Conn // dialled endpoints: set by the writer once connected
 
-	nextID atomic.Uint64
-	wake   chan struct{} // capacity 1: the writer has work
-	done   chan struct{} // closed when the endpoint breaks
+	wake chan struct{} // capacity 1: the writer has work
+	done chan struct{} // closed when the endpoint breaks
 	// acked, on an accepted endpoint, is closed when the dialling silo
 	// has answered this silo's GO_AWAY: no request follows.
 	acked     chan struct{}
@@ -123,21 +121,24 @@ func (ep *endpoint) broken() bool {
 	}
 }
 
-// call sends a request and records it as pending. Any goroutine.
-func (ep *endpoint) call(env *granaryv1.Envelope, deadline time.Time, done func(*granaryv1.Envelope, error)) {
-	env.CallId = ep.nextID.Add(1)
+// call sends a request and records it as pending, and returns its call
+// ID. Any goroutine.
+func (ep *endpoint) call(env *granaryv1.Envelope, deadline time.Time, done func(*granaryv1.Envelope, error)) uint64 {
+	id := ep.t.nextID.Add(1)
+	env.CallId = id
 	bp, err := ep.encode(env)
 	if err != nil {
 		done(nil, err)
-		return
+		return id
 	}
 	defer putScratch(bp)
 	p := pendingPool.Get().(*pendingCall)
 	p.done, p.deadline = done, deadline
-	if err := ep.enqueue(*bp, deadline, env.CallId, p); err != nil {
+	if err := ep.enqueue(*bp, deadline, id, p); err != nil {
 		p.free()
 		done(nil, err)
 	}
+	return id
 }
 
 // send queues an envelope that gets no response: a one-way request on a
@@ -193,7 +194,7 @@ func (ep *endpoint) enqueue(b []byte, deadline time.Time, id uint64, p *pendingC
 		// once it is written. The caller took this endpoint before the
 		// peer was marked as leaving; what it sends goes elsewhere.
 		ep.mu.Unlock()
-		return &NotSentError{Peer: ep.peer, Msg: fmt.Sprintf("granary: silo %s is shutting down", ep.peer)}
+		return &NotSentError{Peer: ep.peer, Leaving: true, Msg: fmt.Sprintf("granary: silo %s is shutting down", ep.peer)}
 	}
 	if p != nil {
 		ep.pending[id] = p
@@ -483,7 +484,7 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 		p.finish(env, nil)
 	case !ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY):
 		ep.t.h.Deliver(ep.peer, env, Responder{ep: ep, id: env.CallId})
-	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
+	case !ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL):
 		ep.t.h.Deliver(ep.peer, env, Responder{})
 	case ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
 		// The peer is shutting down: no new call goes to it, the answer

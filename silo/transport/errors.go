@@ -13,13 +13,23 @@ import (
 // without risk of running it twice. Its gRPC code is Unavailable.
 type NotSentError struct {
 	Peer string
-	Msg  string
+	// Leaving: the peer said it is shutting down (a GO_AWAY), so it will
+	// take nothing more.
+	Leaving bool
+	Msg     string
 }
 
 func (e *NotSentError) Error() string { return "rpc error: code = Unavailable desc = " + e.Msg }
 
 // GRPCStatus makes the error an Unavailable status.
 func (e *NotSentError) GRPCStatus() *status.Status { return status.New(codes.Unavailable, e.Msg) }
+
+// Leaving reports whether err says the call was not sent because its
+// peer is shutting down.
+func Leaving(err error) bool {
+	var ns *NotSentError
+	return errors.As(err, &ns) && ns.Leaving
+}
 
 // NotSent reports whether err says the call never left this silo.
 func NotSent(err error) bool {

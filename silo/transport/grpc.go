@@ -11,10 +11,11 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// The gRPC method that carries silo streams.
+// The gRPC services whose Connect method carries streams of frames:
+// between silos, and from external clients to a silo's gateway.
 const (
-	serviceName   = "granary.v1.SiloTransport"
-	connectMethod = "/" + serviceName + "/Connect"
+	SiloService    = "granary.v1.SiloTransport"
+	GatewayService = "granary.v1.Gateway"
 )
 
 // frameCodecName is the content-subtype of silo streams. The codec is
@@ -58,7 +59,12 @@ var connectStream = grpc.StreamDesc{StreamName: "Connect", ServerStreams: true, 
 // RegisterGRPC serves silo streams on s, handing each to t.Serve. Give
 // the server ServerOptions(cfg) so it accepts frames as large as the
 // transport sends.
-func RegisterGRPC(s grpc.ServiceRegistrar, t *Transport) {
+func RegisterGRPC(s grpc.ServiceRegistrar, t *Transport) { RegisterGRPCService(s, SiloService, t, nil) }
+
+// RegisterGRPCService serves the streams of service's Connect method on
+// s, handing each to t.Serve, and registers the unary methods extra
+// beside it (the gateway's list of gateways, say).
+func RegisterGRPCService(s grpc.ServiceRegistrar, service string, t *Transport, extra []grpc.MethodDesc) {
 	sd := connectStream
 	sd.Handler = func(_ any, ss grpc.ServerStream) error {
 		// Returning ends the stream, and with it a Recv or Send
@@ -66,8 +72,9 @@ func RegisterGRPC(s grpc.ServiceRegistrar, t *Transport) {
 		return t.serve(serverConn{ss}, ss.Context().Done())
 	}
 	desc := grpc.ServiceDesc{
-		ServiceName: serviceName,
+		ServiceName: service,
 		HandlerType: (*any)(nil),
+		Methods:     extra,
 		Streams:     []grpc.StreamDesc{sd},
 		Metadata:    "granary/v1/wire.proto",
 	}
@@ -119,9 +126,10 @@ func (serverConn) Close() error { return nil } // Serve's return ends the stream
 
 func (serverConn) CloseSend() error { return nil } // the stream ends when Serve returns
 
-// GRPCNetwork dials silo streams over gRPC, one channel per address.
+// GRPCNetwork dials streams over gRPC, one channel per address.
 type GRPCNetwork struct {
-	opts []grpc.DialOption
+	opts   []grpc.DialOption
+	method string // the Connect method dialled
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
@@ -131,6 +139,12 @@ type GRPCNetwork struct {
 // and the given dial options (credentials among them; without any, the
 // channels are insecure).
 func NewGRPCNetwork(cfg Config, opts ...grpc.DialOption) *GRPCNetwork {
+	return NewGRPCServiceNetwork(SiloService, cfg, opts...)
+}
+
+// NewGRPCServiceNetwork is NewGRPCNetwork for the streams of service's
+// Connect method.
+func NewGRPCServiceNetwork(service string, cfg Config, opts ...grpc.DialOption) *GRPCNetwork {
 	limit := cfg.maxFrame() + 1024
 	base := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -138,12 +152,12 @@ func NewGRPCNetwork(cfg Config, opts ...grpc.DialOption) *GRPCNetwork {
 		grpc.WithInitialWindowSize(streamWindow),
 		grpc.WithInitialConnWindowSize(connWindow),
 	}
-	return &GRPCNetwork{opts: append(base, opts...), conns: map[string]*grpc.ClientConn{}}
+	return &GRPCNetwork{opts: append(base, opts...), method: "/" + service + "/Connect", conns: map[string]*grpc.ClientConn{}}
 }
 
 // Dial opens a silo stream to addr.
 func (g *GRPCNetwork) Dial(ctx context.Context, addr string) (Conn, error) {
-	cc, err := g.channel(addr)
+	cc, err := g.ClientConn(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +166,7 @@ func (g *GRPCNetwork) Dial(ctx context.Context, addr string) (Conn, error) {
 	// Not WaitForReady: a peer that refuses connections (killed, say) fails
 	// the dial at once instead of holding it for the whole DialTimeout,
 	// so calls to it fail fast until membership declares it dead.
-	st, err := cc.NewStream(sctx, &connectStream, connectMethod, grpc.ForceCodecV2(frameCodec{}))
+	st, err := cc.NewStream(sctx, &connectStream, g.method, grpc.ForceCodecV2(frameCodec{}))
 	if !stop() && err == nil {
 		err = ctx.Err()
 	}
@@ -163,7 +177,9 @@ func (g *GRPCNetwork) Dial(ctx context.Context, addr string) (Conn, error) {
 	return &clientConn{st: st, cancel: cancel}, nil
 }
 
-func (g *GRPCNetwork) channel(addr string) (*grpc.ClientConn, error) {
+// ClientConn returns the channel to addr, made on first use, for unary
+// calls beside the streams. Forget and Close close it.
+func (g *GRPCNetwork) ClientConn(addr string) (*grpc.ClientConn, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if cc := g.conns[addr]; cc != nil {

@@ -141,7 +141,7 @@ func registerBaseline(s *grpc.Server) {
 }
 
 func openBaseline(tb testing.TB, s *grpcSilo) grpc.ClientStream {
-	cc, err := s.net.channel(s.addr)
+	cc, err := s.net.ClientConn(s.addr)
 	if err != nil {
 		tb.Fatal(err)
 	}

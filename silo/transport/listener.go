@@ -24,11 +24,13 @@ type Listener interface {
 	GracefulStop(ctx context.Context)
 }
 
-// GRPCListener serves silo streams on a gRPC server of its own.
+// GRPCListener serves streams on a gRPC server of its own.
 type GRPCListener struct {
-	lis  net.Listener
-	srv  *grpc.Server
-	done chan struct{} // closed when the server's Serve returns
+	lis     net.Listener
+	srv     *grpc.Server
+	service string            // whose Connect streams it serves
+	extra   []grpc.MethodDesc // unary methods of the same service
+	done    chan struct{}     // closed when the server's Serve returns
 
 	mu              sync.Mutex
 	served, stopped bool
@@ -38,12 +40,18 @@ type GRPCListener struct {
 // gRPC server whose options fit cfg, plus opts (credentials, say).
 // Register other services on Server before Serve.
 func ListenGRPC(addr string, cfg Config, opts ...grpc.ServerOption) (*GRPCListener, error) {
+	return ListenGRPCService(addr, SiloService, nil, cfg, opts...)
+}
+
+// ListenGRPCService is ListenGRPC for the streams of service's Connect
+// method, with the unary methods extra beside it.
+func ListenGRPCService(addr, service string, extra []grpc.MethodDesc, cfg Config, opts ...grpc.ServerOption) (*GRPCListener, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	srv := grpc.NewServer(append(ServerOptions(cfg), opts...)...)
-	return &GRPCListener{lis: lis, srv: srv, done: make(chan struct{})}, nil
+	return &GRPCListener{lis: lis, srv: srv, service: service, extra: extra, done: make(chan struct{})}, nil
 }
 
 // Addr returns the address the listener is bound to.
@@ -52,7 +60,7 @@ func (l *GRPCListener) Addr() string { return l.lis.Addr().String() }
 // Server returns the gRPC server, for registering other services.
 func (l *GRPCListener) Server() *grpc.Server { return l.srv }
 
-// Serve registers the silo stream service for t and starts serving.
+// Serve registers the stream service for t and starts serving.
 func (l *GRPCListener) Serve(t *Transport) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -60,7 +68,7 @@ func (l *GRPCListener) Serve(t *Transport) error {
 		return errors.New("transport: Serve after Stop, or twice")
 	}
 	l.served = true
-	RegisterGRPC(l.srv, t)
+	RegisterGRPCService(l.srv, l.service, t, l.extra)
 	go func() {
 		defer close(l.done)
 		l.srv.Serve(l.lis)

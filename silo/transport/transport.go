@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
@@ -45,12 +46,13 @@ type Network interface {
 
 // A Handler receives the envelopes other silos send to this one.
 type Handler interface {
-	// Deliver hands over a REQUEST, ONE_WAY or DIRECTORY envelope from
-	// silo from. env is the transport's and is reused once Deliver
-	// returns; what its fields hold (strings, the payload, sub-messages)
-	// the Handler may keep. For a REQUEST or DIRECTORY
+	// Deliver hands over a REQUEST, ONE_WAY, CANCEL or DIRECTORY envelope
+	// from silo (or client) from. env is the transport's and is reused
+	// once Deliver returns; what its fields hold (strings, the payload,
+	// sub-messages) the Handler may keep. For a REQUEST or DIRECTORY
 	// envelope, r.Reply must be called exactly once with the answer; for
-	// a ONE_WAY one, r expects nothing. Called on the stream's reader
+	// a ONE_WAY or CANCEL one, r expects nothing. A CANCEL's call ID is
+	// that of a REQUEST from the same sender. Called on the stream's reader
 	// goroutine, in arrival order: it must not block.
 	Deliver(from string, env *granaryv1.Envelope, r Responder)
 }
@@ -66,6 +68,11 @@ type Transport struct {
 	h     Handler
 	log   *zap.Logger
 	clock clockwork.Clock
+
+	// nextID numbers the requests this transport sends, on every stream:
+	// a call ID names one request for the transport's life, so a CANCEL
+	// sent on a newer stream to the same peer cannot hit another call.
+	nextID atomic.Uint64
 
 	mu        sync.Mutex
 	closed    bool
@@ -220,20 +227,21 @@ func (t *Transport) releaseAddrLocked(addr string) bool {
 
 // Call sends a REQUEST or DIRECTORY envelope to silo to and calls done
 // exactly once with the response envelope (whose code says how the call
-// went) or an error; see the package contract. The response envelope is
+// went) or an error; see the package contract. It returns the request's
+// call ID, or 0 when it was refused before it got one. The response envelope is
 // the transport's and is reused once done returns (what its fields hold
 // may be kept). deadline bounds the wait for room in a full send queue
 // and, plus ResponseGrace, the wait for the response; zero means none.
 // Call sets env's call ID and has encoded env when it returns, so the
 // caller may reuse it. It may block while the send queue is full. Any
 // goroutine.
-func (t *Transport) Call(to string, env *granaryv1.Envelope, deadline time.Time, done func(*granaryv1.Envelope, error)) {
+func (t *Transport) Call(to string, env *granaryv1.Envelope, deadline time.Time, done func(*granaryv1.Envelope, error)) uint64 {
 	ep, err := t.endpointFor(to)
 	if err != nil {
 		done(nil, err)
-		return
+		return 0
 	}
-	ep.call(env, deadline, done)
+	return ep.call(env, deadline, done)
 }
 
 // Send sends a ONE_WAY envelope to silo to. It returns an error only for
@@ -261,7 +269,7 @@ func (t *Transport) endpointFor(id string) (*endpoint, error) {
 		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: no route to silo %s: it is not a live member of the cluster", id)}
 	}
 	if p.leaving {
-		return nil, &NotSentError{Peer: id, Msg: fmt.Sprintf("granary: silo %s is shutting down", id)}
+		return nil, &NotSentError{Peer: id, Leaving: true, Msg: fmt.Sprintf("granary: silo %s is shutting down", id)}
 	}
 	if p.ep != nil {
 		return p.ep, nil

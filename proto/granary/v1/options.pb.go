@@ -8,7 +8,8 @@
 // type. protoc-gen-go-granary reads them and writes them into the
 // generated grain.ServiceDesc, where the runtime finds them. A silo may
 // override the grain options at registration (grain.RegisterOption); the
-// method options are fixed by the proto.
+// method options are fixed by the proto. A field option, key, marks the
+// request field that carries the grain key for plain gRPC callers.
 //
 // Use them like this:
 //
@@ -406,6 +407,14 @@ var file_granary_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Tag:           "bytes,50602,opt,name=method",
 		Filename:      "granary/v1/options.proto",
 	},
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         50603,
+		Name:          "granary.v1.key",
+		Tag:           "varint,50603,opt,name=key",
+		Filename:      "granary/v1/options.proto",
+	},
 }
 
 // Extension fields to descriptorpb.ServiceOptions.
@@ -424,6 +433,32 @@ var (
 	//
 	// optional granary.v1.MethodOptions method = 50602;
 	E_Method = &file_granary_v1_options_proto_extTypes[1]
+)
+
+// Extension fields to descriptorpb.FieldOptions.
+var (
+	// Mark the field of a request message that holds the grain key, for
+	// callers that reach grains through a silo's plain gRPC service (package
+	// silo/grpcapi) rather than through a generated reference, which takes
+	// the key apart from the request. A call whose marked field is set (for
+	// a field without presence: not zero) goes to the grain with that key;
+	// otherwise the key comes from the request metadata "granary-key". When
+	// both are given they must agree.
+	//
+	// The field must be a singular string, int64, int32, uint64 or uint32
+	// field; numbers become keys written in decimal. With key_kind
+	// KEY_KIND_INT64 it must be one of the integer types, with
+	// KEY_KIND_STRING or KEY_KIND_UUID a string. A message marks at most one
+	// field. protoc-gen-go-granary refuses any other use of the option, and
+	// so does the silo when it serves the type.
+	//
+	//	message DepositRequest {
+	//	  string account = 1 [(granary.v1.key) = true];
+	//	  int64 amount = 2;
+	//	}
+	//
+	// optional bool key = 50603;
+	E_Key = &file_granary_v1_options_proto_extTypes[2]
 )
 
 var File_granary_v1_options_proto protoreflect.FileDescriptor
@@ -458,7 +493,8 @@ const file_granary_v1_options_proto_rawDesc = "" +
 	"\x0eKEY_KIND_INT64\x10\x02\x12\x11\n" +
 	"\rKEY_KIND_UUID\x10\x03:Q\n" +
 	"\x05grain\x12\x1f.google.protobuf.ServiceOptions\x18\xa9\x8b\x03 \x01(\v2\x18.granary.v1.GrainOptionsR\x05grain:S\n" +
-	"\x06method\x12\x1e.google.protobuf.MethodOptions\x18\xaa\x8b\x03 \x01(\v2\x19.granary.v1.MethodOptionsR\x06methodB9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"
+	"\x06method\x12\x1e.google.protobuf.MethodOptions\x18\xaa\x8b\x03 \x01(\v2\x19.granary.v1.MethodOptionsR\x06method:1\n" +
+	"\x03key\x12\x1d.google.protobuf.FieldOptions\x18\xab\x8b\x03 \x01(\bR\x03keyB9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"
 
 var (
 	file_granary_v1_options_proto_rawDescOnce sync.Once
@@ -482,6 +518,7 @@ var file_granary_v1_options_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),         // 4: google.protobuf.Duration
 	(*descriptorpb.ServiceOptions)(nil), // 5: google.protobuf.ServiceOptions
 	(*descriptorpb.MethodOptions)(nil),  // 6: google.protobuf.MethodOptions
+	(*descriptorpb.FieldOptions)(nil),   // 7: google.protobuf.FieldOptions
 }
 var file_granary_v1_options_proto_depIdxs = []int32{
 	0, // 0: granary.v1.GrainOptions.placement:type_name -> granary.v1.Placement
@@ -490,12 +527,13 @@ var file_granary_v1_options_proto_depIdxs = []int32{
 	4, // 3: granary.v1.MethodOptions.timeout:type_name -> google.protobuf.Duration
 	5, // 4: granary.v1.grain:extendee -> google.protobuf.ServiceOptions
 	6, // 5: granary.v1.method:extendee -> google.protobuf.MethodOptions
-	2, // 6: granary.v1.grain:type_name -> granary.v1.GrainOptions
-	3, // 7: granary.v1.method:type_name -> granary.v1.MethodOptions
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	6, // [6:8] is the sub-list for extension type_name
-	4, // [4:6] is the sub-list for extension extendee
+	7, // 6: granary.v1.key:extendee -> google.protobuf.FieldOptions
+	2, // 7: granary.v1.grain:type_name -> granary.v1.GrainOptions
+	3, // 8: granary.v1.method:type_name -> granary.v1.MethodOptions
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	7, // [7:9] is the sub-list for extension type_name
+	4, // [4:7] is the sub-list for extension extendee
 	0, // [0:4] is the sub-list for field type_name
 }
 
@@ -511,7 +549,7 @@ func file_granary_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_granary_v1_options_proto_rawDesc), len(file_granary_v1_options_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   2,
-			NumExtensions: 2,
+			NumExtensions: 3,
 			NumServices:   0,
 		},
 		GoTypes:           file_granary_v1_options_proto_goTypes,

@@ -13,6 +13,15 @@
 //
 // The stream is the gRPC method /granary.v1.SiloTransport/Connect, whose
 // request and response messages are both Batch.
+//
+// External clients speak the same protocol to a silo's gateway, on the
+// stream /granary.v1.Gateway/Connect: the client dials, says hello with
+// its own client ID, and sends REQUEST, ONE_WAY and CANCEL envelopes; the
+// gateway answers them and sends the client the calls grains make to the
+// client's observers, which the client answers in turn. Before it opens a
+// stream a client asks a gateway for the cluster ID and the live gateways
+// with the unary method /granary.v1.Gateway/Gateways (GatewaysRequest,
+// GatewaysResponse).
 
 package granaryv1
 
@@ -54,6 +63,10 @@ const (
 	// of its own as the last request-direction envelope. The accepting
 	// silo answers what it received before that, then closes the stream.
 	EnvelopeKind_ENVELOPE_KIND_GO_AWAY EnvelopeKind = 6
+	// The caller gave up on the REQUEST with the same call_id that it sent
+	// earlier on this stream: the callee's context is cancelled. Nothing
+	// answers it; the request's own RESPONSE may still come.
+	EnvelopeKind_ENVELOPE_KIND_CANCEL EnvelopeKind = 7
 )
 
 // Enum value maps for EnvelopeKind.
@@ -66,6 +79,7 @@ var (
 		4: "ENVELOPE_KIND_RESPONSE",
 		5: "ENVELOPE_KIND_DIRECTORY",
 		6: "ENVELOPE_KIND_GO_AWAY",
+		7: "ENVELOPE_KIND_CANCEL",
 	}
 	EnvelopeKind_value = map[string]int32{
 		"ENVELOPE_KIND_UNSPECIFIED": 0,
@@ -75,6 +89,7 @@ var (
 		"ENVELOPE_KIND_RESPONSE":    4,
 		"ENVELOPE_KIND_DIRECTORY":   5,
 		"ENVELOPE_KIND_GO_AWAY":     6,
+		"ENVELOPE_KIND_CANCEL":      7,
 	}
 )
 
@@ -322,8 +337,11 @@ type Envelope struct {
 	Directory      *DirectoryRequest  `protobuf:"bytes,16,opt,name=directory,proto3" json:"directory,omitempty"`
 	DirectoryReply *DirectoryResponse `protobuf:"bytes,17,opt,name=directory_reply,json=directoryReply,proto3" json:"directory_reply,omitempty"`
 	Hello          *Hello             `protobuf:"bytes,18,opt,name=hello,proto3" json:"hello,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The caller may cancel the request later with a CANCEL envelope, so
+	// the receiver keeps what it needs to (REQUEST from a client).
+	Cancellable   bool `protobuf:"varint,19,opt,name=cancellable,proto3" json:"cancellable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Envelope) Reset() {
@@ -482,6 +500,13 @@ func (x *Envelope) GetHello() *Hello {
 	return nil
 }
 
+func (x *Envelope) GetCancellable() bool {
+	if x != nil {
+		return x.Cancellable
+	}
+	return false
+}
+
 // Header is one call header.
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -609,7 +634,8 @@ func (x *ChainLink) GetGrain() string {
 type Hello struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	// The dialling silo's member ID.
+	// The dialling silo's member ID, or on a gateway stream the client's
+	// ID.
 	Silo          string `protobuf:"bytes,2,opt,name=silo,proto3" json:"silo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -896,9 +922,12 @@ type NodeMeta struct {
 	// The 64-bit FNV-1a hash of the cluster ID: a member whose hash differs
 	// belongs to another cluster and is refused, even if its packets got
 	// past memberlist's label check.
-	ClusterHash   uint64 `protobuf:"fixed64,8,opt,name=cluster_hash,json=clusterHash,proto3" json:"cluster_hash,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClusterHash uint64 `protobuf:"fixed64,8,opt,name=cluster_hash,json=clusterHash,proto3" json:"cluster_hash,omitempty"`
+	// Where the silo's gateway listens for external clients; empty when it
+	// serves none.
+	GatewayAddress string `protobuf:"bytes,9,opt,name=gateway_address,json=gatewayAddress,proto3" json:"gateway_address,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeMeta) Reset() {
@@ -987,6 +1016,160 @@ func (x *NodeMeta) GetClusterHash() uint64 {
 	return 0
 }
 
+func (x *NodeMeta) GetGatewayAddress() string {
+	if x != nil {
+		return x.GatewayAddress
+	}
+	return ""
+}
+
+// GatewaysRequest asks a gateway for the cluster's live gateways.
+type GatewaysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewaysRequest) Reset() {
+	*x = GatewaysRequest{}
+	mi := &file_granary_v1_wire_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewaysRequest) ProtoMessage() {}
+
+func (x *GatewaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_granary_v1_wire_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewaysRequest.ProtoReflect.Descriptor instead.
+func (*GatewaysRequest) Descriptor() ([]byte, []int) {
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{9}
+}
+
+// GatewaysResponse lists the cluster's live gateways.
+type GatewaysResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The active silos that serve a gateway, the answering one included,
+	// sorted by silo.
+	Gateways      []*Gateway `protobuf:"bytes,2,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewaysResponse) Reset() {
+	*x = GatewaysResponse{}
+	mi := &file_granary_v1_wire_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewaysResponse) ProtoMessage() {}
+
+func (x *GatewaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_granary_v1_wire_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewaysResponse.ProtoReflect.Descriptor instead.
+func (*GatewaysResponse) Descriptor() ([]byte, []int) {
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GatewaysResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *GatewaysResponse) GetGateways() []*Gateway {
+	if x != nil {
+		return x.Gateways
+	}
+	return nil
+}
+
+// Gateway is one silo's gateway.
+type Gateway struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The silo's member ID.
+	Silo string `protobuf:"bytes,1,opt,name=silo,proto3" json:"silo,omitempty"`
+	// Where its gateway listens, host:port.
+	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Gateway) Reset() {
+	*x = Gateway{}
+	mi := &file_granary_v1_wire_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Gateway) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Gateway) ProtoMessage() {}
+
+func (x *Gateway) ProtoReflect() protoreflect.Message {
+	mi := &file_granary_v1_wire_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Gateway.ProtoReflect.Descriptor instead.
+func (*Gateway) Descriptor() ([]byte, []int) {
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Gateway) GetSilo() string {
+	if x != nil {
+		return x.Silo
+	}
+	return ""
+}
+
+func (x *Gateway) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 var File_granary_v1_wire_proto protoreflect.FileDescriptor
 
 const file_granary_v1_wire_proto_rawDesc = "" +
@@ -994,7 +1177,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x15granary/v1/wire.proto\x12\n" +
 	"granary.v1\";\n" +
 	"\x05Batch\x122\n" +
-	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\x92\x05\n" +
+	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xb4\x05\n" +
 	"\bEnvelope\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.granary.v1.EnvelopeKindR\x04kind\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x12\x1d\n" +
@@ -1015,7 +1198,8 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x0factivation_silo\x18\x0f \x01(\tR\x0eactivationSilo\x12:\n" +
 	"\tdirectory\x18\x10 \x01(\v2\x1c.granary.v1.DirectoryRequestR\tdirectory\x12F\n" +
 	"\x0fdirectory_reply\x18\x11 \x01(\v2\x1d.granary.v1.DirectoryResponseR\x0edirectoryReply\x12'\n" +
-	"\x05hello\x18\x12 \x01(\v2\x11.granary.v1.HelloR\x05hello\"0\n" +
+	"\x05hello\x18\x12 \x01(\v2\x11.granary.v1.HelloR\x05hello\x12 \n" +
+	"\vcancellable\x18\x13 \x01(\bR\vcancellable\"0\n" +
 	"\x06Header\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"g\n" +
@@ -1047,7 +1231,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x05entry\x18\x02 \x01(\v2\x1a.granary.v1.DirectoryEntryR\x05entry\x126\n" +
 	"\brejected\x18\x03 \x03(\v2\x1a.granary.v1.DirectoryEntryR\brejected\x124\n" +
 	"\awinners\x18\x04 \x03(\v2\x1a.granary.v1.DirectoryEntryR\awinners\x126\n" +
-	"\bunplaced\x18\x05 \x03(\v2\x1a.granary.v1.DirectoryEntryR\bunplaced\"\x85\x02\n" +
+	"\bunplaced\x18\x05 \x03(\v2\x1a.granary.v1.DirectoryEntryR\bunplaced\"\xae\x02\n" +
 	"\bNodeMeta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12\x14\n" +
@@ -1057,7 +1241,16 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\x0e2\x16.granary.v1.SiloStatusR\x06status\x12 \n" +
 	"\vactivations\x18\x06 \x01(\x04R\vactivations\x12\x16\n" +
 	"\x06queued\x18\a \x01(\x04R\x06queued\x12!\n" +
-	"\fcluster_hash\x18\b \x01(\x06R\vclusterHash*\xd0\x01\n" +
+	"\fcluster_hash\x18\b \x01(\x06R\vclusterHash\x12'\n" +
+	"\x0fgateway_address\x18\t \x01(\tR\x0egatewayAddress\"\x11\n" +
+	"\x0fGatewaysRequest\"b\n" +
+	"\x10GatewaysResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12/\n" +
+	"\bgateways\x18\x02 \x03(\v2\x13.granary.v1.GatewayR\bgateways\"7\n" +
+	"\aGateway\x12\x12\n" +
+	"\x04silo\x18\x01 \x01(\tR\x04silo\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress*\xea\x01\n" +
 	"\fEnvelopeKind\x12\x1d\n" +
 	"\x19ENVELOPE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ENVELOPE_KIND_HELLO\x10\x01\x12\x19\n" +
@@ -1065,7 +1258,8 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x15ENVELOPE_KIND_ONE_WAY\x10\x03\x12\x1a\n" +
 	"\x16ENVELOPE_KIND_RESPONSE\x10\x04\x12\x1b\n" +
 	"\x17ENVELOPE_KIND_DIRECTORY\x10\x05\x12\x19\n" +
-	"\x15ENVELOPE_KIND_GO_AWAY\x10\x06*\xaf\x01\n" +
+	"\x15ENVELOPE_KIND_GO_AWAY\x10\x06\x12\x18\n" +
+	"\x14ENVELOPE_KIND_CANCEL\x10\a*\xaf\x01\n" +
 	"\vDirectoryOp\x12\x1c\n" +
 	"\x18DIRECTORY_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DIRECTORY_OP_LOOKUP\x10\x01\x12\x19\n" +
@@ -1094,7 +1288,7 @@ func file_granary_v1_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_granary_v1_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_granary_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_granary_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_granary_v1_wire_proto_goTypes = []any{
 	(EnvelopeKind)(0),         // 0: granary.v1.EnvelopeKind
 	(DirectoryOp)(0),          // 1: granary.v1.DirectoryOp
@@ -1108,6 +1302,9 @@ var file_granary_v1_wire_proto_goTypes = []any{
 	(*DirectoryRequest)(nil),  // 9: granary.v1.DirectoryRequest
 	(*DirectoryResponse)(nil), // 10: granary.v1.DirectoryResponse
 	(*NodeMeta)(nil),          // 11: granary.v1.NodeMeta
+	(*GatewaysRequest)(nil),   // 12: granary.v1.GatewaysRequest
+	(*GatewaysResponse)(nil),  // 13: granary.v1.GatewaysResponse
+	(*Gateway)(nil),           // 14: granary.v1.Gateway
 }
 var file_granary_v1_wire_proto_depIdxs = []int32{
 	4,  // 0: granary.v1.Batch.envelopes:type_name -> granary.v1.Envelope
@@ -1124,11 +1321,12 @@ var file_granary_v1_wire_proto_depIdxs = []int32{
 	8,  // 11: granary.v1.DirectoryResponse.winners:type_name -> granary.v1.DirectoryEntry
 	8,  // 12: granary.v1.DirectoryResponse.unplaced:type_name -> granary.v1.DirectoryEntry
 	2,  // 13: granary.v1.NodeMeta.status:type_name -> granary.v1.SiloStatus
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	14, // 14: granary.v1.GatewaysResponse.gateways:type_name -> granary.v1.Gateway
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_granary_v1_wire_proto_init() }
@@ -1142,7 +1340,7 @@ func file_granary_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_granary_v1_wire_proto_rawDesc), len(file_granary_v1_wire_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

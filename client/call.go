@@ -1,0 +1,309 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/transport"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+var _ grain.Caller = (*Client)(nil)
+
+// Invoke calls method m of grain id with req through a gateway and waits
+// for the reply. It implements grain.Caller. The call's deadline is the
+// earliest of ctx's, the call options' timeout, the method's timeout
+// option and the client's call timeout; the grain's context carries it.
+// When ctx ends first, Invoke returns its error at once and the grain's
+// context is cancelled.
+func (c *Client) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
+	p, err := c.start(ctx, id, m, req, opts, false)
+	if p == nil {
+		return nil, err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.cancelled(ctx, settler)
+		<-p.done // whoever settled it has set the outcome by then
+	}
+	return p.resp, p.err
+}
+
+// InvokeAsync is Invoke without the wait: the reply arrives through the
+// Pending. When ctx ends before the reply, the call fails with ctx's
+// error and the grain's context is cancelled.
+func (c *Client) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
+	p, err := c.start(ctx, id, m, req, opts, true)
+	if p == nil {
+		return grain.Failed(err)
+	}
+	return p
+}
+
+// pcall is a call in flight.
+type pcall struct {
+	c   *Client
+	id  grain.ID
+	m   *grain.MethodDesc
+	env *granaryv1.Envelope // kept to send again to another gateway
+	// deadline is when the call fails with DeadlineExceeded.
+	deadline time.Time
+	// tried lists the gateways the call was offered to, the last first
+	// sent to; lastErr is why the last one did not take it. Written by
+	// send, which runs again only after the previous offer failed.
+	tried   []*gatewayRef
+	lastErr error
+	// sent says where the call went last, for its cancellation: an
+	// offer that failed at once may be followed by the next one before
+	// the first Call returns, so each records its attempt number.
+	sentMu sync.Mutex
+	sent   sentTo
+
+	settled atomic.Bool
+	done    chan struct{} // closed once resp and err are set
+	resp    proto.Message
+	err     error
+	timer   *time.Timer
+	stopCtx func() bool // unregisters the watch on the call's context
+}
+
+// sentTo is one offer of a call to a gateway.
+type sentTo struct {
+	attempt int
+	g       *gatewayRef
+	id      uint64
+}
+
+// start sends a call. It returns nil and the outcome for a one-way call,
+// or a call that failed before it was sent. watch: the call's context
+// ending settles the call even if nobody awaits it (an asynchronous
+// call).
+func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption, watch bool) (*pcall, error) {
+	switch {
+	case m == nil:
+		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %s without a method", id)
+	case id.Type == "" || id.Key == "":
+		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %q, which is not a grain", id.String())
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, contextError(ctx)
+	}
+	o := grain.ResolveCallOptions(m, opts)
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = c.o.callTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	ctxDeadline, hasCtxDeadline := ctx.Deadline()
+	if hasCtxDeadline && ctxDeadline.Before(deadline) {
+		deadline = ctxDeadline
+	}
+	payload, err := proto.MarshalOptions{}.Marshal(req)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", id, m.Name, err)
+	}
+	env := &granaryv1.Envelope{
+		Kind:        granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST,
+		GrainType:   id.Type,
+		GrainKey:    id.Key,
+		Method:      m.Name,
+		MethodIndex: uint32(m.Index),
+		Payload:     payload,
+	}
+	if h := ctx.Value(grain.HeaderKey()); h != nil {
+		kv := grain.AppendHeaders(nil, h)
+		env.Headers = make([]*granaryv1.Header, 0, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			env.Headers = append(env.Headers, &granaryv1.Header{Key: kv[i], Value: kv[i+1]})
+		}
+	}
+	if o.OneWay {
+		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
+		return nil, c.sendOneWay(id, env, deadline)
+	}
+	env.Cancellable = ctx.Done() != nil
+	p := &pcall{c: c, id: id, m: m, env: env, deadline: deadline, done: make(chan struct{})}
+	if !hasCtxDeadline || deadline.Before(ctxDeadline) {
+		p.timer = time.AfterFunc(time.Until(deadline), p.timedOut)
+	}
+	if watch && ctx.Done() != nil {
+		p.stopCtx = context.AfterFunc(ctx, func() { p.cancelled(ctx, ctxWatch) })
+	}
+	p.send()
+	return p, nil
+}
+
+// sendOneWay sends a one-way call to a gateway that takes it.
+func (c *Client) sendOneWay(id grain.ID, env *granaryv1.Envelope, deadline time.Time) error {
+	var tried []*gatewayRef
+	var last error
+	for {
+		g := c.pick(id, tried)
+		if g == nil {
+			return noGateway(id, env, last)
+		}
+		tried = append(tried, g)
+		env.TimeoutNanos = int64(time.Until(deadline))
+		if env.TimeoutNanos <= 0 {
+			return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", env.Method, id)
+		}
+		err := c.tport.Send(g.silo, env, deadline)
+		if err == nil {
+			return nil
+		}
+		if !transport.NotSent(err) {
+			return err
+		}
+		c.notTaken(g, err)
+		last = err
+	}
+}
+
+// notTaken handles a gateway that did not take a call: one going away
+// leaves the list, one that failed is avoided for a while.
+func (c *Client) notTaken(g *gatewayRef, err error) {
+	if transport.Leaving(err) {
+		c.departing(g)
+		return
+	}
+	c.markDown(g)
+}
+
+func noGateway(id grain.ID, env *granaryv1.Envelope, last error) error {
+	if last == nil {
+		return status.Errorf(codes.Unavailable, "granary: no live gateway to send %s.%s to", id, env.Method)
+	}
+	return status.Errorf(codes.Unavailable, "granary: no gateway could take the call %s.%s; the last said: %s", id, env.Method, status.Convert(last).Message())
+}
+
+// send offers the call to the next gateway. The transport's answer, or
+// its refusal, comes to onReply.
+func (p *pcall) send() {
+	c := p.c
+	g := c.pick(p.id, p.tried)
+	if g == nil {
+		c.askRefresh()
+		p.settle(nil, noGateway(p.id, p.env, p.lastErr))
+		return
+	}
+	p.tried = append(p.tried, g)
+	attempt := len(p.tried)
+	left := time.Until(p.deadline)
+	if left <= 0 {
+		p.settle(nil, status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", p.m.Name, p.id))
+		return
+	}
+	p.env.TimeoutNanos = int64(left)
+	id := c.tport.Call(g.silo, p.env, p.deadline, p.onReply)
+	// A reply that came first settled the call, so a cancellation no
+	// longer needs the number; a later offer's record wins.
+	p.sentMu.Lock()
+	if attempt > p.sent.attempt {
+		p.sent = sentTo{attempt, g, id}
+	}
+	p.sentMu.Unlock()
+}
+
+// onReply takes the transport's outcome of an offer to a gateway.
+func (p *pcall) onReply(resp *granaryv1.Envelope, err error) {
+	if err != nil {
+		if transport.NotSent(err) && !p.settled.Load() {
+			// The gateway never got the call: another may take it.
+			p.c.notTaken(p.tried[len(p.tried)-1], err)
+			p.lastErr = err
+			p.send()
+			return
+		}
+		p.settle(nil, err)
+		return
+	}
+	if code := codes.Code(resp.Code); code != codes.OK {
+		p.settle(nil, status.Error(code, resp.Message))
+		return
+	}
+	out := p.m.NewResponse()
+	if err := proto.Unmarshal(resp.Payload, out); err != nil {
+		p.settle(nil, status.Errorf(codes.Internal, "granary: the reply of %s.%s does not decode: %v", p.id, p.m.Name, err))
+		return
+	}
+	p.settle(out, nil)
+}
+
+// settlerKind says who settles a call: the timer and the watch on the
+// call's context may fire before start has recorded them, so they leave
+// the other one alone.
+type settlerKind uint8
+
+const (
+	settler  settlerKind = iota // anyone else
+	timer                       // the deadline timer
+	ctxWatch                    // the watch on the call's context
+)
+
+// settle records the outcome, unless there is one already, and stops the
+// timer and the context watch.
+func (p *pcall) settle(resp proto.Message, err error) bool { return p.settleBy(settler, resp, err) }
+
+func (p *pcall) settleBy(by settlerKind, resp proto.Message, err error) bool {
+	if !p.settled.CompareAndSwap(false, true) {
+		return false
+	}
+	p.resp, p.err = resp, err
+	if p.timer != nil && by != timer { // set before the watch started
+		p.timer.Stop()
+	}
+	if by == settler && p.stopCtx != nil {
+		p.stopCtx()
+	}
+	close(p.done)
+	return true
+}
+
+// timedOut fails the call at its deadline. The gateway ends it there too.
+func (p *pcall) timedOut() {
+	p.settleBy(timer, nil, status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", p.m.Name, p.id))
+}
+
+// cancelled fails the call with the error of ctx, the call's, which
+// ended, and tells the gateway, which cancels the grain's context.
+func (p *pcall) cancelled(ctx context.Context, by settlerKind) {
+	if !p.settleBy(by, nil, contextError(ctx)) {
+		return
+	}
+	p.sentMu.Lock()
+	g, id := p.sent.g, p.sent.id
+	p.sentMu.Unlock()
+	if g == nil || id == 0 || !p.env.Cancellable {
+		return
+	}
+	cancel := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL, CallId: id}
+	if err := p.c.tport.Send(g.silo, cancel, time.Time{}); err != nil {
+		p.c.log.Debug("the cancellation of a call was not sent") // the gateway's deadline ends the call anyway
+	}
+}
+
+// Await waits for the reply. An Await whose ctx ends returns ctx's
+// error and leaves the call running; only the context the call was made
+// with cancels it.
+func (p *pcall) Await(ctx context.Context) (proto.Message, error) {
+	select {
+	case <-p.done:
+		return p.resp, p.err
+	case <-ctx.Done():
+		return nil, contextError(ctx)
+	}
+}
+
+func contextError(ctx context.Context) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return status.Error(codes.DeadlineExceeded, "granary: caller's deadline passed")
+	}
+	return status.Error(codes.Canceled, "granary: caller canceled the call")
+}

@@ -1,0 +1,405 @@
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/hashmix"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/transport"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A Client calls grains from outside the cluster, through the silos'
+// gateways. It is a grain.Caller, so the references the generator makes
+// work with it as they do inside a grain:
+//
+//	c, err := client.Dial(ctx, client.WithGateways("silo-1:30000"))
+//	...
+//	defer c.Close()
+//	bal, err := bankpb.NewAccountRef(c, "alice").Deposit(ctx, &bankpb.DepositRequest{Amount: 5})
+//
+// The client learns the live gateways from the ones it is given and
+// keeps the list fresh. It spreads calls over the gateways by grain, so
+// the calls to one grain take one path while the gateways are unchanged,
+// and batches the calls to each gateway on one stream. A call that could
+// not be sent to a gateway (it is down, unreachable or going away) is
+// sent to another one. A call that was sent and then lost with its
+// gateway fails with Unavailable and is never sent again: the grain may
+// or may not have run it.
+//
+// A Client is safe for use by many goroutines. Close it when done.
+type Client struct {
+	o     options
+	log   *zap.Logger
+	id    string
+	net   *transport.GRPCNetwork
+	tport *transport.Transport
+
+	clusterID string
+
+	// gws is the live gateway list, replaced whole on each refresh.
+	gws atomic.Pointer[[]*gatewayRef]
+
+	mu     sync.Mutex
+	closed bool
+	// departed holds the gateways that said they are going away, until
+	// the lists the gateways give stop naming them: a list may be older
+	// than the news.
+	departed map[string]time.Time
+
+	refreshNow chan struct{} // capacity 1: ask for the list at once
+	// ctx ends at Close, ending the refresher and what it waits on.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// gatewayRef is one gateway as the client sees it.
+type gatewayRef struct {
+	silo string
+	addr string
+	hash uint64 // of silo, for rendezvous hashing
+	// downUntil, in Unix nanoseconds, is when a gateway that refused a
+	// call may be tried again first.
+	downUntil atomic.Int64
+}
+
+// Dial connects to a cluster through its gateways: it asks the given
+// gateways (WithGateways, WithGatewayDNS) for the cluster's live gateway
+// list, in random order until one answers or ctx ends, and returns a
+// client that calls through them. Connections to the gateways are made
+// when the first call needs them.
+func Dial(ctx context.Context, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	tcfg := transport.DefaultConfig()
+	tcfg.MaxMessageSize = o.maxMessage
+	if tcfg.SendQueueBytes < o.maxMessage {
+		tcfg.SendQueueBytes = o.maxMessage
+	}
+	tcfg.Logger = o.log.Named("transport")
+	dial := []grpc.DialOption{grpc.WithKeepaliveParams(o.keepalive)}
+	if o.creds != nil {
+		dial = append(dial, grpc.WithTransportCredentials(o.creds))
+	}
+	dial = append(dial, o.dialOptions...)
+	c := &Client{
+		o:          o,
+		log:        o.log,
+		id:         newClientID(),
+		net:        transport.NewGRPCServiceNetwork(transport.GatewayService, tcfg, dial...),
+		refreshNow: make(chan struct{}, 1),
+		departed:   map[string]time.Time{},
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	list, err := c.fetchFromSeeds(ctx)
+	if err != nil {
+		c.cancel()
+		c.net.Close()
+		return nil, err
+	}
+	c.clusterID = list.ClusterId
+	tcfg.ClusterID, tcfg.Self = c.clusterID, c.id
+	if c.tport, err = transport.New(tcfg, c.net, refuseAll{}); err != nil {
+		c.cancel()
+		c.net.Close()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c.apply(list)
+	c.wg.Add(1)
+	go c.refreshLoop()
+	c.log.Info("client connected", zap.String("client", c.id), zap.String("cluster", c.clusterID), zap.Int("gateways", len(list.Gateways)))
+	return c, nil
+}
+
+func newClientID() string {
+	var b [8]byte
+	if _, err := crand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("client: reading random bytes: %v", err))
+	}
+	return "client-" + hex.EncodeToString(b[:])
+}
+
+// ID returns the client's ID, unique to this Dial: gateways name the
+// client by it in their logs.
+func (c *Client) ID() string { return c.id }
+
+// Gateways returns the addresses of the gateways the client knows, in
+// no particular order.
+func (c *Client) Gateways() []string {
+	gws := c.gateways()
+	out := make([]string, len(gws))
+	for i, g := range gws {
+		out[i] = g.addr
+	}
+	return out
+}
+
+func (c *Client) gateways() []*gatewayRef {
+	if p := c.gws.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// seeds returns the addresses to learn the cluster from: the static ones
+// and what the DNS name resolves to now.
+func (c *Client) seeds() []string {
+	out := slices.Clone(c.o.seeds)
+	if c.o.dnsSeed != "" {
+		host, port, _ := net.SplitHostPort(c.o.dnsSeed)
+		addrs, err := c.o.lookupHost(host)
+		if err != nil {
+			c.log.Warn("resolving the gateway DNS name failed", zap.String("name", host), zap.Error(err))
+		}
+		for _, a := range addrs {
+			out = append(out, net.JoinHostPort(a, port))
+		}
+	}
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// fetchFromSeeds asks the seeds for the gateway list until one answers.
+func (c *Client) fetchFromSeeds(ctx context.Context) (*granaryv1.GatewaysResponse, error) {
+	var errs []error
+	seeds := c.seeds()
+	if len(seeds) == 0 {
+		return nil, status.Errorf(codes.Unavailable, "client: the gateway DNS name %s resolves to no address", c.o.dnsSeed)
+	}
+	for _, addr := range seeds {
+		list, err := c.fetch(ctx, addr)
+		if err == nil {
+			return list, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, status.Errorf(codes.Unavailable, "client: no gateway answered: %v", errors.Join(errs...))
+}
+
+// fetchTimeout bounds one request for the gateway list.
+const fetchTimeout = 5 * time.Second
+
+// fetch asks the gateway at addr for the gateway list.
+func (c *Client) fetch(ctx context.Context, addr string) (*granaryv1.GatewaysResponse, error) {
+	cc, err := c.net.ClientConn(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
+	out := new(granaryv1.GatewaysResponse)
+	if err := cc.Invoke(ctx, "/"+transport.GatewayService+"/Gateways", new(granaryv1.GatewaysRequest), out, grpc.WaitForReady(true)); err != nil {
+		return nil, err
+	}
+	switch {
+	case out.ClusterId == "":
+		return nil, status.Error(codes.Internal, "the gateway named no cluster")
+	case c.clusterID != "" && out.ClusterId != c.clusterID:
+		return nil, status.Errorf(codes.FailedPrecondition, "the gateway is in cluster %q, not %q", out.ClusterId, c.clusterID)
+	case len(out.Gateways) == 0:
+		return nil, status.Error(codes.Unavailable, "the gateway lists no live gateway")
+	}
+	return out, nil
+}
+
+// apply makes list the live gateway list: the transport learns the new
+// gateways, and forgets the ones gone, which keep their streams until
+// they close them, so what they were sent is still answered.
+func (c *Client) apply(list *granaryv1.GatewaysResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := map[string]*gatewayRef{}
+	for _, g := range c.gateways() {
+		old[g.silo] = g
+	}
+	now := time.Now()
+	for silo, at := range c.departed {
+		if now.Sub(at) > departedMemory {
+			delete(c.departed, silo)
+		}
+	}
+	next := make([]*gatewayRef, 0, len(list.Gateways))
+	for _, pg := range list.Gateways {
+		if pg.Silo == "" || pg.Address == "" || !c.departed[pg.Silo].IsZero() {
+			continue
+		}
+		g := old[pg.Silo]
+		if g == nil || g.addr != pg.Address {
+			g = &gatewayRef{silo: pg.Silo, addr: pg.Address, hash: hashmix.FNV1a(pg.Silo)}
+		}
+		delete(old, pg.Silo)
+		next = append(next, g)
+		c.tport.SetPeer(g.silo, g.addr)
+	}
+	c.gws.Store(&next)
+	for id := range old {
+		if !slices.ContainsFunc(next, func(g *gatewayRef) bool { return g.silo == id }) {
+			c.tport.RemovePeer(id, "no longer a live gateway", true)
+		}
+	}
+}
+
+// departedMemory is how long a gateway that went away is kept off the
+// list: a silo's member ID is new each time it starts, so this only
+// bounds the memory.
+const departedMemory = 10 * time.Minute
+
+// departing takes a gateway that said it is going away off the list.
+func (c *Client) departing(g *gatewayRef) {
+	c.mu.Lock()
+	c.departed[g.silo] = time.Now()
+	cur := c.gateways()
+	next := make([]*gatewayRef, 0, len(cur))
+	for _, o := range cur {
+		if o != g {
+			next = append(next, o)
+		}
+	}
+	c.gws.Store(&next)
+	c.mu.Unlock()
+	c.askRefresh()
+}
+
+// refresh asks the gateways for the live list, the known ones first (in
+// random order), then the seeds.
+func (c *Client) refresh(ctx context.Context) {
+	gws := slices.Clone(c.gateways())
+	rand.Shuffle(len(gws), func(i, j int) { gws[i], gws[j] = gws[j], gws[i] })
+	now := time.Now().UnixNano()
+	slices.SortStableFunc(gws, func(a, b *gatewayRef) int {
+		return boolInt(a.downUntil.Load() > now) - boolInt(b.downUntil.Load() > now)
+	})
+	for _, g := range gws {
+		if list, err := c.fetch(ctx, g.addr); err == nil {
+			c.apply(list)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	list, err := c.fetchFromSeeds(ctx)
+	if err != nil {
+		c.log.Warn("no gateway gave the gateway list", zap.Error(err))
+		return
+	}
+	c.apply(list)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// refreshLoop keeps the gateway list fresh until Close.
+func (c *Client) refreshLoop() {
+	defer c.wg.Done()
+	tk := time.NewTicker(c.o.refresh)
+	defer tk.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-tk.C:
+		case <-c.refreshNow:
+		}
+		c.refresh(c.ctx)
+	}
+}
+
+// askRefresh has the refresher ask for the list now.
+func (c *Client) askRefresh() {
+	select {
+	case c.refreshNow <- struct{}{}:
+	default:
+	}
+}
+
+// pick returns the gateway for a call to grain id that is not in tried:
+// the highest by rendezvous hash among those not marked down, else the
+// highest among those marked down, else nil.
+func (c *Client) pick(id grain.ID, tried []*gatewayRef) *gatewayRef {
+	gws := c.gateways()
+	if len(gws) == 1 && len(tried) == 0 {
+		return gws[0]
+	}
+	h := id.Hash()
+	now := time.Now().UnixNano()
+	var best, bestDown *gatewayRef
+	var score, scoreDown uint64
+	for _, g := range gws {
+		if slices.Contains(tried, g) {
+			continue
+		}
+		s := hashmix.Mix64(h ^ g.hash)
+		if g.downUntil.Load() > now {
+			if bestDown == nil || s > scoreDown {
+				bestDown, scoreDown = g, s
+			}
+			continue
+		}
+		if best == nil || s > score {
+			best, score = g, s
+		}
+	}
+	if best != nil {
+		return best
+	}
+	return bestDown
+}
+
+// markDown has calls avoid g for a while, and the list refreshed.
+func (c *Client) markDown(g *gatewayRef) {
+	g.downUntil.Store(time.Now().Add(c.o.gatewayRetry).UnixNano())
+	c.askRefresh()
+}
+
+// Close ends the client: calls in flight fail with Unavailable, and the
+// connections to the gateways close. Idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	c.tport.Close()
+	c.net.Close()
+	return nil
+}
+
+// refuseAll is the client transport's handler: gateways send clients
+// nothing but responses on this stream.
+type refuseAll struct{}
+
+func (refuseAll) Deliver(_ string, _ *granaryv1.Envelope, r transport.Responder) {
+	r.Reply(&granaryv1.Envelope{Code: uint32(codes.Unimplemented), Message: "granary: this client takes no calls"})
+}

@@ -1,0 +1,121 @@
+package client_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/granaryio/granary/client"
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+	"google.golang.org/grpc/codes"
+)
+
+// outcome is one call of a load run.
+type outcome struct {
+	tag string
+	err error
+}
+
+// load runs callers goroutines that call probe grains through cl with
+// unique tags until stop is closed, and returns every outcome.
+func load(t *testing.T, cl *client.Client, callers int, acked *atomic.Int64, stop <-chan struct{}) func() []outcome {
+	var mu sync.Mutex
+	var out []outcome
+	var wg sync.WaitGroup
+	for w := range callers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tag := fmt.Sprintf("w%d-%d", w, i)
+				_, err := probe.NewProbeRef(cl, fmt.Sprintf("k%d", i%64)).Call(testCtx(t), &probe.Request{Tag: tag})
+				if err == nil {
+					acked.Add(1)
+				}
+				mu.Lock()
+				out = append(out, outcome{tag, err})
+				mu.Unlock()
+			}
+		})
+	}
+	return func() []outcome {
+		wg.Wait()
+		return out
+	}
+}
+
+// TestFailoverWhenAGatewayIsKilled: calls keep flowing while one of two
+// gateway silos is killed. Every call the client was told succeeded ran;
+// the only failures are Unavailable, for the few calls on the killed
+// gateway's stream at that moment; and afterwards calls for every grain
+// succeed, those the client would have sent to the dead gateway included.
+func TestFailoverWhenAGatewayIsKilled(t *testing.T) {
+	c := newCluster(t, "a", "b")
+	cl := c.dial()
+	if len(cl.Gateways()) != 2 {
+		t.Fatalf("the client knows %v, want two gateways", cl.Gateways())
+	}
+	const callers = 8
+	var acked atomic.Int64
+	stop := make(chan struct{})
+	wait := load(t, cl, callers, &acked, stop)
+	waitFor(t, "calls before the kill", func() bool { return acked.Load() >= 300 })
+	c.kill("b")
+	before := acked.Load()
+	waitFor(t, "calls after the kill", func() bool { return acked.Load() >= before+300 })
+	close(stop)
+	failed := 0
+	for _, o := range wait() {
+		if o.err != nil {
+			failed++
+			if grain.Code(o.err) != codes.Unavailable {
+				t.Errorf("call %s: %v, want Unavailable", o.tag, o.err)
+			}
+			continue
+		}
+		if _, ran := c.l.ranOn(o.tag); !ran {
+			t.Errorf("call %s succeeded but no grain ran it", o.tag)
+		}
+	}
+	// Each caller has one call in flight; the client's stream to the dead
+	// gateway may take one more from each before it sees the break.
+	if failed > 2*callers {
+		t.Errorf("%d calls failed, want at most %d (the calls in flight at the kill)", failed, 2*callers)
+	}
+	t.Logf("%d calls failed at the kill", failed)
+	for i := range 128 {
+		if _, err := probe.NewProbeRef(cl, fmt.Sprintf("after%d", i)).Call(testCtx(t), &probe.Request{}); err != nil {
+			t.Fatalf("a call after the kill: %v", err)
+		}
+	}
+	waitFor(t, "the client to drop the dead gateway", func() bool { return len(cl.Gateways()) == 1 })
+}
+
+// TestNoCallFailsWhenAGatewayStops: a gateway silo that stops gracefully
+// tells its clients first, who send their calls elsewhere, and answers
+// what it was sent: no call fails.
+func TestNoCallFailsWhenAGatewayStops(t *testing.T) {
+	c := newCluster(t, "a", "b")
+	cl := c.dial()
+	var acked atomic.Int64
+	stop := make(chan struct{})
+	wait := load(t, cl, 8, &acked, stop)
+	waitFor(t, "calls before the stop", func() bool { return acked.Load() >= 300 })
+	c.stop("b")
+	before := acked.Load()
+	waitFor(t, "calls after the stop", func() bool { return acked.Load() >= before+300 })
+	close(stop)
+	for _, o := range wait() {
+		if o.err != nil {
+			t.Errorf("call %s: %v", o.tag, o.err)
+		} else if _, ran := c.l.ranOn(o.tag); !ran {
+			t.Errorf("call %s succeeded but no grain ran it", o.tag)
+		}
+	}
+	waitFor(t, "the client to drop the stopped gateway", func() bool { return len(cl.Gateways()) == 1 })
+}

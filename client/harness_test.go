@@ -1,0 +1,263 @@
+package client_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/client"
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo"
+	"github.com/granaryio/granary/silo/membership"
+	"github.com/granaryio/granary/silo/transport"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// testTimeout bounds every wait in these tests: a test that needs it has
+// failed.
+const testTimeout = 10 * time.Second
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds, failing after testTimeout. For
+// conditions no event announces.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// ledger is what the probe grains of a test did, across silos.
+type ledger struct {
+	mu   sync.Mutex
+	ran  map[string]string // call tag -> the silo that ran it
+	told map[string]int    // one-way tags received
+	// started is told the tag of each Slow call once it runs; cancelled
+	// the tag and its context's error once its context ends.
+	started   chan string
+	cancelled chan string
+	headers   map[string]string // call tag -> the "who" header
+	deadlines map[string]time.Duration
+}
+
+func newLedger() *ledger {
+	return &ledger{
+		ran: map[string]string{}, told: map[string]int{}, headers: map[string]string{},
+		deadlines: map[string]time.Duration{},
+		started:   make(chan string, 16), cancelled: make(chan string, 16),
+	}
+}
+
+func (l *ledger) ranOn(tag string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.ran[tag]
+	return s, ok
+}
+
+func (l *ledger) toldCount(tag string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.told[tag]
+}
+
+// probeGrain counts its calls and records them in the ledger.
+type probeGrain struct {
+	probe.UnimplementedProbeGrain
+	l    *ledger
+	silo string
+	n    int64
+}
+
+func (g *probeGrain) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	g.n++
+	g.l.mu.Lock()
+	if req.Tag != "" {
+		g.l.ran[req.Tag] = g.silo
+		g.l.headers[req.Tag] = grain.Header(ctx, "who")
+		if d, ok := ctx.Deadline(); ok {
+			g.l.deadlines[req.Tag] = time.Until(d)
+		}
+	}
+	g.l.mu.Unlock()
+	return &probe.Reply{Text: g.silo, N: g.n, Activation: ctx.ActivationID()}, nil
+}
+
+func (g *probeGrain) Tell(_ grain.Context, req *probe.Request) (*emptypb.Empty, error) {
+	g.l.mu.Lock()
+	g.l.told[req.Tag]++
+	g.l.mu.Unlock()
+	return &emptypb.Empty{}, nil
+}
+
+// Slow waits until its context ends and reports both ends.
+func (g *probeGrain) Slow(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	g.l.started <- req.Tag
+	var err error
+	grain.Blocking(ctx, func() {
+		<-ctx.Done()
+		err = ctx.Err()
+	})
+	g.l.cancelled <- req.Tag + ": " + err.Error()
+	return nil, err
+}
+
+// cluster is silos in one process on an in-memory membership hub and
+// network, each serving a gateway on loopback TCP and hosting probe
+// grains.
+type cluster struct {
+	t   *testing.T
+	hub *membership.Hub
+	net *transport.MemNetwork
+	l   *ledger
+
+	mu    sync.Mutex
+	silos map[string]*silo.Silo
+}
+
+func newCluster(t *testing.T, names ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t, hub: membership.NewHub(), net: transport.NewMemNetwork(), l: newLedger(), silos: map[string]*silo.Silo{}}
+	t.Cleanup(c.stopAll)
+	for _, n := range names {
+		c.start(n)
+	}
+	c.waitGateways(len(names))
+	return c
+}
+
+// start starts a silo called name.
+func (c *cluster) start(name string) *silo.Silo {
+	c.t.Helper()
+	cfg := silo.DefaultConfig()
+	cfg.Name = name
+	cc := silo.DefaultClusterConfig()
+	cc.Membership.ClusterID = "client-test"
+	cc.ShutdownGossipDelay = 0
+	cc.LoadReportInterval = 50 * time.Millisecond
+	cc.Listener = c.net.Listener(name + ":7947")
+	cc.Network = c.net.From(name + ":7947")
+	cc.NewMembership = func(mc membership.Config, on func(membership.Event)) (membership.Service, error) {
+		return c.hub.Member(mc, on), nil
+	}
+	cfg.Cluster = &cc
+	gc := silo.DefaultGatewayConfig()
+	gc.Listen = "127.0.0.1:0"
+	cfg.Gateway = &gc
+	if testing.Verbose() {
+		cfg.Logger, _ = zap.NewDevelopment()
+	}
+	s, err := silo.New(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := probe.RegisterProbeGrain(s, func(id grain.ID) probe.ProbeGrain { return &probeGrain{l: c.l, silo: name} }); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := s.Start(testCtx(c.t)); err != nil {
+		c.t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.silos[name] = s
+	c.mu.Unlock()
+	return s
+}
+
+func (c *cluster) silo(name string) *silo.Silo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.silos[name]
+}
+
+func (c *cluster) remove(name string) *silo.Silo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.silos[name]
+	delete(c.silos, name)
+	if s == nil {
+		c.t.Fatalf("no silo %s", name)
+	}
+	return s
+}
+
+// kill ends the silo called name at once, as a killed process would end.
+func (c *cluster) kill(name string) {
+	c.t.Helper()
+	s := c.remove(name)
+	c.net.Down(name+":7947", true)
+	c.hub.Kill(s.Member())
+	s.Close()
+}
+
+// stop stops the silo called name gracefully.
+func (c *cluster) stop(name string) {
+	c.t.Helper()
+	s := c.remove(name)
+	if err := s.Stop(testCtx(c.t)); err != nil {
+		c.t.Errorf("Stop %s: %v", name, err)
+	}
+}
+
+func (c *cluster) stopAll() {
+	c.mu.Lock()
+	ss := c.silos
+	c.silos = map[string]*silo.Silo{}
+	c.mu.Unlock()
+	for name, s := range ss {
+		if err := s.Stop(testCtx(c.t)); err != nil {
+			c.t.Errorf("Stop %s: %v", name, err)
+		}
+	}
+	c.net.Wait()
+}
+
+// waitGateways waits until a client dialled to any silo learns n
+// gateways.
+func (c *cluster) waitGateways(n int) {
+	c.t.Helper()
+	waitFor(c.t, "the gateways to be listed", func() bool {
+		cl, err := client.Dial(testCtx(c.t), client.WithGateways(c.addrs()...))
+		if err != nil {
+			return false
+		}
+		defer cl.Close()
+		return len(cl.Gateways()) == n
+	})
+}
+
+// addrs returns the gateway addresses of the running silos.
+func (c *cluster) addrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, s := range c.silos {
+		out = append(out, s.GatewayAddr())
+	}
+	return out
+}
+
+// dial returns a client of the cluster, closed when the test ends.
+func (c *cluster) dial(opts ...client.Option) *client.Client {
+	c.t.Helper()
+	cl, err := client.Dial(testCtx(c.t), append([]client.Option{client.WithGateways(c.addrs()...)}, opts...)...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { cl.Close() })
+	return cl
+}

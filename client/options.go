@@ -1,0 +1,149 @@
+package client
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+)
+
+// An Option changes how Dial connects and how the client calls.
+type Option func(*options)
+
+type options struct {
+	seeds        []string
+	dnsSeed      string
+	log          *zap.Logger
+	creds        credentials.TransportCredentials
+	callTimeout  time.Duration
+	keepalive    keepalive.ClientParameters
+	refresh      time.Duration
+	maxMessage   int
+	dialOptions  []grpc.DialOption
+	lookupHost   func(host string) ([]string, error)
+	gatewayRetry time.Duration
+}
+
+func defaultOptions() options {
+	return options{
+		log:          zap.NewNop(),
+		callTimeout:  30 * time.Second,
+		keepalive:    keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true},
+		refresh:      30 * time.Second,
+		maxMessage:   4 << 20,
+		lookupHost:   net.LookupHost,
+		gatewayRetry: time.Second,
+	}
+}
+
+// WithGateways names gateways to learn the cluster from, host:port each.
+// The client asks them for the live gateway list and from then on keeps
+// that list fresh on its own; they need not be every gateway.
+func WithGateways(addrs ...string) Option {
+	return func(o *options) { o.seeds = append(o.seeds, addrs...) }
+}
+
+// WithGatewayDNS names the gateways by a DNS name and port, host:port,
+// such as a Kubernetes headless service: every address the name resolves
+// to is a gateway to learn the cluster from. It is resolved again each
+// time the client needs its seeds.
+func WithGatewayDNS(hostport string) Option {
+	return func(o *options) { o.dnsSeed = hostport }
+}
+
+// WithLogger sets the logger. Default: none.
+func WithLogger(l *zap.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithTransportCredentials secures the connections to the gateways.
+// Default: plaintext.
+func WithTransportCredentials(c credentials.TransportCredentials) Option {
+	return func(o *options) { o.creds = c }
+}
+
+// WithTLS secures the connections to the gateways with TLS under cfg.
+func WithTLS(cfg *tls.Config) Option {
+	return WithTransportCredentials(credentials.NewTLS(cfg))
+}
+
+// WithCallTimeout bounds every call whose method, call options and
+// context set no tighter bound. Default 30 s, as a silo's.
+func WithCallTimeout(d time.Duration) Option {
+	return func(o *options) { o.callTimeout = d }
+}
+
+// WithKeepalive sets how the client pings its gateways to find one that
+// died without closing its connections. Default: a ping after 20 s of
+// silence, failing after 10 s more. A gateway enforces how often it may
+// be pinged (silo.GatewayConfig.KeepaliveEnforcement, 10 s by default).
+func WithKeepalive(p keepalive.ClientParameters) Option {
+	return func(o *options) { o.keepalive = p }
+}
+
+// WithGatewayRefresh sets how often the client asks for the live gateway
+// list. It also asks as soon as a gateway fails or goes away. Default
+// 30 s.
+func WithGatewayRefresh(d time.Duration) Option {
+	return func(o *options) { o.refresh = d }
+}
+
+// WithMaxMessageSize bounds the size of a request the client sends and
+// a reply it accepts, in bytes. Default 4 MiB, as a gateway's.
+func WithMaxMessageSize(n int) Option {
+	return func(o *options) { o.maxMessage = n }
+}
+
+// WithDialOptions adds gRPC dial options to the gateway connections:
+// interceptors, a custom dialer, and the like.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
+}
+
+// ConfigError names the option that Dial refused.
+type ConfigError struct {
+	Option string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "client: " + e.Option + ": " + e.Reason }
+
+func (o *options) validate() error {
+	bad := func(opt, format string, args ...any) error {
+		return &ConfigError{Option: opt, Reason: fmt.Sprintf(format, args...)}
+	}
+	if len(o.seeds) == 0 && o.dnsSeed == "" {
+		return errors.New("client: Dial needs gateways to start from: pass WithGateways or WithGatewayDNS")
+	}
+	for i, a := range o.seeds {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return bad("WithGateways", "address %d, %q, is not host:port", i, a)
+		}
+	}
+	if o.dnsSeed != "" {
+		if host, port, err := net.SplitHostPort(o.dnsSeed); err != nil || host == "" || port == "" {
+			return bad("WithGatewayDNS", "%q is not host:port", o.dnsSeed)
+		}
+	}
+	switch {
+	case o.callTimeout <= 0:
+		return bad("WithCallTimeout", "%v must be positive", o.callTimeout)
+	case o.refresh <= 0:
+		return bad("WithGatewayRefresh", "%v must be positive", o.refresh)
+	case o.maxMessage < 1024:
+		return bad("WithMaxMessageSize", "%d must be at least 1024", o.maxMessage)
+	case o.keepalive.Time < 0 || o.keepalive.Timeout < 0:
+		return bad("WithKeepalive", "times must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,475 @@
+package silo
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/grpcapi"
+	"github.com/granaryio/granary/silo/membership"
+	"github.com/granaryio/granary/silo/transport"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// GatewayConfig makes a silo serve external clients on a gRPC server of
+// its own. The server carries three things: the streams of Go clients
+// (client.Dial), which batch calls as silos do among themselves; every
+// grain type registered on the silo as an ordinary gRPC service of the
+// same proto, for clients in any language, with the grain key in the
+// "granary-key" request metadata or a request field marked as the key;
+// and gRPC server reflection and the gRPC health service, so grpcurl and
+// load balancers work with no Granary library. Start from
+// DefaultGatewayConfig.
+type GatewayConfig struct {
+	// Listen is where the gateway listens, host:port; port 0 picks a
+	// free port. Default ":30000".
+	Listen string
+
+	// Advertise is the address clients are told to dial, host:port: what
+	// the silo gossips to the cluster and gateways list to clients.
+	// Default: Listen as bound, with the gossip advertise or bind address
+	// as its host when Listen is bound to every interface (a silo alone
+	// then advertises the address each client reached it at).
+	Advertise string
+
+	// Transport sets the limits of client streams: the largest message,
+	// batching, the send queue. Its ClusterID and Self are filled in.
+	// MaxMessageSize also bounds the requests of plain gRPC clients.
+	Transport transport.Config
+
+	// Credentials secure the gateway, with TLS for instance. Nil serves
+	// plaintext.
+	Credentials credentials.TransportCredentials
+
+	// Keepalive is how the gateway pings idle client connections, and
+	// KeepaliveEnforcement how often clients may ping it. The default
+	// enforcement lets clients ping every 10 s, also without calls in
+	// flight, which is what client.Dial does.
+	Keepalive            keepalive.ServerParameters
+	KeepaliveEnforcement keepalive.EnforcementPolicy
+
+	// ServerOptions are added to the gateway's gRPC server options:
+	// interceptors, say. They apply to the plain gRPC grain services.
+	ServerOptions []grpc.ServerOption
+}
+
+// DefaultGatewayConfig returns the gateway configuration described on
+// each field.
+func DefaultGatewayConfig() GatewayConfig {
+	return GatewayConfig{
+		Listen:               ":30000",
+		Transport:            transport.DefaultConfig(),
+		KeepaliveEnforcement: keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true},
+	}
+}
+
+func (c *GatewayConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: "Gateway." + field, Reason: fmt.Sprintf(format, args...)}
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return bad("Listen", "%q is not host:port: %v", c.Listen, err)
+	}
+	if c.Advertise != "" {
+		if _, port, err := net.SplitHostPort(c.Advertise); err != nil || port == "" || port == "0" {
+			return bad("Advertise", "%q is not a dialable host:port", c.Advertise)
+		}
+	}
+	return nil
+}
+
+// gateway is a silo's service to external clients.
+type gateway struct {
+	s   *Silo
+	cfg GatewayConfig
+	log *zap.Logger
+	// addr is the advertised address, or "" when it is each client's own
+	// view of it (a silo alone bound to every interface).
+	addr      string
+	clusterID string
+	lis       *transport.GRPCListener
+	tport     *transport.Transport
+	health    *health.Server
+
+	// cancels holds, for each call of a client that may cancel it, what
+	// cancels its callee's context.
+	cancelMu sync.Mutex
+	cancels  map[clientCall]context.CancelFunc
+
+	// relays holds the method descriptors made for grain types this silo
+	// does not host, whose calls it passes on without decoding them.
+	relays     sync.Map // relayKey -> *grain.MethodDesc
+	relayCount atomic.Int32
+
+	// inflight counts client requests not yet answered: Stop waits for
+	// them.
+	inflight inflightCount
+}
+
+// clientCall names one request of one client.
+type clientCall struct {
+	client string
+	id     uint64
+}
+
+type relayKey struct {
+	typ, method string
+	index       uint32
+}
+
+// maxRelays bounds the relay descriptors kept: calls for more distinct
+// methods of unhosted types get a new descriptor each.
+const maxRelays = 4096
+
+// listenGateway binds the gateway's listener, so that its address is
+// known before the silo joins its cluster. Start calls it.
+func (s *Silo) listenGateway() error {
+	cfg := *s.cfg.Gateway
+	tcfg := cfg.Transport
+	tcfg.ClusterID, tcfg.Self = "-", "-" // filled in by startGateway; only the limits matter here
+	opts := []grpc.ServerOption{grpc.KeepaliveParams(cfg.Keepalive), grpc.KeepaliveEnforcementPolicy(cfg.KeepaliveEnforcement)}
+	if cfg.Credentials != nil {
+		opts = append(opts, grpc.Creds(cfg.Credentials))
+	}
+	opts = append(opts, cfg.ServerOptions...)
+	g := &gateway{s: s, cfg: cfg, log: s.log.Named("gateway"), cancels: map[clientCall]context.CancelFunc{}}
+	gw, err := transport.ListenGRPCService(cfg.Listen, transport.GatewayService, []grpc.MethodDesc{g.gatewaysMethod()}, tcfg, opts...)
+	if err != nil {
+		return fmt.Errorf("silo: gateway: listening on %s: %w", cfg.Listen, err)
+	}
+	g.lis = gw
+	g.addr = cfg.Advertise
+	if g.addr == "" {
+		g.addr = gatewayAddr(gw.Addr(), s.cfg.Cluster)
+		if g.addr == "" && s.cfg.Cluster != nil {
+			gw.Stop()
+			return &ConfigError{Field: "Gateway.Advertise",
+				Reason: fmt.Sprintf("must be set: the gateway %s is bound to every interface and neither the gossip AdvertiseAddr nor BindAddr names a host clients can dial", gw.Addr())}
+		}
+	}
+	s.gw = g
+	return nil
+}
+
+// gatewayAddr is the address clients dial: the listener's, with a
+// dialable host when it is bound to every interface, or "" when no
+// configured address names one.
+func gatewayAddr(listen string, cc *ClusterConfig) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen
+	}
+	if cc == nil {
+		return ""
+	}
+	for _, h := range []string{cc.Membership.AdvertiseAddr, cc.Membership.BindAddr} {
+		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+			return net.JoinHostPort(h, port)
+		}
+	}
+	return ""
+}
+
+// startGateway starts serving clients, once the silo has joined its
+// cluster (or at once, alone). Start calls it.
+func (s *Silo) startGateway() error {
+	g := s.gw
+	tcfg := g.cfg.Transport
+	tcfg.ClusterID, tcfg.Self = localClusterID, s.cfg.Name
+	if s.cl != nil {
+		tcfg.ClusterID, tcfg.Self = s.cl.cfg.Membership.ClusterID, s.cl.self
+	}
+	if tcfg.Logger == nil {
+		tcfg.Logger = g.log.Named("transport")
+	}
+	if tcfg.Clock == nil {
+		tcfg.Clock = s.clock
+	}
+	g.clusterID = tcfg.ClusterID
+	var err error
+	if g.tport, err = transport.New(tcfg, noNetwork{}, g); err != nil {
+		return fmt.Errorf("silo: gateway: %w", err)
+	}
+	descs := make([]*grain.ServiceDesc, 0, len(s.types))
+	for _, name := range s.hostedTypes() {
+		descs = append(descs, s.types[name].desc)
+	}
+	srv := g.lis.Server()
+	if err := grpcapi.Register(srv, s, descs, g.log); err != nil {
+		return fmt.Errorf("silo: gateway: %w", err)
+	}
+	g.health = grpcapi.RegisterDiscovery(srv)
+	if err := g.lis.Serve(g.tport); err != nil {
+		return fmt.Errorf("silo: gateway: %w", err)
+	}
+	g.log.Info("gateway serving clients", zap.String("listen", g.lis.Addr()), zap.String("advertise", g.addr))
+	return nil
+}
+
+// localClusterID is the cluster ID of a silo alone, which its clients
+// learn from its gateway.
+const localClusterID = "local"
+
+// GatewayAddr returns the address the gateway listens on (a port 0 in the
+// configuration shows as the port picked), or "" when the silo serves no
+// gateway. Valid once Start has returned.
+func (s *Silo) GatewayAddr() string {
+	if s.gw == nil {
+		return ""
+	}
+	return s.gw.lis.Addr()
+}
+
+// noNetwork is the gateway transport's network: a gateway never dials, it
+// only accepts the streams clients open.
+type noNetwork struct{}
+
+func (noNetwork) Dial(context.Context, string) (transport.Conn, error) {
+	return nil, status.Error(codes.Internal, "granary: a gateway does not dial clients")
+}
+
+func (noNetwork) Forget(string) {}
+
+// gatewaysMethod is the unary method that lists the live gateways.
+func (g *gateway) gatewaysMethod() grpc.MethodDesc {
+	return grpc.MethodDesc{
+		MethodName: "Gateways",
+		Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var req granaryv1.GatewaysRequest
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			return g.gateways(ctx)
+		},
+	}
+}
+
+// gateways lists the active silos that serve a gateway. A silo alone, or
+// one whose address is each client's own view of it, answers with the
+// address the client dialled.
+func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, error) {
+	s := g.s
+	if g.tport == nil || !s.ready.Load() {
+		return nil, status.Errorf(codes.Unavailable, "granary: silo %s is not started", s.cfg.Name)
+	}
+	resp := &granaryv1.GatewaysResponse{ClusterId: g.clusterID}
+	self := g.addr
+	if self == "" {
+		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md[":authority"]) > 0 {
+			self = md[":authority"][0]
+		}
+	}
+	if s.cl == nil {
+		if !s.stopping.Load() {
+			resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: s.cfg.Name, Address: self})
+		}
+		return resp, nil
+	}
+	cl := s.cl
+	cl.viewMu.Lock()
+	if cl.selfStatus == membership.StatusActive && !s.stopping.Load() {
+		resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: cl.self, Address: self})
+	}
+	for _, m := range cl.members {
+		if m.Status == membership.StatusActive && m.GatewayAddr != "" {
+			resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: m.ID, Address: m.GatewayAddr})
+		}
+	}
+	cl.viewMu.Unlock()
+	slices.SortFunc(resp.Gateways, func(a, b *granaryv1.Gateway) int { return strings.Compare(a.Silo, b.Silo) })
+	return resp, nil
+}
+
+// Deliver takes an envelope from a client: a call, routed as a call from
+// another silo is, or the cancellation of one. The stream's reader
+// goroutine; it does not block.
+func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
+	if env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL {
+		g.cancelCall(clientCall{from, env.CallId})
+		return
+	}
+	s := g.s
+	refuse := func(code codes.Code, format string, args ...any) {
+		err := status.Errorf(code, format, args...)
+		if r.Expects() {
+			r.Reply(setStatus(&granaryv1.Envelope{}, err))
+		} else {
+			g.log.Warn("dropped a one-way call from a client", zap.String("client", from), zap.Error(err))
+		}
+	}
+	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
+	switch {
+	case id.Type == "" || strings.Contains(id.Type, "/"):
+		refuse(codes.InvalidArgument, "granary: %q is not a grain type", id.Type)
+		return
+	case id.Key == "":
+		refuse(codes.InvalidArgument, "granary: calling a %s grain with an empty key", id.Type)
+		return
+	}
+	var m *grain.MethodDesc
+	if t := s.types[id.Type]; t != nil {
+		idx := int(env.MethodIndex)
+		if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
+			refuse(codes.Unimplemented, "granary: grain type %s has no method %q at index %d", id.Type, env.Method, env.MethodIndex)
+			return
+		}
+		if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
+			refuse(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
+			return
+		}
+		m = &t.desc.Methods[idx]
+	} else {
+		if s.cl == nil {
+			refuse(codes.NotFound, "granary: no silo hosts grain type %q", id.Type)
+			return
+		}
+		m = g.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex})
+	}
+	oneWay := !r.Expects()
+	refs := int32(2)
+	if oneWay {
+		refs = 1
+	}
+	c := s.newCall(refs)
+	c.id, c.method, c.raw, c.oneWay, c.fromClient = id, m, env.Payload, oneWay, true
+	if c.raw == nil {
+		c.raw = []byte{}
+	}
+	timeout := time.Duration(env.TimeoutNanos)
+	if timeout <= 0 {
+		timeout = s.cfg.ResponseTimeout
+	}
+	c.due = s.callNow() + timeout
+	if len(env.Headers) > 0 {
+		kv := make([]string, 0, 2*len(env.Headers))
+		for _, h := range env.Headers {
+			kv = append(kv, h.Key, h.Value)
+		}
+		c.headers = grain.HeadersFromPairs(kv)
+	}
+	if !oneWay {
+		c.waiter, c.responder = clientWaiter, r
+		if env.Cancellable {
+			ctx, cancel := context.WithCancel(context.Background())
+			c.cancel, c.gwCall, c.gwCancel = ctx, clientCall{from, env.CallId}, cancel
+			g.cancelMu.Lock()
+			g.cancels[c.gwCall] = cancel
+			g.cancelMu.Unlock()
+		}
+		g.inflight.add()
+	}
+	s.route(nil, c)
+}
+
+// relayMethod returns a descriptor for a method of a grain type this
+// silo does not host: its request and response decode as Empty, which
+// keeps every field as unknown and encodes it back unchanged, so the
+// call passes through as it came. The silo that runs it checks the
+// method.
+func (g *gateway) relayMethod(k relayKey) *grain.MethodDesc {
+	if m, ok := g.relays.Load(k); ok {
+		return m.(*grain.MethodDesc)
+	}
+	empty := func() proto.Message { return new(emptypb.Empty) }
+	m := &grain.MethodDesc{Name: k.method, FullName: "/" + k.typ + "/" + k.method, Index: int(k.index), NewRequest: empty, NewResponse: empty}
+	if g.relayCount.Load() < maxRelays {
+		if prev, loaded := g.relays.LoadOrStore(k, m); loaded {
+			return prev.(*grain.MethodDesc)
+		}
+		g.relayCount.Add(1)
+	}
+	return m
+}
+
+// cancelCall cancels the callee's context of a client's call, if it is
+// still running.
+func (g *gateway) cancelCall(k clientCall) {
+	g.cancelMu.Lock()
+	cancel := g.cancels[k]
+	delete(g.cancels, k)
+	g.cancelMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// reply answers a client's call; settle calls it once the outcome is in.
+func (g *gateway) reply(c *call) {
+	defer g.inflight.done()
+	if c.gwCancel != nil {
+		g.cancelMu.Lock()
+		delete(g.cancels, c.gwCall)
+		g.cancelMu.Unlock()
+		c.gwCancel() // releases the context; the callee's turn is over or dropped
+	}
+	o := newOutgoing()
+	defer o.free()
+	resp := o.env
+	switch {
+	case c.err != nil:
+		setStatus(resp, c.err)
+	case c.resp != nil:
+		if err := o.encode(c.resp); err != nil {
+			resp.Payload = nil
+			resp.Code, resp.Message = uint32(codes.Internal), "granary: encoding the reply: "+err.Error()
+		}
+	}
+	c.responder.Reply(resp)
+}
+
+// goAway tells the health service and every client that the gateway is
+// going: clients send no new call here and move the calls they have not
+// sent to other gateways. It waits until each client has answered, or
+// ctx ends. Stop calls it first.
+func (g *gateway) goAway(ctx context.Context) {
+	if g.health != nil {
+		g.health.Shutdown()
+	}
+	if g.tport == nil {
+		return
+	}
+	if err := g.tport.GoAway(ctx); err != nil {
+		g.log.Warn("clients did not answer the gateway's go-away in time", zap.Error(err))
+	}
+}
+
+// finish waits until every client call is answered, writes the last
+// answers out and stops the gateway's server, or gives up when ctx ends.
+func (g *gateway) finish(ctx context.Context) error {
+	err := g.inflight.drain(ctx, "client calls")
+	if g.tport != nil {
+		if serr := g.tport.Shutdown(ctx); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	g.lis.GracefulStop(ctx)
+	return err
+}
+
+// close stops the gateway at once: client streams end and what waits on
+// them fails. Idempotent.
+func (g *gateway) close() {
+	if g.tport != nil {
+		g.tport.Close()
+	}
+	g.lis.Stop()
+}

@@ -1,0 +1,220 @@
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/granaryio/granary/grain"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// KeyHeader is the request metadata key that carries the grain key.
+const KeyHeader = "granary-key"
+
+// ErrKeyField is wrapped by the error Register returns when a request
+// message marks a field with the key option that cannot carry the key.
+var ErrKeyField = errors.New("grpcapi: unusable key field")
+
+// serviceLister is the part of *grpc.Server that tells which services it
+// already has. Register uses it, when s has it, to refuse a grain type
+// whose name is taken instead of letting grpc end the process.
+type serviceLister interface {
+	GetServiceInfo() map[string]grpc.ServiceInfo
+}
+
+// Register serves each grain type in types on s as a gRPC service of the
+// same name and methods, whose calls go to grains through c. It fails
+// (naming the type and field) when a type's request message marks an
+// unusable key field; the error then wraps ErrKeyField.
+//
+// Register checks every type before it registers any, so on failure s is
+// unchanged. It also fails on a nil caller or type, on a type listed twice
+// or already served by s, and on a method whose descriptor is incomplete.
+// log receives the package's few messages; nil discards them. Call it
+// before s serves, as grpc requires of every registration.
+func Register(s grpc.ServiceRegistrar, c grain.Caller, types []*grain.ServiceDesc, log *zap.Logger) error {
+	if c == nil {
+		return errors.New("grpcapi: Register without a grain.Caller")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	var served map[string]grpc.ServiceInfo
+	if l, ok := s.(serviceLister); ok {
+		served = l.GetServiceInfo()
+	}
+	seen := make(map[string]bool, len(types))
+	sds := make([]*grpc.ServiceDesc, 0, len(types))
+	for i, t := range types {
+		if t == nil {
+			return fmt.Errorf("grpcapi: grain type %d of %d is nil", i+1, len(types))
+		}
+		if seen[t.Type] {
+			return fmt.Errorf("grpcapi: grain type %s is listed twice", t.Type)
+		}
+		if _, ok := served[t.Type]; ok {
+			return fmt.Errorf("grpcapi: the server already has a service named %s", t.Type)
+		}
+		seen[t.Type] = true
+		sd, err := newServiceDesc(t, c, log)
+		if err != nil {
+			return err
+		}
+		sds = append(sds, sd)
+	}
+	for i, sd := range sds {
+		s.RegisterService(sd, types[i])
+		log.Debug("grain type served over gRPC", zap.String("type", sd.ServiceName), zap.Int("methods", len(sd.Methods)))
+	}
+	return nil
+}
+
+// newServiceDesc builds the gRPC service of the grain type t: one unary
+// method per grain method, each with its own handler.
+func newServiceDesc(t *grain.ServiceDesc, c grain.Caller, log *zap.Logger) (*grpc.ServiceDesc, error) {
+	if t.Type == "" {
+		return nil, errors.New("grpcapi: a grain type has no name")
+	}
+	sd := &grpc.ServiceDesc{
+		ServiceName: t.Type,
+		// The server value registered with the service is t, which
+		// satisfies the empty interface; the handlers pass it to the
+		// interceptor and need nothing else from it.
+		HandlerType: (*any)(nil),
+		Methods:     make([]grpc.MethodDesc, 0, len(t.Methods)),
+		Metadata:    t.File,
+	}
+	for i := range t.Methods {
+		m, err := newMethod(t, &t.Methods[i], c, log)
+		if err != nil {
+			return nil, err
+		}
+		sd.Methods = append(sd.Methods, grpc.MethodDesc{MethodName: m.desc.Name, Handler: m.handle})
+	}
+	return sd, nil
+}
+
+// A method serves one grain method over gRPC. It is built by Register and
+// read-only afterwards, so its handler may run on any number of
+// goroutines at once.
+type method struct {
+	typ  string // the grain type
+	name string // "type/method", for messages
+	desc *grain.MethodDesc
+	kind grain.KeyKind
+	c    grain.Caller
+	log  *zap.Logger
+
+	// reqDesc is the request message's descriptor, against which a
+	// request an interceptor hands on is checked.
+	reqDesc protoreflect.MessageDescriptor
+	// keyField is the request field marked with the key option, or nil.
+	keyField protoreflect.FieldDescriptor
+	// noKey is the message of the InvalidArgument status for a call that
+	// gives no key: it says where the key may go.
+	noKey string
+	// unary is m.call as a grpc.UnaryHandler, made once so that calls
+	// through an interceptor do not each make it again.
+	unary grpc.UnaryHandler
+}
+
+// newMethod checks the method md of the grain type t and its request's
+// key option, and builds its server side.
+func newMethod(t *grain.ServiceDesc, md *grain.MethodDesc, c grain.Caller, log *zap.Logger) (*method, error) {
+	name := t.Type + "/" + md.Name
+	switch {
+	case md.Name == "":
+		return nil, fmt.Errorf("grpcapi: grain type %s has a method with no name", t.Type)
+	case md.FullName != "/"+name:
+		return nil, fmt.Errorf("grpcapi: grain method %s has the full name %q, want %q", name, md.FullName, "/"+name)
+	case md.NewRequest == nil || md.NewResponse == nil:
+		return nil, fmt.Errorf("grpcapi: grain method %s lacks NewRequest or NewResponse", name)
+	}
+	req := md.NewRequest()
+	if req == nil {
+		return nil, fmt.Errorf("grpcapi: grain method %s: NewRequest returned nil", name)
+	}
+	m := &method{
+		typ:     t.Type,
+		name:    name,
+		desc:    md,
+		kind:    t.Options.KeyKind,
+		c:       c,
+		log:     log,
+		reqDesc: req.ProtoReflect().Descriptor(),
+	}
+	f, err := findKeyField(m.reqDesc, m.kind)
+	if err != nil {
+		return nil, fmt.Errorf("%w: grain type %s, rpc %s: %v", ErrKeyField, t.Type, md.Name, err)
+	}
+	m.keyField = f
+	m.noKey = fmt.Sprintf("granary: %s needs a grain key: send it as request metadata %q", name, KeyHeader+": <key>")
+	if f != nil {
+		m.noKey = fmt.Sprintf("granary: %s needs a grain key: set the request field %s (%s), or send it as request metadata %q",
+			name, f.Name(), f.FullName(), KeyHeader+": <key>")
+	}
+	m.unary = m.intercepted
+	return m, nil
+}
+
+// handle is the grpc.MethodDesc handler: it decodes the request and calls
+// the grain, through the server's interceptor when there is one. srv is
+// the grain type's *grain.ServiceDesc. Any goroutine.
+func (m *method) handle(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	req := m.desc.NewRequest()
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return m.call(ctx, req)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: m.desc.FullName}
+	return interceptor(ctx, req, info, m.unary)
+}
+
+// intercepted is the handler an interceptor calls on: req must still be
+// a request of the method's type. Any goroutine.
+func (m *method) intercepted(ctx context.Context, req any) (any, error) {
+	msg, ok := req.(proto.Message)
+	if !ok || msg.ProtoReflect().Descriptor() != m.reqDesc {
+		return nil, status.Errorf(codes.Internal, "granary: %s: an interceptor handed on a %T, not a %s", m.name, req, m.reqDesc.FullName())
+	}
+	return m.call(ctx, msg)
+}
+
+// call finds the grain key of req and calls the grain. Any goroutine.
+func (m *method) call(ctx context.Context, req proto.Message) (any, error) {
+	key, err := m.key(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := m.c.Invoke(ctx, grain.NewID(m.typ, key), m.desc, req)
+	if err != nil {
+		return nil, m.status(err)
+	}
+	if reply == nil || m.desc.OneWay {
+		return m.desc.NewResponse(), nil
+	}
+	return reply, nil
+}
+
+// status returns err as a gRPC status error. A Caller's errors already
+// are; a context's error gets its code, and anything else, which is a
+// Caller's bug, is logged and becomes Unknown. Any goroutine.
+func (m *method) status(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return status.FromContextError(err).Err()
+	}
+	m.log.Warn("grain call failed with an error that carries no gRPC status",
+		zap.String("method", m.desc.FullName), zap.Error(err))
+	return status.Error(codes.Unknown, err.Error())
+}
