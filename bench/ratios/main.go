@@ -29,6 +29,8 @@ var pairs = []struct {
 	{"LocalCall", "BaselineChanAsk", 2},
 	{"GrainToGrain", "BaselineChanAsk", 0},
 	{"CrossSiloCall", "BaselineGRPCBidiPingPong", 1.5},
+	{"ClientCall/sequential", "CrossSiloCall", 0},
+	{"ClientCall/concurrent=256", "CrossSiloThroughput", 0},
 	{"Handoff/inline", "BaselineChanRoundTrip", 2},
 	{"Handoff/blocking", "BaselineChanRoundTrip", 2},
 	{"GoroutinePerRun/RoundTrip", "BaselineChanRoundTrip", 0},

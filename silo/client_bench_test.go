@@ -1,0 +1,96 @@
+package silo
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/client"
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+)
+
+// BenchmarkClientCall is calls from an external client through a silo's
+// gateway to grains on that silo, over gRPC on loopback: one at a time
+// (sequential), and from 256 concurrent callers, each calling its own
+// grain (concurrent=256; calls/s is the figure). Compare them with
+// BenchmarkCrossSiloCall and BenchmarkCrossSiloThroughput: the same
+// calls between two silos.
+func BenchmarkClientCall(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Name = "gateway"
+	gc := DefaultGatewayConfig()
+	gc.Listen = "127.0.0.1:0"
+	cfg.Gateway = &gc
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchProbe{} }); err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			b.Error(err)
+		}
+	}()
+	c, err := client.Dial(ctx, client.WithGateways(s.GatewayAddr()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+
+	b.Run("sequential", func(b *testing.B) {
+		ref := probe.NewProbeRef(c, "one")
+		req := &probe.Request{Tag: "ping", N: 1}
+		if _, err := ref.Call(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if _, err := ref.Call(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("concurrent=256", func(b *testing.B) {
+		const callers = 256
+		refs := make(chan probe.ProbeRef, callers)
+		for i := range callers {
+			ref := probe.NewProbeRef(c, fmt.Sprintf("t%d", i))
+			if _, err := ref.Call(context.Background(), &probe.Request{}); err != nil {
+				b.Fatal(err)
+			}
+			refs <- ref
+		}
+		b.SetParallelism(callers / 2) // GOMAXPROCS is 2 here
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			var ref probe.ProbeRef
+			select {
+			case ref = <-refs:
+			default:
+				ref = probe.NewProbeRef(c, "overflow")
+			}
+			req := &probe.Request{Tag: "t", N: 1}
+			for pb.Next() {
+				if _, err := ref.Call(context.Background(), req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+	})
+}
