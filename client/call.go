@@ -30,7 +30,7 @@ func (c *Client) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, r
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		p.cancelled(ctx, settler)
+		p.cancelled(ctx)
 		<-p.done // whoever settled it has set the outcome by then
 	}
 	return p.resp, p.err
@@ -46,6 +46,10 @@ func (c *Client) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDe
 	}
 	return p
 }
+
+// maxCallTimeout is the longest a call may be given, as a silo's
+// MaxCallTimeout: a longer one would overflow the deadline arithmetic.
+const maxCallTimeout = 100 * 365 * 24 * time.Hour
 
 // pcall is a call in flight.
 type pcall struct {
@@ -70,8 +74,13 @@ type pcall struct {
 	done    chan struct{} // closed once resp and err are set
 	resp    proto.Message
 	err     error
+
+	// The deadline timer and the watch on the call's context, stopped
+	// by whoever settles the call. Either may fire before start has
+	// recorded both: stopMu orders them.
+	stopMu  sync.Mutex
 	timer   *time.Timer
-	stopCtx func() bool // unregisters the watch on the call's context
+	stopCtx func() bool
 }
 
 // sentTo is one offer of a call to a gateway.
@@ -100,6 +109,7 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	if timeout <= 0 {
 		timeout = c.o.callTimeout
 	}
+	timeout = min(timeout, maxCallTimeout)
 	deadline := time.Now().Add(timeout)
 	ctxDeadline, hasCtxDeadline := ctx.Deadline()
 	if hasCtxDeadline && ctxDeadline.Before(deadline) {
@@ -116,6 +126,7 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 		Method:      m.Name,
 		MethodIndex: uint32(m.Index),
 		Payload:     payload,
+		Observer:    m.Observe != nil,
 	}
 	if h := ctx.Value(grain.HeaderKey()); h != nil {
 		kv := grain.AppendHeaders(nil, h)
@@ -130,12 +141,14 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	}
 	env.Cancellable = ctx.Done() != nil
 	p := &pcall{c: c, id: id, m: m, env: env, deadline: deadline, done: make(chan struct{})}
+	p.stopMu.Lock()
 	if !hasCtxDeadline || deadline.Before(ctxDeadline) {
 		p.timer = time.AfterFunc(time.Until(deadline), p.timedOut)
 	}
 	if watch && ctx.Done() != nil {
-		p.stopCtx = context.AfterFunc(ctx, func() { p.cancelled(ctx, ctxWatch) })
+		p.stopCtx = context.AfterFunc(ctx, func() { p.cancelled(ctx) })
 	}
+	p.stopMu.Unlock()
 	p.send()
 	return p, nil
 }
@@ -236,45 +249,34 @@ func (p *pcall) onReply(resp *granaryv1.Envelope, err error) {
 	p.settle(out, nil)
 }
 
-// settlerKind says who settles a call: the timer and the watch on the
-// call's context may fire before start has recorded them, so they leave
-// the other one alone.
-type settlerKind uint8
-
-const (
-	settler  settlerKind = iota // anyone else
-	timer                       // the deadline timer
-	ctxWatch                    // the watch on the call's context
-)
-
 // settle records the outcome, unless there is one already, and stops the
 // timer and the context watch.
-func (p *pcall) settle(resp proto.Message, err error) bool { return p.settleBy(settler, resp, err) }
-
-func (p *pcall) settleBy(by settlerKind, resp proto.Message, err error) bool {
+func (p *pcall) settle(resp proto.Message, err error) bool {
 	if !p.settled.CompareAndSwap(false, true) {
 		return false
 	}
 	p.resp, p.err = resp, err
-	if p.timer != nil && by != timer { // set before the watch started
+	p.stopMu.Lock()
+	if p.timer != nil {
 		p.timer.Stop()
 	}
-	if by == settler && p.stopCtx != nil {
+	if p.stopCtx != nil {
 		p.stopCtx()
 	}
+	p.stopMu.Unlock()
 	close(p.done)
 	return true
 }
 
 // timedOut fails the call at its deadline. The gateway ends it there too.
 func (p *pcall) timedOut() {
-	p.settleBy(timer, nil, status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", p.m.Name, p.id))
+	p.settle(nil, status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", p.m.Name, p.id))
 }
 
 // cancelled fails the call with the error of ctx, the call's, which
 // ended, and tells the gateway, which cancels the grain's context.
-func (p *pcall) cancelled(ctx context.Context, by settlerKind) {
-	if !p.settleBy(by, nil, contextError(ctx)) {
+func (p *pcall) cancelled(ctx context.Context) {
+	if !p.settle(nil, contextError(ctx)) {
 		return
 	}
 	p.sentMu.Lock()

@@ -60,6 +60,20 @@ type Client struct {
 	// the lists the gateways give stop naming them: a list may be older
 	// than the news.
 	departed map[string]time.Time
+	// observers are the client's observers, by key; nextObserver numbers
+	// them.
+	observers    map[string]*observer
+	nextObserver uint64
+
+	// home is the gateway through which grains reach the observers, once
+	// there are any; homing is the gateway being asked to be home, and
+	// homingLost says its stream ended meanwhile. homingMu serialises
+	// moving home; homeMu guards the three.
+	homingMu   sync.Mutex
+	homeMu     sync.Mutex
+	home       *gatewayRef
+	homing     *gatewayRef
+	homingLost bool
 
 	refreshNow chan struct{} // capacity 1: ask for the list at once
 	// ctx ends at Close, ending the refresher and what it waits on.
@@ -109,6 +123,7 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 		net:        transport.NewGRPCServiceNetwork(transport.GatewayService, tcfg, dial...),
 		refreshNow: make(chan struct{}, 1),
 		departed:   map[string]time.Time{},
+		observers:  map[string]*observer{},
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	list, err := c.fetchFromSeeds(ctx)
@@ -119,7 +134,7 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 	}
 	c.clusterID = list.ClusterId
 	tcfg.ClusterID, tcfg.Self = c.clusterID, c.id
-	if c.tport, err = transport.New(tcfg, c.net, refuseAll{}); err != nil {
+	if c.tport, err = transport.New(tcfg, c.net, c); err != nil {
 		c.cancel()
 		c.net.Close()
 		return nil, fmt.Errorf("client: %w", err)
@@ -211,7 +226,7 @@ func (c *Client) fetch(ctx context.Context, addr string) (*granaryv1.GatewaysRes
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
 	out := new(granaryv1.GatewaysResponse)
-	if err := cc.Invoke(ctx, "/"+transport.GatewayService+"/Gateways", new(granaryv1.GatewaysRequest), out, grpc.WaitForReady(true)); err != nil {
+	if err := cc.Invoke(ctx, "/"+transport.GatewayService+"/Gateways", new(granaryv1.GatewaysRequest), out); err != nil {
 		return nil, err
 	}
 	switch {
@@ -379,8 +394,10 @@ func (c *Client) markDown(g *gatewayRef) {
 	c.askRefresh()
 }
 
-// Close ends the client: calls in flight fail with Unavailable, and the
-// connections to the gateways close. Idempotent.
+// Close ends the client: calls in flight fail with Unavailable, its
+// observers end (grains calling them get NotFound), and the connections
+// to the gateways close. It waits for the observer calls running.
+// Idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -390,16 +407,8 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.cancel()
+	c.tport.Close() // no call reaches an observer after it
 	c.wg.Wait()
-	c.tport.Close()
 	c.net.Close()
 	return nil
-}
-
-// refuseAll is the client transport's handler: gateways send clients
-// nothing but responses on this stream.
-type refuseAll struct{}
-
-func (refuseAll) Deliver(_ string, _ *granaryv1.Envelope, r transport.Responder) {
-	r.Reply(&granaryv1.Envelope{Code: uint32(codes.Unimplemented), Message: "granary: this client takes no calls"})
 }

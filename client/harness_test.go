@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -85,6 +86,9 @@ type probeGrain struct {
 }
 
 func (g *probeGrain) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	if len(req.Path) > 0 {
+		return g.callObserver(ctx, req)
+	}
 	g.n++
 	g.l.mu.Lock()
 	if req.Tag != "" {
@@ -96,6 +100,29 @@ func (g *probeGrain) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, 
 	}
 	g.l.mu.Unlock()
 	return &probe.Reply{Text: g.silo, N: g.n, Activation: ctx.ActivationID()}, nil
+}
+
+// callObserver calls the observer whose ID is req.Path[0]: for tag
+// "notify", req.N one-way Notify calls numbered 1 to N; for "ask", one
+// Ask, whose reply it returns.
+func (g *probeGrain) callObserver(ctx grain.Context, req *probe.Request) (*probe.Reply, error) {
+	id, err := grain.ParseID(req.Path[0])
+	if err != nil {
+		return nil, err
+	}
+	obs := probe.ProbeObserverRefFromID(ctx.Caller(), id)
+	switch req.Tag {
+	case "notify":
+		for i := int64(1); i <= req.N; i++ {
+			if _, err := obs.Notify(ctx, &probe.Request{N: i, Text: g.silo}); err != nil {
+				return nil, err
+			}
+		}
+		return &probe.Reply{Text: g.silo}, nil
+	case "ask":
+		return obs.Ask(ctx, &probe.Request{Text: req.Text})
+	}
+	return nil, fmt.Errorf("no observer behaviour %q", req.Tag)
 }
 
 func (g *probeGrain) Tell(_ grain.Context, req *probe.Request) (*emptypb.Empty, error) {

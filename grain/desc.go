@@ -21,8 +21,13 @@ type MethodDesc struct {
 	FullName string
 	// Index is the method's position in ServiceDesc.Methods.
 	Index int
-	// Handler calls the method on an activation.
+	// Handler calls the method on an activation. Nil for the methods of
+	// an observer service, which have Observe instead.
 	Handler Handler
+	// Observe calls the method on an observer, in the process that made
+	// it. Set only for the methods of an observer service: a call whose
+	// method has it goes to an observer, not to a grain.
+	Observe ObserverHandler
 	// NewRequest and NewResponse return empty messages of the method's
 	// types, for decoding off the wire.
 	NewRequest  func() proto.Message
@@ -111,6 +116,10 @@ type ServiceDesc struct {
 	Options TypeOptions
 	// File is the .proto file the service was generated from.
 	File string
+	// Observer: the service is an observer interface (grain option
+	// observer), implemented outside the cluster and called by grains,
+	// not a grain type.
+	Observer bool
 }
 
 // Method returns the method called name, or nil.

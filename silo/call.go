@@ -68,13 +68,15 @@ type call struct {
 	servedBy   string
 	retries    uint8 // directory requests retried
 
-	// A call from an external client (fromClient), through this silo's
-	// gateway: gwCancel, when the client may cancel it, cancels the
-	// context cancel holds, and gwCall is its name in the gateway's
-	// table of those.
+	// fromClient: the call came from an external client, through this
+	// silo's gateway.
 	fromClient bool
-	gwCall     clientCall
-	gwCancel   context.CancelFunc
+	// A call from another process that its sender may cancel: cancelFn
+	// cancels the context cancel holds, and cancelKey is its name in
+	// the table cancels.
+	cancels   *cancelTable
+	cancelKey remoteCall
+	cancelFn  context.CancelFunc
 
 	// Set by the activation that runs the call.
 	act    *activationRec
@@ -310,6 +312,19 @@ func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
 // its deadline passed.
 func (c *call) expired() bool {
 	return c.isSettled() || (c.oneWay || c.waiter == remoteWaiter || c.waiter == clientWaiter) && c.s.callNow() >= c.due
+}
+
+// MaxCallTimeout is the longest a call may be given: longer timeouts,
+// which would overflow the silo's clock arithmetic, are cut to it.
+const MaxCallTimeout = 100 * 365 * 24 * time.Hour
+
+// callTimeout is the time a call is given: d, at most MaxCallTimeout, or
+// the silo's ResponseTimeout when d is not positive.
+func (s *Silo) callTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return s.cfg.ResponseTimeout
+	}
+	return min(d, MaxCallTimeout)
 }
 
 // deadline is the call's deadline as a time.

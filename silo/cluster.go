@@ -133,6 +133,9 @@ type cluster struct {
 	// calls forwarded from here not yet answered: Stop waits for both
 	// before it leaves.
 	inflight inflightCount
+	// cancels holds what cancels the requests from other silos that
+	// their senders may cancel.
+	cancels cancelTable
 	// retryArmed: a timer to send failed registrations again is set.
 	retryArmed atomic.Bool
 	// departed remembers the members that left or failed, most recent
@@ -405,8 +408,9 @@ func (cl *cluster) refreshLocked() {
 }
 
 // registeredActivations yields this silo's activations that hold their
-// directory entry, for the directory to register again where their
-// owner changed.
+// directory entry, and the entries of the clients whose home is its
+// gateway, for the directory to register again where their owner
+// changed.
 func (s *Silo) registeredActivations() iter.Seq[directory.Item] {
 	self := s.cl.self
 	return func(yield func(directory.Item) bool) {
@@ -424,6 +428,13 @@ func (s *Silo) registeredActivations() iter.Seq[directory.Item] {
 			})
 			if !ok {
 				return
+			}
+		}
+		if s.gw != nil {
+			for _, it := range s.gw.homeEntries() {
+				if !yield(it) {
+					return
+				}
 			}
 		}
 	}
@@ -609,6 +620,7 @@ func (cl *cluster) close() {
 }
 
 func (cl *cluster) closeNow() {
+	cl.cancels.cancelAll()
 	if cl.loadStop != nil {
 		close(cl.loadStop)
 		<-cl.loadDone

@@ -6,10 +6,9 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/silo/grpcapi"
@@ -23,8 +22,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // GatewayConfig makes a silo serve external clients on a gRPC server of
@@ -107,35 +104,15 @@ type gateway struct {
 	tport     *transport.Transport
 	health    *health.Server
 
-	// cancels holds, for each call of a client that may cancel it, what
-	// cancels its callee's context.
-	cancelMu sync.Mutex
-	cancels  map[clientCall]context.CancelFunc
+	homes homes
 
-	// relays holds the method descriptors made for grain types this silo
-	// does not host, whose calls it passes on without decoding them.
-	relays     sync.Map // relayKey -> *grain.MethodDesc
-	relayCount atomic.Int32
+	// cancels holds what cancels the calls clients may cancel.
+	cancels cancelTable
 
 	// inflight counts client requests not yet answered: Stop waits for
 	// them.
 	inflight inflightCount
 }
-
-// clientCall names one request of one client.
-type clientCall struct {
-	client string
-	id     uint64
-}
-
-type relayKey struct {
-	typ, method string
-	index       uint32
-}
-
-// maxRelays bounds the relay descriptors kept: calls for more distinct
-// methods of unhosted types get a new descriptor each.
-const maxRelays = 4096
 
 // listenGateway binds the gateway's listener, so that its address is
 // known before the silo joins its cluster. Start calls it.
@@ -148,7 +125,8 @@ func (s *Silo) listenGateway() error {
 		opts = append(opts, grpc.Creds(cfg.Credentials))
 	}
 	opts = append(opts, cfg.ServerOptions...)
-	g := &gateway{s: s, cfg: cfg, log: s.log.Named("gateway"), cancels: map[clientCall]context.CancelFunc{}}
+	g := &gateway{s: s, cfg: cfg, log: s.log.Named("gateway")}
+	g.homes.m = map[string]directory.Entry{}
 	gw, err := transport.ListenGRPCService(cfg.Listen, transport.GatewayService, []grpc.MethodDesc{g.gatewaysMethod()}, tcfg, opts...)
 	if err != nil {
 		return fmt.Errorf("silo: gateway: listening on %s: %w", cfg.Listen, err)
@@ -303,8 +281,18 @@ func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 // another silo is, or the cancellation of one. The stream's reader
 // goroutine; it does not block.
 func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
-	if env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL {
-		g.cancelCall(clientCall{from, env.CallId})
+	switch env.Kind {
+	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
+		g.cancels.cancel(remoteCall{from, env.CallId})
+		return
+	case granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME:
+		g.home(from, r)
+		return
+	case granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
+	default:
+		if r.Expects() {
+			r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: a gateway takes no %v envelopes from clients", env.Kind)))
+		}
 		return
 	}
 	s := g.s
@@ -326,7 +314,9 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 		return
 	}
 	var m *grain.MethodDesc
-	if t := s.types[id.Type]; t != nil {
+	if env.Observer {
+		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, true})
+	} else if t := s.types[id.Type]; t != nil {
 		idx := int(env.MethodIndex)
 		if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
 			refuse(codes.Unimplemented, "granary: grain type %s has no method %q at index %d", id.Type, env.Method, env.MethodIndex)
@@ -342,7 +332,7 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 			refuse(codes.NotFound, "granary: no silo hosts grain type %q", id.Type)
 			return
 		}
-		m = g.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex})
+		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, false})
 	}
 	oneWay := !r.Expects()
 	refs := int32(2)
@@ -354,11 +344,7 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	if c.raw == nil {
 		c.raw = []byte{}
 	}
-	timeout := time.Duration(env.TimeoutNanos)
-	if timeout <= 0 {
-		timeout = s.cfg.ResponseTimeout
-	}
-	c.due = s.callNow() + timeout
+	c.due = s.callNow() + s.callTimeout(time.Duration(env.TimeoutNanos))
 	if len(env.Headers) > 0 {
 		kv := make([]string, 0, 2*len(env.Headers))
 		for _, h := range env.Headers {
@@ -369,58 +355,17 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	if !oneWay {
 		c.waiter, c.responder = clientWaiter, r
 		if env.Cancellable {
-			ctx, cancel := context.WithCancel(context.Background())
-			c.cancel, c.gwCall, c.gwCancel = ctx, clientCall{from, env.CallId}, cancel
-			g.cancelMu.Lock()
-			g.cancels[c.gwCall] = cancel
-			g.cancelMu.Unlock()
+			g.cancels.add(c, remoteCall{from, env.CallId})
 		}
 		g.inflight.add()
 	}
 	s.route(nil, c)
 }
 
-// relayMethod returns a descriptor for a method of a grain type this
-// silo does not host: its request and response decode as Empty, which
-// keeps every field as unknown and encodes it back unchanged, so the
-// call passes through as it came. The silo that runs it checks the
-// method.
-func (g *gateway) relayMethod(k relayKey) *grain.MethodDesc {
-	if m, ok := g.relays.Load(k); ok {
-		return m.(*grain.MethodDesc)
-	}
-	empty := func() proto.Message { return new(emptypb.Empty) }
-	m := &grain.MethodDesc{Name: k.method, FullName: "/" + k.typ + "/" + k.method, Index: int(k.index), NewRequest: empty, NewResponse: empty}
-	if g.relayCount.Load() < maxRelays {
-		if prev, loaded := g.relays.LoadOrStore(k, m); loaded {
-			return prev.(*grain.MethodDesc)
-		}
-		g.relayCount.Add(1)
-	}
-	return m
-}
-
-// cancelCall cancels the callee's context of a client's call, if it is
-// still running.
-func (g *gateway) cancelCall(k clientCall) {
-	g.cancelMu.Lock()
-	cancel := g.cancels[k]
-	delete(g.cancels, k)
-	g.cancelMu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-}
-
 // reply answers a client's call; settle calls it once the outcome is in.
 func (g *gateway) reply(c *call) {
 	defer g.inflight.done()
-	if c.gwCancel != nil {
-		g.cancelMu.Lock()
-		delete(g.cancels, c.gwCall)
-		g.cancelMu.Unlock()
-		c.gwCancel() // releases the context; the callee's turn is over or dropped
-	}
+	c.forgetCancel()
 	o := newOutgoing()
 	defer o.free()
 	resp := o.env
@@ -436,6 +381,16 @@ func (g *gateway) reply(c *call) {
 	c.responder.Reply(resp)
 }
 
+// goAwayTimeout bounds the wait for clients to answer a go-away: a client
+// that does not answer (frozen, or cut off) is not waited for longer, and
+// its calls, if it sends any, are refused as the silo stops.
+const goAwayTimeout = 5 * time.Second
+
+// stopGrace bounds the wait for the gateway's plain gRPC calls and
+// streams (a load balancer's health watch, above all) to end once the
+// client streams are closed; then they are cut.
+const stopGrace = 500 * time.Millisecond
+
 // goAway tells the health service and every client that the gateway is
 // going: clients send no new call here and move the calls they have not
 // sent to other gateways. It waits until each client has answered, or
@@ -447,6 +402,8 @@ func (g *gateway) goAway(ctx context.Context) {
 	if g.tport == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, goAwayTimeout)
+	defer cancel()
 	if err := g.tport.GoAway(ctx); err != nil {
 		g.log.Warn("clients did not answer the gateway's go-away in time", zap.Error(err))
 	}
@@ -461,13 +418,16 @@ func (g *gateway) finish(ctx context.Context) error {
 			err = serr
 		}
 	}
-	g.lis.GracefulStop(ctx)
+	gctx, cancel := context.WithTimeout(ctx, stopGrace)
+	defer cancel()
+	g.lis.GracefulStop(gctx)
 	return err
 }
 
 // close stops the gateway at once: client streams end and what waits on
 // them fails. Idempotent.
 func (g *gateway) close() {
+	g.cancels.cancelAll()
 	if g.tport != nil {
 		g.tport.Close()
 	}

@@ -136,11 +136,7 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 			c.waiter = turnWaiter
 		}
 	}
-	timeout := o.Timeout
-	if timeout <= 0 {
-		timeout = s.cfg.ResponseTimeout
-	}
-	c.due = s.callNow() + timeout
+	c.due = s.callNow() + s.callTimeout(o.Timeout)
 	if d, ok := ctx.Deadline(); ok {
 		if due := d.Sub(s.epoch); due < c.due {
 			c.due, c.exact = due, d
@@ -190,6 +186,10 @@ func (s *Silo) route(e *activation.Exec, c *call) {
 	if t == nil || t.desc.Type != c.id.Type {
 		t = s.types[c.id.Type]
 		if t == nil {
+			if c.method.Observe != nil {
+				s.routeObserver(c)
+				return
+			}
 			if s.cl != nil {
 				s.cl.resolve(c, nil) // hosted elsewhere, if anywhere
 				return

@@ -170,16 +170,25 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 		c.release()
 		return
 	}
+	var w *cancelWatch
+	cctx := c.cancel // c may be released before Call returns
+	if cctx != nil {
+		o.env.Cancellable = true
+		w = new(cancelWatch)
+	}
 	cl.inflight.add()
-	cl.tport.Call(to, o.env, c.deadline(), func(resp *granaryv1.Envelope, err error) {
+	id := cl.tport.Call(to, o.env, c.deadline(), func(resp *granaryv1.Envelope, err error) {
 		defer cl.inflight.done()
+		if w != nil {
+			w.done()
+		}
 		if err != nil {
 			cl.notSent(c, via, err)
 			return
 		}
 		c.servedBy = to
 		if resp.ActivationSilo != "" && resp.ActivationSilo != to {
-			cl.dir.Invalidate(c.id, directory.Entry{}) // it was passed on
+			cl.dir.Invalidate(c.dirID(), directory.Entry{}) // it was passed on
 			c.servedBy = resp.ActivationSilo
 		}
 		if err := statusOf(resp); err != nil {
@@ -194,6 +203,9 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 		c.settle(nil, out, nil)
 		c.release()
 	})
+	if w != nil {
+		w.watch(cctx, id, func(env *granaryv1.Envelope, deadline time.Time) error { return cl.tport.Send(to, env, deadline) })
+	}
 }
 
 // notSent handles a call forward could not deliver to via.Silo: one that
@@ -201,7 +213,7 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 // entry unregistered first), or shortly while it may be alive behind a
 // broken link; any other fails.
 func (cl *cluster) notSent(c *call, via directory.Entry, err error) {
-	cl.dir.Invalidate(c.id, directory.Entry{})
+	cl.dir.Invalidate(c.dirID(), directory.Entry{})
 	reroute := func() { c.placedHere = false; cl.s.route(nil, c) }
 	switch {
 	case transport.NotSent(err) && cl.view.Load().gone(via.Silo) && c.retries < maxDirectoryRetries && !cl.closed.Load():
@@ -210,7 +222,7 @@ func (cl *cluster) notSent(c *call, via directory.Entry, err error) {
 		// gone: it may have just joined.)
 		c.retries++
 		if via.Activation != 0 {
-			cl.dir.Unregister(c.id, via)
+			cl.dir.Unregister(c.dirID(), via)
 		}
 		reroute()
 	case transport.NotSent(err) && cl.retryLater(c, reroute):
@@ -264,6 +276,7 @@ func (cl *cluster) envelope(c *call, placed bool, o outgoing) error {
 	}
 	env.GrainType, env.GrainKey = c.id.Type, c.id.Key
 	env.Method, env.MethodIndex = c.method.Name, uint32(c.method.Index)
+	env.Observer = c.method.Observe != nil
 	env.Hops, env.Placed = c.hops, placed
 	switch {
 	case c.raw != nil:
@@ -304,7 +317,8 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		cl.handleDirectory(from, env, r)
 		return
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
-		return // silos do not cancel each other's calls
+		cl.cancels.cancel(remoteCall{from, env.CallId})
+		return
 	}
 	s := cl.s
 	refuse := func(code codes.Code, format string, args ...any) {
@@ -316,19 +330,25 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		}
 	}
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
-	t := s.types[env.GrainType]
-	if t == nil {
-		refuse(codes.NotFound, "granary: silo %s does not host grain type %q", cl.self, env.GrainType)
-		return
-	}
-	idx := int(env.MethodIndex)
-	if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
-		refuse(codes.NotFound, "granary: grain type %s has no method %q at index %d", env.GrainType, env.Method, env.MethodIndex)
-		return
-	}
-	if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
-		refuse(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
-		return
+	var m *grain.MethodDesc
+	if env.Observer {
+		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, true})
+	} else {
+		t := s.types[env.GrainType]
+		if t == nil {
+			refuse(codes.NotFound, "granary: silo %s does not host grain type %q", cl.self, env.GrainType)
+			return
+		}
+		idx := int(env.MethodIndex)
+		if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
+			refuse(codes.NotFound, "granary: grain type %s has no method %q at index %d", env.GrainType, env.Method, env.MethodIndex)
+			return
+		}
+		if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
+			refuse(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
+			return
+		}
+		m = &t.desc.Methods[idx]
 	}
 	if len(env.Chain) >= s.cfg.MaxCallChain {
 		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
@@ -340,15 +360,11 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		refs = 1
 	}
 	c := s.newCall(refs)
-	c.id, c.method, c.raw, c.oneWay = id, &t.desc.Methods[idx], env.Payload, oneWay
+	c.id, c.method, c.raw, c.oneWay = id, m, env.Payload, oneWay
 	if c.raw == nil {
 		c.raw = []byte{}
 	}
-	timeout := time.Duration(env.TimeoutNanos)
-	if timeout <= 0 {
-		timeout = s.cfg.ResponseTimeout
-	}
-	c.due = s.callNow() + timeout
+	c.due = s.callNow() + s.callTimeout(time.Duration(env.TimeoutNanos))
 	if len(env.Headers) > 0 {
 		kv := make([]string, 0, 2*len(env.Headers))
 		for _, h := range env.Headers {
@@ -363,6 +379,9 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 	}
 	if !oneWay {
 		c.waiter, c.responder = remoteWaiter, r
+		if env.Cancellable {
+			cl.cancels.add(c, remoteCall{from, env.CallId})
+		}
 		cl.inflight.add()
 	}
 	s.route(nil, c)
@@ -396,6 +415,7 @@ func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *chainLink {
 // the outcome is in.
 func (cl *cluster) reply(c *call) {
 	defer cl.inflight.done()
+	c.forgetCancel()
 	o := newOutgoing()
 	defer o.free()
 	resp := o.env

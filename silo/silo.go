@@ -51,6 +51,12 @@ type Silo struct {
 	// hashes faster than a type name. Written before Start only.
 	byMethod map[*grain.MethodDesc]*grainType
 
+	// relays holds the method descriptors made for the calls this silo
+	// passes on without decoding them: to grain types it does not host,
+	// and to observers.
+	relays     sync.Map // relayKey -> *grain.MethodDesc
+	relayCount atomic.Int32
+
 	nextActID atomic.Uint64
 	live      atomic.Int64 // activations in the catalog
 

@@ -262,6 +262,101 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 		{
+			name: "observer with placement",
+			body: `service S { option (granary.v1.grain) = {observer: true, placement: PLACEMENT_HASH}; }`,
+			want: []string{"bad.proto: service bad.S: grain option placement cannot be set with observer: true: an observer is an object of a client, not a grain, so only observer may be set\n"},
+		},
+		{
+			name: "observer that is reentrant",
+			body: `service S { option (granary.v1.grain) = {observer: true, reentrant: true}; }`,
+			want: []string{"bad.proto: service bad.S: grain option reentrant cannot be set with observer: true"},
+		},
+		{
+			name: "observer with a zero collection_age",
+			body: `service S { option (granary.v1.grain) = {observer: true, collection_age: {}}; }`,
+			want: []string{"bad.proto: service bad.S: grain option collection_age cannot be set with observer: true"},
+		},
+		{
+			name: "observer that is a stateless worker",
+			body: `service S { option (granary.v1.grain) = {observer: true, stateless_worker: true}; }`,
+			want: []string{"bad.proto: service bad.S: grain option stateless_worker cannot be set with observer: true"},
+		},
+		{
+			name: "observer with max_local_workers",
+			body: `service S { option (granary.v1.grain) = {observer: true, max_local_workers: 2}; }`,
+			want: []string{"bad.proto: service bad.S: grain option max_local_workers cannot be set with observer: true"},
+			// The grain checks do not run on an observer.
+			reject: []string{"requires stateless_worker"},
+		},
+		{
+			name: "observer with string keys",
+			body: `service S { option (granary.v1.grain) = {observer: true, key_kind: KEY_KIND_STRING}; }`,
+			want: []string{"bad.proto: service bad.S: grain option key_kind cannot be set with observer: true"},
+		},
+		{
+			name:   "observer with a silo role",
+			body:   `service S { option (granary.v1.grain) = {observer: true, silo_role: "edge"}; }`,
+			want:   []string{"bad.proto: service bad.S: grain option silo_role cannot be set with observer: true"},
+			reject: []string{"requires placement"},
+		},
+		{
+			name: "observer with every grain option",
+			body: `service S { option (granary.v1.grain) = {
+				observer: true, placement: PLACEMENT_SILO_ROLE, reentrant: true, collection_age: {seconds: 1},
+				stateless_worker: true, max_local_workers: 1, key_kind: KEY_KIND_UUID, silo_role: "gpu"
+			}; }`,
+			want: []string{
+				"bad.proto: service bad.S: grain option placement cannot be set with observer: true",
+				"bad.proto: service bad.S: grain option reentrant cannot be set with observer: true",
+				"bad.proto: service bad.S: grain option collection_age cannot be set with observer: true",
+				"bad.proto: service bad.S: grain option stateless_worker cannot be set with observer: true",
+				"bad.proto: service bad.S: grain option max_local_workers cannot be set with observer: true",
+				"bad.proto: service bad.S: grain option key_kind cannot be set with observer: true",
+				"bad.proto: service bad.S: grain option silo_role cannot be set with observer: true",
+			},
+			reject: []string{"does not allow placement"},
+		},
+		{
+			name: "observer method that always interleaves",
+			body: `service S { option (granary.v1.grain) = {observer: true}; rpc M(Req) returns (Resp) { option (granary.v1.method) = {always_interleave: true}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option always_interleave is not allowed on an observer: it lets requests of a grain activation interleave, and calls to an observer run one at a time\n"},
+		},
+		{
+			name: "observer method that is read-only",
+			body: `service S { option (granary.v1.grain) = {observer: true}; rpc M(Req) returns (Resp) { option (granary.v1.method) = {read_only: true}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option read_only is not allowed on an observer: it lets read-only requests of a grain activation interleave, and calls to an observer run one at a time\n"},
+		},
+		{
+			name: "one-way observer method with a response",
+			body: `service S { option (granary.v1.grain) = {observer: true}; rpc M(Req) returns (Resp) { option (granary.v1.method) = {one_way: true}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option one_way requires the response type google.protobuf.Empty, not bad.Resp"},
+		},
+		{
+			name: "one-way observer method with a timeout",
+			body: `service S { option (granary.v1.grain) = {observer: true}; rpc M(Req) returns (google.protobuf.Empty) { option (granary.v1.method) = {one_way: true, timeout: {seconds: 1}}; } }`,
+			want: []string{"bad.proto: service bad.S: rpc M: method option one_way cannot be combined with timeout"},
+		},
+		{
+			name: "streaming observer method",
+			body: `service S { option (granary.v1.grain) = {observer: true}; rpc M(stream Req) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc M: streaming rpcs are not supported yet (this one streams its requests)"},
+		},
+		{
+			name: "an observer named like a grain's interface",
+			body: `service Foo {} service FooGrain { option (granary.v1.grain) = {observer: true}; }`,
+			want: []string{"bad.proto: service bad.FooGrain: generated name FooGrain collides with the same name generated for service bad.Foo (bad.proto)"},
+		},
+		{
+			name: "an observer named like a message",
+			body: `message Watcher {} service watcher { option (granary.v1.grain) = {observer: true}; }`,
+			want: []string{"bad.proto: service bad.watcher: generated name Watcher collides with message bad.Watcher (bad.proto)"},
+		},
+		{
+			name: "an observer rpc named ID",
+			body: `service S { option (granary.v1.grain) = {observer: true}; rpc ID(Req) returns (Resp); }`,
+			want: []string{"bad.proto: service bad.S: rpc ID: generated method SRef.ID collides with the method SRef.ID"},
+		},
+		{
 			name: "services with the same Go name",
 			body: `service FooBar {} service foo_bar {}`,
 			want: []string{"bad.proto: service bad.foo_bar: generated name FooBarGrainType collides with the same name generated for service bad.FooBar (bad.proto)"},
@@ -374,6 +469,11 @@ func TestAllowedCombinations(t *testing.T) {
 		{"key field in a oneof", `message K { oneof o { string name = 1 [(granary.v1.key) = true]; int64 n = 2; } } service S { rpc M(K) returns (Resp); }`},
 		{"one key field among fields marked false", `message K { string a = 1 [(granary.v1.key) = false]; string b = 2 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`},
 		{"two key fields in a message no rpc takes", `message K { string a = 1 [(granary.v1.key) = true]; string b = 2 [(granary.v1.key) = true]; } service S { rpc M(Req) returns (Resp); }`},
+		{"observer with one-way and timed methods", `service S { option (granary.v1.grain) = {observer: true}; rpc N(Req) returns (google.protobuf.Empty) { option (granary.v1.method) = {one_way: true}; } rpc A(Req) returns (Resp) { option (granary.v1.method) = {timeout: {seconds: 3}}; } }`},
+		{"observer with observer: false spelled out beside grain options", `service S { option (granary.v1.grain) = {observer: false, reentrant: true}; }`},
+		{"observer request with key fields", `message K { bytes a = 1 [(granary.v1.key) = true]; string b = 2 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {observer: true}; rpc M(K) returns (Resp); }`},
+		{"observer rpcs named like lifecycle hooks", `service S { option (granary.v1.grain) = {observer: true}; rpc OnActivate(Req) returns (Resp); rpc OnDeactivate(Req) returns (Resp); }`},
+		{"observer and grain of the same stem", `service Room {} service RoomObserver { option (granary.v1.grain) = {observer: true}; }`},
 		{"longest time.Duration", `service S { option (granary.v1.grain) = {collection_age: {seconds: 9223372036, nanos: 854775807}}; }`},
 	}
 	for _, tt := range tests {

@@ -82,7 +82,11 @@ func emitFile(gen *protogen.Plugin, ts []*grainType) {
 		e.ref()
 		e.handlers()
 		e.serviceDesc()
-		e.register()
+		if t.observer {
+			e.create()
+		} else {
+			e.register()
+		}
 	}
 }
 
@@ -92,8 +96,29 @@ type emitter struct {
 	t *grainType
 }
 
-// fullName is the grain type: the service's full proto name.
+// fullName is the grain type, or the observer type: the service's full
+// proto name.
 func (e *emitter) fullName() string { return string(e.t.svc.Desc.FullName()) }
+
+// kind is what the service's references refer to, for doc comments:
+// "grain" or "observer".
+func (e *emitter) kind() string {
+	if e.t.observer {
+		return "observer"
+	}
+	return "grain"
+}
+
+// methodContext is the type of the context that the methods of the
+// service's interface take: a grain's methods run as turns and get a
+// grain.Context, an observer's run in its client's process and get a
+// context.Context.
+func (e *emitter) methodContext() string {
+	if e.t.observer {
+		return e.g.QualifiedGoIdent(contextPackage.Ident("Context"))
+	}
+	return e.grain("Context")
+}
 
 // grain qualifies name in the grain package.
 func (e *emitter) grain(name string) string {
@@ -149,14 +174,22 @@ func methodDeprecated(m *grainMethod) bool {
 func (e *emitter) typeConst() {
 	t := e.t
 	e.g.P()
-	e.doc(t.typeConstName() + " is the grain type of " + e.fullName() + ": the Type of the grain IDs of its grains.")
+	if t.observer {
+		e.doc(t.typeConstName() + " is the observer type of " + e.fullName() + ": the Type of the IDs of its observers.")
+	} else {
+		e.doc(t.typeConstName() + " is the grain type of " + e.fullName() + ": the Type of the grain IDs of its grains.")
+	}
 	e.g.P("const ", t.typeConstName(), " = ", strconv.Quote(e.fullName()))
 }
 
 func (e *emitter) iface() {
 	t, g := e.t, e.g
 	g.P()
-	e.doc(t.ifaceName() + " is implemented by the grains of type " + e.fullName() + ". Its methods run as turns of the grain's activation; the Context they get is valid until they return. Embed " + t.unimplName() + " to fail the methods not written yet with codes.Unimplemented.")
+	if t.observer {
+		e.doc(t.ifaceName() + " is implemented by the observers of type " + e.fullName() + ": objects outside the cluster that grains call. " + t.createName() + " makes one callable through an ObserverHost, such as a client. Its methods run in the host's process; the calls to one observer run one at a time, in the order they arrive. Embed " + t.unimplName() + " to fail the methods not written yet with codes.Unimplemented.")
+	} else {
+		e.doc(t.ifaceName() + " is implemented by the grains of type " + e.fullName() + ". Its methods run as turns of the grain's activation; the Context they get is valid until they return. Embed " + t.unimplName() + " to fail the methods not written yet with codes.Unimplemented.")
+	}
 	if c := t.svc.Comments.Leading; c != "" {
 		g.P("//")
 		e.comments(c, false)
@@ -177,7 +210,7 @@ func (e *emitter) iface() {
 			e.doc(m.m.GoName + " handles the rpc " + string(m.m.Desc.Name()) + ".")
 		}
 		e.deprecated(methodDeprecated(m))
-		g.P(m.m.GoName, "(ctx ", e.grain("Context"), ", req *", m.m.Input.GoIdent, ") (*", m.m.Output.GoIdent, ", error)")
+		g.P(m.m.GoName, "(ctx ", e.methodContext(), ", req *", m.m.Input.GoIdent, ") (*", m.m.Output.GoIdent, ", error)")
 	}
 	g.P("}")
 }
@@ -185,13 +218,17 @@ func (e *emitter) iface() {
 func (e *emitter) unimplemented() {
 	t, g := e.t, e.g
 	g.P()
-	e.doc(t.unimplName() + " can be embedded in an implementation of " + t.ifaceName() + ": each of its methods fails with codes.Unimplemented, so a grain compiles and registers before all its methods are written.")
+	if t.observer {
+		e.doc(t.unimplName() + " can be embedded in an implementation of " + t.ifaceName() + ": each of its methods fails with codes.Unimplemented, so an observer compiles before all its methods are written.")
+	} else {
+		e.doc(t.unimplName() + " can be embedded in an implementation of " + t.ifaceName() + ": each of its methods fails with codes.Unimplemented, so a grain compiles and registers before all its methods are written.")
+	}
 	g.P("type ", t.unimplName(), " struct{}")
 	for _, m := range t.methods {
 		msg := "granary: method " + m.m.GoName + " of " + e.fullName() + " is not implemented"
 		g.P()
 		e.doc(m.m.GoName + " fails with codes.Unimplemented.")
-		g.P("func (", t.unimplName(), ") ", m.m.GoName, "(", e.grain("Context"), ", *", m.m.Input.GoIdent, ") (*", m.m.Output.GoIdent, ", error) {")
+		g.P("func (", t.unimplName(), ") ", m.m.GoName, "(", e.methodContext(), ", *", m.m.Input.GoIdent, ") (*", m.m.Output.GoIdent, ", error) {")
 		g.P("return nil, ", statusPackage.Ident("Error"), "(", codesPackage.Ident("Unimplemented"), ", ", strconv.Quote(msg), ")")
 		g.P("}")
 	}
@@ -202,12 +239,48 @@ func (e *emitter) ref() {
 	caller, id := e.grain("Caller"), e.grain("ID")
 
 	g.P()
-	e.doc(t.refName() + " refers to one grain of type " + e.fullName() + ". A call through it reaches that grain wherever it is activated, and activates it when it is not. A reference is a small value that may be copied freely; it may be used wherever the Caller it was made with may be used. Make one with " + t.newRefName() + " or " + t.refFromIDName() + "; the zero " + t.refName() + " refers to no grain.")
+	if t.observer {
+		e.doc(t.refName() + " refers to one observer of type " + e.fullName() + ": an object that an ObserverHost made with " + t.createName() + ". A call through it reaches the observer in the host's process, and fails with NotFound (or Unavailable, while the cluster cannot tell) once the observer is gone. A reference is a small value that may be copied freely; it may be used wherever the Caller it was made with may be used. A grain makes one with " + t.refFromIDName() + " from the observer's ID and its Context's Caller; the zero " + t.refName() + " refers to no observer.")
+	} else {
+		e.doc(t.refName() + " refers to one grain of type " + e.fullName() + ". A call through it reaches that grain wherever it is activated, and activates it when it is not. A reference is a small value that may be copied freely; it may be used wherever the Caller it was made with may be used. Make one with " + t.newRefName() + " or " + t.refFromIDName() + "; the zero " + t.refName() + " refers to no grain.")
+	}
 	e.deprecated(e.serviceDeprecated())
 	g.P("type ", t.refName(), " struct {")
 	g.P("c ", caller)
 	g.P("id ", id)
 	g.P("}")
+	if !t.observer {
+		e.newRef()
+	}
+
+	g.P()
+	if t.observer {
+		e.doc(t.refFromIDName() + " returns a reference, calling through c, to the observer id. It panics if id is not of type " + t.typeConstName() + ": calls through such a reference would reach the wrong type.")
+	} else {
+		e.doc(t.refFromIDName() + " returns a reference, calling through c, to the grain id. It panics if id is not of type " + t.typeConstName() + ": calls through such a reference would reach the wrong grain type.")
+	}
+	g.P("func ", t.refFromIDName(), "(c ", caller, ", id ", id, ") ", t.refName(), " {")
+	g.P("if id.Type != ", t.typeConstName(), " {")
+	g.P(`panic("granary: `, t.refFromIDName(), ` of `, e.kind(), ` " + id.String() + ", which is not of type " + `, t.typeConstName(), ")")
+	g.P("}")
+	g.P("return ", t.refName(), "{c: c, id: id}")
+	g.P("}")
+
+	g.P()
+	e.doc(refIDMethod + " returns the identity of the " + e.kind() + " that r refers to.")
+	g.P("func (r ", t.refName(), ") ", refIDMethod, "() ", id, " {")
+	g.P("return r.id")
+	g.P("}")
+
+	for _, m := range t.methods {
+		e.refMethods(m)
+	}
+}
+
+// newRef writes NewXRef, which makes a reference to a grain from its key.
+func (e *emitter) newRef() {
+	t, g := e.t, e.g
+	caller := e.grain("Caller")
 
 	g.P()
 	var param, key string
@@ -226,25 +299,6 @@ func (e *emitter) ref() {
 	g.P("func ", t.newRefName(), "(c ", caller, ", ", param, ") ", t.refName(), " {")
 	g.P("return ", t.refName(), "{c: c, id: ", e.grain("NewID"), "(", t.typeConstName(), ", ", key, ")}")
 	g.P("}")
-
-	g.P()
-	e.doc(t.refFromIDName() + " returns a reference, calling through c, to the grain id. It panics if id is not of type " + t.typeConstName() + ": calls through such a reference would reach the wrong grain type.")
-	g.P("func ", t.refFromIDName(), "(c ", caller, ", id ", id, ") ", t.refName(), " {")
-	g.P("if id.Type != ", t.typeConstName(), " {")
-	g.P(`panic("granary: `, t.refFromIDName(), ` of grain " + id.String() + ", which is not of type " + `, t.typeConstName(), ")")
-	g.P("}")
-	g.P("return ", t.refName(), "{c: c, id: id}")
-	g.P("}")
-
-	g.P()
-	e.doc(refIDMethod + " returns the identity of the grain that r refers to.")
-	g.P("func (r ", t.refName(), ") ", refIDMethod, "() ", id, " {")
-	g.P("return r.id")
-	g.P("}")
-
-	for _, m := range t.methods {
-		e.refMethods(m)
-	}
 }
 
 // refMethods writes the blocking and the Async method of XRef for m.
@@ -259,9 +313,9 @@ func (e *emitter) refMethods(m *grainMethod) {
 	g.P()
 	e.comments(m.m.Comments.Leading, true)
 	if m.oneWay {
-		e.doc(m.m.GoName + " sends " + rpc + " to r's grain one way: it returns once the call is queued, with a nil reply and no word of the outcome. req belongs to the callee once passed: do not change it afterwards.")
+		e.doc(m.m.GoName + " sends " + rpc + " to r's " + e.kind() + " one way: it returns once the call is queued, with a nil reply and no word of the outcome. req belongs to the callee once passed: do not change it afterwards.")
 	} else {
-		e.doc(m.m.GoName + " calls " + rpc + " on r's grain and waits for the reply. req belongs to the callee once passed: do not change it afterwards.")
+		e.doc(m.m.GoName + " calls " + rpc + " on r's " + e.kind() + " and waits for the reply. req belongs to the callee once passed: do not change it afterwards.")
 	}
 	e.deprecated(methodDeprecated(m))
 	g.P("func (r ", t.refName(), ") ", m.m.GoName, "(ctx ", ctx, ", req *", in, ", opts ...", callOption, ") (*", out, ", error) {")
@@ -273,7 +327,7 @@ func (e *emitter) refMethods(m *grainMethod) {
 	g.P("}")
 
 	g.P()
-	e.doc(m.asyncName() + " starts " + rpc + " on r's grain and returns at once; the Future delivers the reply. req belongs to the callee once passed: do not change it afterwards.")
+	e.doc(m.asyncName() + " starts " + rpc + " on r's " + e.kind() + " and returns at once; the Future delivers the reply. req belongs to the callee once passed: do not change it afterwards.")
 	e.deprecated(methodDeprecated(m))
 	g.P("func (r ", t.refName(), ") ", m.asyncName(), "(ctx ", ctx, ", req *", in, ", opts ...", callOption, ") ", e.grain("Future"), "[*", out, "] {")
 	g.P("return ", e.grain("NewFuture"), "[*", out, "](r.c.InvokeAsync(ctx, r.id, ", methodDesc, ", req, opts...))")
@@ -281,13 +335,15 @@ func (e *emitter) refMethods(m *grainMethod) {
 }
 
 // handlers writes the dispatch function of each method: a type assertion
-// of the implementation and of the request, and a direct call.
+// of the implementation and of the request, and a direct call. They are
+// grain.Handlers for a grain type and grain.ObserverHandlers for an
+// observer service.
 func (e *emitter) handlers() {
 	t, g := e.t, e.g
 	msg := g.QualifiedGoIdent(protoPackage.Ident("Message"))
 	for _, m := range t.methods {
 		g.P()
-		g.P("func ", t.handlerName(m), "(impl any, ctx ", e.grain("Context"), ", req ", msg, ") (", msg, ", error) {")
+		g.P("func ", t.handlerName(m), "(impl any, ctx ", e.methodContext(), ", req ", msg, ") (", msg, ", error) {")
 		g.P("resp, err := impl.(", t.ifaceName(), ").", m.m.GoName, "(ctx, req.(*", m.m.Input.GoIdent, "))")
 		g.P("if err != nil || resp == nil {")
 		g.P("return nil, err")
@@ -301,7 +357,11 @@ func (e *emitter) serviceDesc() {
 	t, g := e.t, e.g
 	msg := g.QualifiedGoIdent(protoPackage.Ident("Message"))
 	g.P()
-	e.doc(t.descName() + " describes the grain type " + e.fullName() + ": its dispatch table and options. " + t.registerName() + " hands it to a Registrar; the runtime reads it and never changes it.")
+	if t.observer {
+		e.doc(t.descName() + " describes the observer type " + e.fullName() + ": its dispatch table. " + t.createName() + " hands it to an ObserverHost; the runtime reads it and never changes it.")
+	} else {
+		e.doc(t.descName() + " describes the grain type " + e.fullName() + ": its dispatch table and options. " + t.registerName() + " hands it to a Registrar; the runtime reads it and never changes it.")
+	}
 	g.P("var ", t.descName(), " = ", e.grain("ServiceDesc"), "{")
 	g.P("Type: ", t.typeConstName(), ",")
 	if len(t.methods) > 0 {
@@ -311,7 +371,11 @@ func (e *emitter) serviceDesc() {
 			g.P("Name: ", strconv.Quote(string(m.m.Desc.Name())), ",")
 			g.P("FullName: ", strconv.Quote("/"+e.fullName()+"/"+string(m.m.Desc.Name())), ",")
 			g.P("Index: ", m.index, ",")
-			g.P("Handler: ", t.handlerName(m), ",")
+			if t.observer {
+				g.P("Observe: ", t.handlerName(m), ",")
+			} else {
+				g.P("Handler: ", t.handlerName(m), ",")
+			}
 			g.P("NewRequest: func() ", msg, " { return new(", m.m.Input.GoIdent, ") },")
 			g.P("NewResponse: func() ", msg, " { return new(", m.m.Output.GoIdent, ") },")
 			e.flag("OneWay", m.oneWay)
@@ -322,7 +386,7 @@ func (e *emitter) serviceDesc() {
 		}
 		g.P("},")
 	}
-	if o := t.opts; o != (typeOptions{keyKind: granaryv1.KeyKind_KEY_KIND_STRING}) {
+	if o := t.opts; !t.observer && o != (typeOptions{keyKind: granaryv1.KeyKind_KEY_KIND_STRING}) {
 		g.P("Options: ", e.grain("TypeOptions"), "{")
 		if o.placement != granaryv1.Placement_PLACEMENT_UNSPECIFIED {
 			g.P("Placement: ", e.grain(placementIdents[o.placement]), ",")
@@ -342,6 +406,7 @@ func (e *emitter) serviceDesc() {
 		g.P("},")
 	}
 	g.P("File: ", strconv.Quote(t.file.Desc.Path()), ",")
+	e.flag("Observer", t.observer)
 	g.P("}")
 }
 
@@ -368,5 +433,21 @@ func (e *emitter) register() {
 	e.deprecated(e.serviceDeprecated())
 	g.P("func ", t.registerName(), "(r ", e.grain("Registrar"), ", factory func(id ", id, ") ", t.ifaceName(), ", opts ...", e.grain("RegisterOption"), ") error {")
 	g.P("return r.RegisterGrain(&", t.descName(), ", func(id ", id, ") any { return factory(id) }, opts...)")
+	g.P("}")
+}
+
+// create writes CreateX, which makes an observer of an observer service X
+// callable through an ObserverHost and returns a reference to it.
+func (e *emitter) create() {
+	t, g := e.t, e.g
+	g.P()
+	e.doc(t.createName() + " makes impl an observer of type " + e.fullName() + " that grains can call, hosted by h, and returns a reference to it that calls through h. Give the reference's ID to the grains that should call it (ID.String in a request field); h.DeleteObserver with that ID ends the observer.")
+	e.deprecated(e.serviceDeprecated())
+	g.P("func ", t.createName(), "(h ", e.grain("ObserverHost"), ", impl ", t.ifaceName(), ") (", t.refName(), ", error) {")
+	g.P("id, err := h.CreateObserver(&", t.descName(), ", impl)")
+	g.P("if err != nil {")
+	g.P("return ", t.refName(), "{}, err")
+	g.P("}")
+	g.P("return ", t.refName(), "{c: h, id: id}, nil")
 	g.P("}")
 }

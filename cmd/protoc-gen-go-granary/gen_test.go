@@ -91,7 +91,7 @@ func runPlugin(t *testing.T, inline map[string]string, files ...string) *pluginp
 // TestGolden checks the generated code of each testdata/X.proto against
 // testdata/X.golden. Run with -update to rewrite the golden files.
 func TestGolden(t *testing.T) {
-	for _, name := range []string{"options", "imports"} {
+	for _, name := range []string{"options", "imports", "observer"} {
 		t.Run(name, func(t *testing.T) {
 			resp := runPlugin(t, nil, name+".proto")
 			if resp.Error != nil {

@@ -10,13 +10,26 @@
 //   - X_ServiceDesc, the dispatch table and options that the runtime reads,
 //     and RegisterXGrain, which hands it to a grain.Registrar.
 //
+// A service with the grain option observer is an observer interface
+// instead: objects outside the cluster implement it, and grains call them.
+// For it the plugin writes XObserverType; X, the interface the observer
+// implements, whose methods take a context.Context, and UnimplementedX;
+// XRef with XRefFromID but no NewXRef, since the host makes observer IDs;
+// X_ServiceDesc, marked Observer, whose methods have Observe dispatch
+// functions and no Handler; and CreateX, which hands it with an
+// implementation to a grain.ObserverHost. It writes no XGrain and no
+// RegisterXGrain.
+//
 // The grain and method options of proto/granary/v1/options.proto become
 // fields of X_ServiceDesc. The plugin checks them and fails, naming the file,
 // service and rpc, when they contradict each other or when an rpc streams.
 // It also checks the key field option of each rpc's request, which the
 // generated code does not use but a silo's plain gRPC service does
 // (silo/grpcapi): at most one marked field, of a type that suits the
-// grain's key_kind.
+// grain's key_kind. An observer service may set no grain option besides
+// observer, its rpcs may not be always_interleave or read_only (which
+// arrange the turns of an activation), and the key option of its requests
+// is not checked, since observers are not served over plain gRPC.
 //
 // Usage with buf (see buf.gen.yaml at the repository root):
 //

@@ -6,20 +6,40 @@ import (
 	"google.golang.org/protobuf/compiler/protogen"
 )
 
-// The Go names that the generated code of a grain type declares. Every
-// name is derived from the service's Go name (the CamelCase of its proto
-// name) and, for handlers, the rpc's Go name.
+// The Go names that the generated code of a grain type or an observer
+// service declares. Every name is derived from the service's Go name (the
+// CamelCase of its proto name) and, for handlers, the rpc's Go name. An
+// observer service X has no grain, so its interface is X itself, its stub
+// UnimplementedX, its type constant XObserverType and its handlers
+// _X_M_Observer; it has CreateX in place of NewXRef and RegisterXGrain.
 
-func (t *grainType) typeConstName() string { return t.svc.GoName + "GrainType" }
-func (t *grainType) ifaceName() string     { return t.svc.GoName + "Grain" }
-func (t *grainType) unimplName() string    { return "Unimplemented" + t.svc.GoName + "Grain" }
+func (t *grainType) typeConstName() string {
+	if t.observer {
+		return t.svc.GoName + "ObserverType"
+	}
+	return t.svc.GoName + "GrainType"
+}
+
+func (t *grainType) ifaceName() string {
+	if t.observer {
+		return t.svc.GoName
+	}
+	return t.svc.GoName + "Grain"
+}
+
+func (t *grainType) unimplName() string { return "Unimplemented" + t.ifaceName() }
+
 func (t *grainType) refName() string       { return t.svc.GoName + "Ref" }
 func (t *grainType) newRefName() string    { return "New" + t.svc.GoName + "Ref" }
 func (t *grainType) refFromIDName() string { return t.svc.GoName + "RefFromID" }
 func (t *grainType) descName() string      { return t.svc.GoName + "_ServiceDesc" }
 func (t *grainType) registerName() string  { return "Register" + t.svc.GoName + "Grain" }
+func (t *grainType) createName() string    { return "Create" + t.svc.GoName }
 
 func (t *grainType) handlerName(m *grainMethod) string {
+	if t.observer {
+		return "_" + t.svc.GoName + "_" + m.m.GoName + "_Observer"
+	}
 	return "_" + t.svc.GoName + "_" + m.m.GoName + "_Handler"
 }
 
@@ -28,9 +48,11 @@ func (m *grainMethod) asyncName() string { return m.m.GoName + "Async" }
 // packageDecls lists the package-level names that the generated code of t
 // declares.
 func (t *grainType) packageDecls() []string {
-	names := []string{
-		t.typeConstName(), t.ifaceName(), t.unimplName(), t.refName(),
-		t.newRefName(), t.refFromIDName(), t.descName(), t.registerName(),
+	names := []string{t.typeConstName(), t.ifaceName(), t.unimplName(), t.refName(), t.refFromIDName(), t.descName()}
+	if t.observer {
+		names = append(names, t.createName())
+	} else {
+		names = append(names, t.newRefName(), t.registerName())
 	}
 	for _, m := range t.methods {
 		names = append(names, t.handlerName(m))
@@ -44,7 +66,8 @@ const refIDMethod = "ID"
 // hookMethods are the method names of the grain package's lifecycle hook
 // interfaces (grain.Activator, grain.Deactivator). A grain implementation
 // cannot have an rpc method of one of these names and also implement the
-// hook, so such an rpc is refused.
+// hook, so such an rpc is refused. An observer has no activation and no
+// hooks, so its rpcs may take these names.
 var hookMethods = map[string]string{
 	"OnActivate":   "grain.Activator",
 	"OnDeactivate": "grain.Deactivator",
@@ -55,7 +78,7 @@ var hookMethods = map[string]string{
 // declared by protoc-gen-go for a message, enum or extension of the same Go
 // package; a method of XRef generated twice (rpcs Get and GetAsync both make
 // XRef.GetAsync; rpcs foo_bar and FooBar both make FooBar; an rpc ID hides
-// XRef.ID); and an rpc whose name is a lifecycle hook's.
+// XRef.ID); and an rpc of a grain type whose name is a lifecycle hook's.
 func checkNames(gen *protogen.Plugin, types []*grainType) []error {
 	var errs []error
 
@@ -85,7 +108,7 @@ func checkNames(gen *protogen.Plugin, types []*grainType) []error {
 			fail := func(format string, args ...any) {
 				errs = append(errs, fmt.Errorf("%s: service %s: rpc %s: %s", t.file.Desc.Path(), t.svc.Desc.FullName(), m.m.Desc.Name(), fmt.Sprintf(format, args...)))
 			}
-			if hook, ok := hookMethods[m.m.GoName]; ok {
+			if hook, ok := hookMethods[m.m.GoName]; ok && !t.observer {
 				fail("the Go method name %s is taken by the lifecycle hook %s", m.m.GoName, hook)
 			}
 			for _, name := range []string{m.m.GoName, m.asyncName()} {

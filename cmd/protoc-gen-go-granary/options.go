@@ -22,12 +22,16 @@ const emptyFullName protoreflect.FullName = "google.protobuf.Empty"
 // A grainType is one service as the generator emits it: the service, the
 // file it is declared in, and its checked options. It is built by
 // loadGrainType, which is the only place that reads the proto options, so
-// the emitter works from plain Go values.
+// the emitter works from plain Go values. A service with the grain option
+// observer is a grainType too, with observer set and opts left zero: the
+// generated code of the two kinds shares its shape (a type constant, an
+// interface, a stub, a reference and a dispatch table).
 type grainType struct {
-	file    *protogen.File
-	svc     *protogen.Service
-	opts    typeOptions
-	methods []*grainMethod
+	file     *protogen.File
+	svc      *protogen.Service
+	observer bool // the service is an observer interface, not a grain type
+	opts     typeOptions
+	methods  []*grainMethod
 }
 
 // typeOptions are a service's grain options, checked and converted to the
@@ -39,7 +43,7 @@ type typeOptions struct {
 	collectionAge   time.Duration
 	statelessWorker bool
 	maxLocalWorkers int
-	keyKind         granaryv1.KeyKind // never KEY_KIND_UNSPECIFIED
+	keyKind         granaryv1.KeyKind // never KEY_KIND_UNSPECIFIED in a grain type
 }
 
 // A grainMethod is one rpc with its checked method options.
@@ -96,62 +100,15 @@ func loadGrainType(f *protogen.File, svc *protogen.Service) (*grainType, []error
 		fail("grain options hold fields that this protoc-gen-go-granary (%s) does not know; rebuild it from the same revision as granary/v1/options.proto", version)
 	}
 
-	t.opts.reentrant = o.GetReentrant()
-	t.opts.statelessWorker = o.GetStatelessWorker()
-
-	t.opts.placement = o.GetPlacement()
-	if _, ok := placementIdents[t.opts.placement]; !ok {
-		fail("grain option placement has the unknown value %d", int32(t.opts.placement))
-	}
-	t.opts.keyKind = o.GetKeyKind()
-	if t.opts.keyKind == granaryv1.KeyKind_KEY_KIND_UNSPECIFIED {
-		t.opts.keyKind = granaryv1.KeyKind_KEY_KIND_STRING
-	}
-	if _, ok := keyKindIdents[t.opts.keyKind]; !ok {
-		fail("grain option key_kind has the unknown value %d", int32(t.opts.keyKind))
-	}
-
-	if d, err := checkDuration(o.GetCollectionAge()); err != nil {
-		fail("grain option collection_age %v", err)
+	if o.GetObserver() {
+		t.observer = true
+		checkObserverOptions(o, fail)
 	} else {
-		t.opts.collectionAge = d
-	}
-
-	switch n := o.GetMaxLocalWorkers(); {
-	case n < 0:
-		fail("grain option max_local_workers is negative (%d)", n)
-	case n > 0 && !t.opts.statelessWorker:
-		fail("grain option max_local_workers (%d) requires stateless_worker: true", n)
-	default:
-		t.opts.maxLocalWorkers = int(n)
-	}
-
-	// A stateless worker refuses PLACEMENT_SILO_ROLE below, so it is not
-	// also asked for a role.
-	siloRole := t.opts.placement == granaryv1.Placement_PLACEMENT_SILO_ROLE
-	switch role := o.GetSiloRole(); {
-	case role == "" && siloRole && !t.opts.statelessWorker:
-		fail("grain option placement PLACEMENT_SILO_ROLE requires silo_role: the role that a silo's configuration must list for the silo to host the type")
-	case role != "" && !siloRole:
-		fail("grain option silo_role (%q) requires placement: PLACEMENT_SILO_ROLE, not %v", role, t.opts.placement)
-	case role != "":
-		if err := checkRole(role); err != nil {
-			fail("grain option silo_role %v", err)
-		} else {
-			t.opts.siloRole = role
-		}
-	}
-
-	if t.opts.statelessWorker {
-		switch t.opts.placement {
-		case granaryv1.Placement_PLACEMENT_UNSPECIFIED, granaryv1.Placement_PLACEMENT_PREFER_LOCAL:
-		default:
-			fail("grain option stateless_worker does not allow placement %v: a stateless worker is always activated on the silo that receives the call, so only PLACEMENT_UNSPECIFIED and PLACEMENT_PREFER_LOCAL apply", t.opts.placement)
-		}
+		loadTypeOptions(o, &t.opts, fail)
 	}
 
 	for i, m := range svc.Methods {
-		gm, merrs := loadGrainMethod(m, i, t.opts.keyKind)
+		gm, merrs := loadGrainMethod(m, i, t.observer, t.opts.keyKind)
 		t.methods = append(t.methods, gm)
 		for _, e := range merrs {
 			fail("rpc %s: %v", m.Desc.Name(), e)
@@ -160,11 +117,94 @@ func loadGrainType(f *protogen.File, svc *protogen.Service) (*grainType, []error
 	return t, errs
 }
 
+// loadTypeOptions checks the grain options o of a grain type and stores
+// them into opts, calling fail with each problem.
+func loadTypeOptions(o *granaryv1.GrainOptions, opts *typeOptions, fail func(format string, args ...any)) {
+	opts.reentrant = o.GetReentrant()
+	opts.statelessWorker = o.GetStatelessWorker()
+
+	opts.placement = o.GetPlacement()
+	if _, ok := placementIdents[opts.placement]; !ok {
+		fail("grain option placement has the unknown value %d", int32(opts.placement))
+	}
+	opts.keyKind = o.GetKeyKind()
+	if opts.keyKind == granaryv1.KeyKind_KEY_KIND_UNSPECIFIED {
+		opts.keyKind = granaryv1.KeyKind_KEY_KIND_STRING
+	}
+	if _, ok := keyKindIdents[opts.keyKind]; !ok {
+		fail("grain option key_kind has the unknown value %d", int32(opts.keyKind))
+	}
+
+	if d, err := checkDuration(o.GetCollectionAge()); err != nil {
+		fail("grain option collection_age %v", err)
+	} else {
+		opts.collectionAge = d
+	}
+
+	switch n := o.GetMaxLocalWorkers(); {
+	case n < 0:
+		fail("grain option max_local_workers is negative (%d)", n)
+	case n > 0 && !opts.statelessWorker:
+		fail("grain option max_local_workers (%d) requires stateless_worker: true", n)
+	default:
+		opts.maxLocalWorkers = int(n)
+	}
+
+	// A stateless worker refuses PLACEMENT_SILO_ROLE below, so it is not
+	// also asked for a role.
+	siloRole := opts.placement == granaryv1.Placement_PLACEMENT_SILO_ROLE
+	switch role := o.GetSiloRole(); {
+	case role == "" && siloRole && !opts.statelessWorker:
+		fail("grain option placement PLACEMENT_SILO_ROLE requires silo_role: the role that a silo's configuration must list for the silo to host the type")
+	case role != "" && !siloRole:
+		fail("grain option silo_role (%q) requires placement: PLACEMENT_SILO_ROLE, not %v", role, opts.placement)
+	case role != "":
+		if err := checkRole(role); err != nil {
+			fail("grain option silo_role %v", err)
+		} else {
+			opts.siloRole = role
+		}
+	}
+
+	if opts.statelessWorker {
+		switch opts.placement {
+		case granaryv1.Placement_PLACEMENT_UNSPECIFIED, granaryv1.Placement_PLACEMENT_PREFER_LOCAL:
+		default:
+			fail("grain option stateless_worker does not allow placement %v: a stateless worker is always activated on the silo that receives the call, so only PLACEMENT_UNSPECIFIED and PLACEMENT_PREFER_LOCAL apply", opts.placement)
+		}
+	}
+}
+
+// checkObserverOptions checks the grain options o of an observer service:
+// observer must be the only one set, since the others configure the
+// activations of a grain, and an observer is an object of a client. Each
+// field set besides it is one call of fail. The fields are read from the
+// descriptor, so a grain option added later is refused too.
+func checkObserverOptions(o *granaryv1.GrainOptions, fail func(format string, args ...any)) {
+	m := o.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.Name() == observerOption || !m.Has(fd) {
+			continue
+		}
+		fail("grain option %s cannot be set with observer: true: an observer is an object of a client, not a grain, so only observer may be set", fd.Name())
+	}
+}
+
+// observerOption is the name of the grain option that makes a service an
+// observer interface.
+const observerOption protoreflect.Name = "observer"
+
 // loadGrainMethod reads and checks the method options of m, the index-th
 // rpc of its service, and the key option of its request's fields against
-// keyKind, the grain's key kind. The errors it returns do not name the
-// file, service or rpc; loadGrainType adds those.
-func loadGrainMethod(m *protogen.Method, index int, keyKind granaryv1.KeyKind) (*grainMethod, []error) {
+// keyKind, the grain's key kind. For an rpc of an observer service
+// (observer set) it refuses the options that schedule requests within an
+// activation, and it skips the key option: observers are not served
+// through a silo's plain gRPC service, and their IDs are made by the
+// client. The errors it returns do not name the file, service or rpc;
+// loadGrainType adds those.
+func loadGrainMethod(m *protogen.Method, index int, observer bool, keyKind granaryv1.KeyKind) (*grainMethod, []error) {
 	gm := &grainMethod{m: m, index: index}
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -208,6 +248,17 @@ func loadGrainMethod(m *protogen.Method, index int, keyKind granaryv1.KeyKind) (
 		if o.GetTimeout() != nil {
 			fail("method option one_way cannot be combined with timeout: a one-way call has no reply to time out")
 		}
+	}
+	if observer {
+		// Calls to one observer run one at a time, in arrival order, with
+		// no activation whose turns these options would arrange.
+		if gm.alwaysInterleave {
+			fail("method option always_interleave is not allowed on an observer: it lets requests of a grain activation interleave, and calls to an observer run one at a time")
+		}
+		if gm.readOnly {
+			fail("method option read_only is not allowed on an observer: it lets read-only requests of a grain activation interleave, and calls to an observer run one at a time")
+		}
+		return gm, errs
 	}
 	errs = append(errs, checkKeyField(m.Input, keyKind)...)
 	return gm, errs

@@ -17,7 +17,10 @@ import (
 
 // An endpoint is this silo's end of one stream. A dialled endpoint sends
 // requests and receives their responses; an accepted one receives requests
-// and sends responses. Each has a send queue that callers fill and one
+// and sends responses. Requests may also go the other way (a gateway
+// calling a client's observers on the stream the client dialled): each
+// end answers the requests it receives and matches the responses it
+// receives to the requests it sent. Each has a send queue that callers fill and one
 // writer goroutine that empties it, and one reader.
 type endpoint struct {
 	t      *Transport
@@ -65,7 +68,7 @@ type endpoint struct {
 	stopped   bool
 }
 
-// pendingCall is a request sent on a dialled endpoint, waiting for its
+// pendingCall is a request sent on an endpoint, waiting for its
 // response.
 type pendingCall struct {
 	done     func(*granaryv1.Envelope, error)
@@ -98,9 +101,7 @@ func newEndpoint(t *Transport, peer, addr string, dialed bool) *endpoint {
 		spacec: make(chan struct{}),
 		acked:  make(chan struct{}),
 	}
-	if dialed {
-		ep.pending = make(map[uint64]*pendingCall)
-	}
+	ep.pending = make(map[uint64]*pendingCall)
 	return ep
 }
 
@@ -476,15 +477,17 @@ func (ep *endpoint) deliverOne(b []byte) {
 func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 	k := env.GetKind()
 	switch {
-	case ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE:
+	case k == granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE:
 		p := ep.takePending(env.CallId)
 		if p == nil {
 			return // it timed out, or the stream that sent it was failed
 		}
 		p.finish(env, nil)
-	case !ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY):
+	case k == granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST,
+		!ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME):
 		ep.t.h.Deliver(ep.peer, env, Responder{ep: ep, id: env.CallId})
-	case !ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL):
+	case k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY,
+		!ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
 		ep.t.h.Deliver(ep.peer, env, Responder{})
 	case ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
 		// The peer is shutting down: no new call goes to it, the answer
@@ -492,6 +495,7 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 		// sending; the answers to what was sent before still come.
 		ep.t.peerLeaving(ep)
 		ep.answerGoAway()
+		ep.t.streamsEnded(ep.peer)
 	case !ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
 		ep.markAcked()
 	default:
@@ -533,7 +537,7 @@ func (ep *endpoint) malformed(b []byte, err error) {
 	if !ok {
 		return
 	}
-	if ep.dialed && kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE {
+	if kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE {
 		if p := ep.takePending(id); p != nil {
 			p.finish(nil, status.Errorf(codes.Internal, "granary: the response from silo %s is malformed: %v", ep.peer, err))
 		}
@@ -544,7 +548,12 @@ func (ep *endpoint) malformed(b []byte, err error) {
 
 // refuse answers a request envelope with an error status.
 func (ep *endpoint) refuse(kind granaryv1.EnvelopeKind, id uint64, st *status.Status) {
-	if ep.dialed || id == 0 || (kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST && kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY) {
+	switch {
+	case id == 0:
+		return
+	case kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST:
+	case !ep.dialed && (kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY || kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME):
+	default:
 		return
 	}
 	Responder{ep: ep, id: id}.Reply(&granaryv1.Envelope{Code: uint32(st.Code()), Message: st.Message()})

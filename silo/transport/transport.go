@@ -57,6 +57,16 @@ type Handler interface {
 	Deliver(from string, env *granaryv1.Envelope, r Responder)
 }
 
+// A StreamWatcher is a Handler that wants to know when it may have lost
+// its way to a peer: StreamsEnded(peer) is called when the last stream
+// the peer dialled to this end has ended, when the stream this end
+// dialled to the peer has ended, and when the peer said it is going away.
+// A gateway drops a client's registration by it; a client moves its home
+// gateway. Any goroutine; it must not block.
+type StreamWatcher interface {
+	StreamsEnded(peer string)
+}
+
 // ErrClosed is the cause of the errors after Close.
 var ErrClosed = errors.New("transport: closed")
 
@@ -244,6 +254,39 @@ func (t *Transport) Call(to string, env *granaryv1.Envelope, deadline time.Time,
 	return ep.call(env, deadline, done)
 }
 
+// CallAccepted is Call on a stream that peer dialled to this end, not on
+// one this end dials: how a gateway calls a client, which it cannot dial.
+// It fails with a NotSentError when peer has no stream up.
+func (t *Transport) CallAccepted(peer string, env *granaryv1.Envelope, deadline time.Time, done func(*granaryv1.Envelope, error)) uint64 {
+	ep, err := t.acceptedFrom(peer)
+	if err != nil {
+		done(nil, err)
+		return 0
+	}
+	return ep.call(env, deadline, done)
+}
+
+// SendAccepted is Send on a stream that peer dialled to this end.
+func (t *Transport) SendAccepted(peer string, env *granaryv1.Envelope, deadline time.Time) error {
+	ep, err := t.acceptedFrom(peer)
+	if err != nil {
+		return err
+	}
+	return ep.send(env, deadline)
+}
+
+// acceptedFrom returns an unbroken stream that peer dialled.
+func (t *Transport) acceptedFrom(peer string) (*endpoint, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for ep := range t.accepted[peer] {
+		if !ep.broken() {
+			return ep, nil
+		}
+	}
+	return nil, &NotSentError{Peer: peer, Msg: fmt.Sprintf("granary: %s has no stream to this end", peer)}
+}
+
 // Send sends a ONE_WAY envelope to silo to. It returns an error only for
 // what fails before the envelope is queued. It has encoded env when it
 // returns. Any goroutine.
@@ -306,13 +349,18 @@ func (t *Transport) dialFailed(ep *endpoint) {
 func (t *Transport) detach(ep *endpoint) {
 	t.mu.Lock()
 	if !ep.dialed {
+		last := false
 		if m := t.accepted[ep.peer]; m != nil {
 			delete(m, ep)
 			if len(m) == 0 {
 				delete(t.accepted, ep.peer)
+				last = true
 			}
 		}
 		t.mu.Unlock()
+		if last {
+			t.streamsEnded(ep.peer)
+		}
 		return
 	}
 	delete(t.dialed, ep)
@@ -323,6 +371,14 @@ func (t *Transport) detach(ep *endpoint) {
 	t.mu.Unlock()
 	if forget {
 		t.net.Forget(ep.addr) // not under mu: a network may take its time to close a channel
+	}
+	t.streamsEnded(ep.peer)
+}
+
+// streamsEnded tells a Handler that watches streams.
+func (t *Transport) streamsEnded(peer string) {
+	if w, ok := t.h.(StreamWatcher); ok {
+		w.StreamsEnded(peer)
 	}
 }
 
@@ -489,10 +545,7 @@ func (t *Transport) sweep() {
 		}
 		now := t.clock.Now()
 		t.mu.Lock()
-		eps := make([]*endpoint, 0, len(t.dialed))
-		for ep := range t.dialed {
-			eps = append(eps, ep)
-		}
+		eps := t.endpointsLocked()
 		t.mu.Unlock()
 		for _, ep := range eps {
 			ep.expire(now)
@@ -576,15 +629,9 @@ type Stats struct {
 func (t *Transport) Stats() Stats {
 	t.mu.Lock()
 	st := Stats{Peers: len(t.peers)}
-	var eps []*endpoint
-	for ep := range t.dialed {
-		eps = append(eps, ep)
-	}
-	for _, m := range t.accepted {
-		st.Streams += len(m)
-	}
+	eps := t.endpointsLocked()
 	t.mu.Unlock()
-	st.Streams += len(eps)
+	st.Streams = len(eps)
 	for _, ep := range eps {
 		st.Pending += ep.pendingCount()
 	}

@@ -219,7 +219,20 @@ type GrainOptions struct {
 	// The role a silo must list in its configuration to host new
 	// activations of the type. Required with PLACEMENT_SILO_ROLE and refused
 	// with any other placement; non-empty, printable, with no whitespace.
-	SiloRole      string `protobuf:"bytes,7,opt,name=silo_role,json=siloRole,proto3" json:"silo_role,omitempty"`
+	SiloRole string `protobuf:"bytes,7,opt,name=silo_role,json=siloRole,proto3" json:"silo_role,omitempty"`
+	// Make the service an observer interface instead of a grain type: an
+	// object outside the cluster (made by a client) implements it, and
+	// grains call it through a reference to the ID the client gives them.
+	// Orleans' IGrainObserver. Calls to one observer run one at a time, in
+	// arrival order; they fail with NotFound once its client disconnected.
+	// For a service X the generator makes the interface X, whose methods take
+	// a context.Context, XRef (with XRefFromID, and no NewXRef: the client
+	// makes the IDs) and CreateX, which hands an implementation to a
+	// grain.ObserverHost; it makes no XGrain and no RegisterXGrain. No other
+	// grain option may be set with it, and the rpcs may not be
+	// always_interleave or read_only; one_way and timeout apply as to a
+	// grain.
+	Observer      bool `protobuf:"varint,8,opt,name=observer,proto3" json:"observer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,6 +316,13 @@ func (x *GrainOptions) GetSiloRole() string {
 	return ""
 }
 
+func (x *GrainOptions) GetObserver() bool {
+	if x != nil {
+		return x.Observer
+	}
+	return false
+}
+
 // MethodOptions are the per-method settings of a grain: set them on an rpc
 // with option (granary.v1.method).
 type MethodOptions struct {
@@ -315,12 +335,14 @@ type MethodOptions struct {
 	OneWay bool `protobuf:"varint,1,opt,name=one_way,json=oneWay,proto3" json:"one_way,omitempty"`
 	// Let this method start while any other request of the activation waits
 	// at an await, and let other requests start while this one waits, even
-	// on a non-reentrant grain. Orleans' [AlwaysInterleave].
+	// on a non-reentrant grain. Orleans' [AlwaysInterleave]. Not allowed on
+	// an observer, whose calls always run one at a time.
 	AlwaysInterleave bool `protobuf:"varint,2,opt,name=always_interleave,json=alwaysInterleave,proto3" json:"always_interleave,omitempty"`
 	// The method does not change the grain's state. On a non-reentrant
 	// grain, read-only requests interleave with each other at awaits (but
 	// not with other requests). Orleans' [ReadOnly]. May be combined with
-	// always_interleave.
+	// always_interleave. Not allowed on an observer, whose calls always run
+	// one at a time.
 	ReadOnly bool `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
 	// How long a caller waits for the reply before the call fails with
 	// DeadlineExceeded; replaces the silo's default response timeout for this
@@ -466,7 +488,7 @@ var File_granary_v1_options_proto protoreflect.FileDescriptor
 const file_granary_v1_options_proto_rawDesc = "" +
 	"\n" +
 	"\x18granary/v1/options.proto\x12\n" +
-	"granary.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xc7\x02\n" +
+	"granary.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe3\x02\n" +
 	"\fGrainOptions\x123\n" +
 	"\tplacement\x18\x01 \x01(\x0e2\x15.granary.v1.PlacementR\tplacement\x12\x1c\n" +
 	"\treentrant\x18\x02 \x01(\bR\treentrant\x12@\n" +
@@ -474,7 +496,8 @@ const file_granary_v1_options_proto_rawDesc = "" +
 	"\x10stateless_worker\x18\x04 \x01(\bR\x0fstatelessWorker\x12*\n" +
 	"\x11max_local_workers\x18\x05 \x01(\x05R\x0fmaxLocalWorkers\x12.\n" +
 	"\bkey_kind\x18\x06 \x01(\x0e2\x13.granary.v1.KeyKindR\akeyKind\x12\x1b\n" +
-	"\tsilo_role\x18\a \x01(\tR\bsiloRole\"\xa7\x01\n" +
+	"\tsilo_role\x18\a \x01(\tR\bsiloRole\x12\x1a\n" +
+	"\bobserver\x18\b \x01(\bR\bobserver\"\xa7\x01\n" +
 	"\rMethodOptions\x12\x17\n" +
 	"\aone_way\x18\x01 \x01(\bR\x06oneWay\x12+\n" +
 	"\x11always_interleave\x18\x02 \x01(\bR\x10alwaysInterleave\x12\x1b\n" +

@@ -67,6 +67,11 @@ const (
 	// earlier on this stream: the callee's context is cancelled. Nothing
 	// answers it; the request's own RESPONSE may still come.
 	EnvelopeKind_ENVELOPE_KIND_CANCEL EnvelopeKind = 7
+	// A client asks the gateway it sends this to to be its home: the
+	// gateway registers the client in the cluster's directory, so that calls
+	// to the client's observers reach it through that gateway. Answered by
+	// a RESPONSE with the same call_id.
+	EnvelopeKind_ENVELOPE_KIND_HOME EnvelopeKind = 8
 )
 
 // Enum value maps for EnvelopeKind.
@@ -80,6 +85,7 @@ var (
 		5: "ENVELOPE_KIND_DIRECTORY",
 		6: "ENVELOPE_KIND_GO_AWAY",
 		7: "ENVELOPE_KIND_CANCEL",
+		8: "ENVELOPE_KIND_HOME",
 	}
 	EnvelopeKind_value = map[string]int32{
 		"ENVELOPE_KIND_UNSPECIFIED": 0,
@@ -90,6 +96,7 @@ var (
 		"ENVELOPE_KIND_DIRECTORY":   5,
 		"ENVELOPE_KIND_GO_AWAY":     6,
 		"ENVELOPE_KIND_CANCEL":      7,
+		"ENVELOPE_KIND_HOME":        8,
 	}
 )
 
@@ -339,7 +346,11 @@ type Envelope struct {
 	Hello          *Hello             `protobuf:"bytes,18,opt,name=hello,proto3" json:"hello,omitempty"`
 	// The caller may cancel the request later with a CANCEL envelope, so
 	// the receiver keeps what it needs to (REQUEST from a client).
-	Cancellable   bool `protobuf:"varint,19,opt,name=cancellable,proto3" json:"cancellable,omitempty"`
+	Cancellable bool `protobuf:"varint,19,opt,name=cancellable,proto3" json:"cancellable,omitempty"`
+	// The target is an observer (REQUEST, ONE_WAY): an object of the client
+	// whose ID is the key's part before its first '/', reached through the
+	// gateway the directory names as that client's home.
+	Observer      bool `protobuf:"varint,20,opt,name=observer,proto3" json:"observer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +514,13 @@ func (x *Envelope) GetHello() *Hello {
 func (x *Envelope) GetCancellable() bool {
 	if x != nil {
 		return x.Cancellable
+	}
+	return false
+}
+
+func (x *Envelope) GetObserver() bool {
+	if x != nil {
+		return x.Observer
 	}
 	return false
 }
@@ -1177,7 +1195,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x15granary/v1/wire.proto\x12\n" +
 	"granary.v1\";\n" +
 	"\x05Batch\x122\n" +
-	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xb4\x05\n" +
+	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xd0\x05\n" +
 	"\bEnvelope\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.granary.v1.EnvelopeKindR\x04kind\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x12\x1d\n" +
@@ -1199,7 +1217,8 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\tdirectory\x18\x10 \x01(\v2\x1c.granary.v1.DirectoryRequestR\tdirectory\x12F\n" +
 	"\x0fdirectory_reply\x18\x11 \x01(\v2\x1d.granary.v1.DirectoryResponseR\x0edirectoryReply\x12'\n" +
 	"\x05hello\x18\x12 \x01(\v2\x11.granary.v1.HelloR\x05hello\x12 \n" +
-	"\vcancellable\x18\x13 \x01(\bR\vcancellable\"0\n" +
+	"\vcancellable\x18\x13 \x01(\bR\vcancellable\x12\x1a\n" +
+	"\bobserver\x18\x14 \x01(\bR\bobserver\"0\n" +
 	"\x06Header\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"g\n" +
@@ -1250,7 +1269,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\bgateways\x18\x02 \x03(\v2\x13.granary.v1.GatewayR\bgateways\"7\n" +
 	"\aGateway\x12\x12\n" +
 	"\x04silo\x18\x01 \x01(\tR\x04silo\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress*\xea\x01\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress*\x82\x02\n" +
 	"\fEnvelopeKind\x12\x1d\n" +
 	"\x19ENVELOPE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ENVELOPE_KIND_HELLO\x10\x01\x12\x19\n" +
@@ -1259,7 +1278,8 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x16ENVELOPE_KIND_RESPONSE\x10\x04\x12\x1b\n" +
 	"\x17ENVELOPE_KIND_DIRECTORY\x10\x05\x12\x19\n" +
 	"\x15ENVELOPE_KIND_GO_AWAY\x10\x06\x12\x18\n" +
-	"\x14ENVELOPE_KIND_CANCEL\x10\a*\xaf\x01\n" +
+	"\x14ENVELOPE_KIND_CANCEL\x10\a\x12\x16\n" +
+	"\x12ENVELOPE_KIND_HOME\x10\b*\xaf\x01\n" +
 	"\vDirectoryOp\x12\x1c\n" +
 	"\x18DIRECTORY_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DIRECTORY_OP_LOOKUP\x10\x01\x12\x19\n" +

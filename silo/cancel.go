@@ -1,0 +1,109 @@
+package silo
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+)
+
+// Cancellation across processes. A caller whose context can end marks
+// its request cancellable; the receiving silo (or gateway) gives the call
+// a context of its own, recorded in a cancelTable under the sender and
+// the call ID, and a CANCEL envelope from the sender cancels it. A silo
+// that forwards a call watches the call's context and sends CANCEL to
+// the silo it forwarded the call to when it ends.
+
+// remoteCall names one request of one sender, a silo or a client: call
+// IDs are unique per sending transport.
+type remoteCall struct {
+	from string
+	id   uint64
+}
+
+// cancelTable holds what cancels each cancellable request that came from
+// elsewhere and is not yet answered.
+type cancelTable struct {
+	mu sync.Mutex
+	m  map[remoteCall]context.CancelFunc
+}
+
+// add gives c, a request from k.from, a context that the sender may
+// cancel. The reply calls forgetCancel.
+func (t *cancelTable) add(c *call, k remoteCall) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[remoteCall]context.CancelFunc{}
+	}
+	t.m[k] = cancel
+	t.mu.Unlock()
+	c.cancel, c.cancels, c.cancelKey, c.cancelFn = ctx, t, k, cancel
+}
+
+// cancel cancels the request k, if it is still unanswered.
+func (t *cancelTable) cancel(k remoteCall) {
+	t.mu.Lock()
+	cancel := t.m[k]
+	delete(t.m, k)
+	t.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// cancelAll cancels every request: the silo is closing.
+func (t *cancelTable) cancelAll() {
+	t.mu.Lock()
+	m := t.m
+	t.m = nil
+	t.mu.Unlock()
+	for _, cancel := range m {
+		cancel()
+	}
+}
+
+// forgetCancel drops what cancels c, answered now, and releases its
+// context.
+func (c *call) forgetCancel() {
+	if c.cancels == nil {
+		return
+	}
+	t := c.cancels
+	t.mu.Lock()
+	delete(t.m, c.cancelKey)
+	t.mu.Unlock()
+	c.cancelFn()
+}
+
+// cancelWatch sends CANCEL for a forwarded call when its context ends,
+// until the reply stops it.
+type cancelWatch struct {
+	mu      sync.Mutex
+	replied bool
+	stop    func() bool
+}
+
+// watch has the forwarded request id cancelled where it went when ctx
+// ends, by a CANCEL that send sends, unless the reply (done) came first.
+func (w *cancelWatch) watch(ctx context.Context, id uint64, send func(*granaryv1.Envelope, time.Time) error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.replied || id == 0 {
+		return
+	}
+	w.stop = context.AfterFunc(ctx, func() {
+		send(&granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL, CallId: id}, time.Time{})
+	})
+}
+
+// done stops the watch: the reply came.
+func (w *cancelWatch) done() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.replied = true
+	if w.stop != nil {
+		w.stop()
+	}
+}

@@ -1,0 +1,301 @@
+package silo
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/granaryio/granary/directory"
+	"github.com/granaryio/granary/grain"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/transport"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// Observers are objects of external clients that grains call. An
+// observer's ID is its service's type and a key made of the client's ID,
+// '/', and a number the client picked. A client names one gateway as its
+// home, which registers the client (clientGrainID) in the directory; a
+// call to an observer goes to any silo, which finds the client's home in
+// the directory and forwards the call there, and the home gateway sends
+// it to the client on the stream the client dialled.
+
+// clientType is the directory's grain type for clients: the entry of
+// clientGrainID(c) names the silo whose gateway is client c's home.
+const clientType = "granary.v1.Client"
+
+// clientGrainID is the directory ID of a client.
+func clientGrainID(client string) grain.ID { return grain.ID{Type: clientType, Key: client} }
+
+// dirID is the ID under which the directory knows where the call goes:
+// its grain's, or for a call to an observer, its client's.
+func (c *call) dirID() grain.ID {
+	if c.method.Observe != nil {
+		if client, _, ok := strings.Cut(c.id.Key, "/"); ok {
+			return clientGrainID(client)
+		}
+	}
+	return c.id
+}
+
+// observerGone is the error of a call to an observer whose client is not
+// connected any more.
+func observerGone(id grain.ID) error {
+	return status.Errorf(codes.NotFound, "granary: observer %s is gone: its client is not connected", id)
+}
+
+// routeObserver routes a call to an observer: to its client, when this
+// silo's gateway is the client's home, else to the home the directory
+// names.
+func (s *Silo) routeObserver(c *call) {
+	client, _, ok := strings.Cut(c.id.Key, "/")
+	switch {
+	case !ok || client == "":
+		s.fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: %s is not an observer's ID: its key must be a client's ID, '/', and a number", c.id))
+	case s.gw != nil && s.gw.deliverObserver(client, c):
+	case s.cl == nil:
+		s.fail(nil, c, observerGone(c.id))
+	default:
+		s.cl.resolveObserver(c, client)
+	}
+}
+
+// resolveObserver forwards a call to an observer of client to the client's
+// home gateway.
+func (cl *cluster) resolveObserver(c *call, client string) {
+	id := clientGrainID(client)
+	cl.dir.Lookup(id, func(e directory.Entry, found bool, err error) {
+		switch {
+		case err != nil && cl.retryLater(c, func() { cl.s.routeObserver(c) }):
+		case err != nil:
+			cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.id, status.Convert(err).Message()))
+		case !found:
+			cl.s.fail(nil, c, observerGone(c.id))
+		case e.Silo != cl.self:
+			cl.forward(e, c, false)
+		default:
+			// The entry names this silo, whose gateway does not hold the
+			// client: left over from a connection that ended.
+			cl.dir.Invalidate(id, e)
+			cl.dir.Unregister(id, e)
+			cl.s.fail(nil, c, observerGone(c.id))
+		}
+	})
+}
+
+// relayKey names a method of a type this silo does not host.
+type relayKey struct {
+	typ, method string
+	index       uint32
+	observer    bool
+}
+
+// maxRelays bounds the relay descriptors kept: calls for more distinct
+// methods get a new descriptor each.
+const maxRelays = 4096
+
+// relayObserve marks the relay descriptors of observer methods. This silo
+// never calls it: observers run in their clients.
+func relayObserve(any, context.Context, proto.Message) (proto.Message, error) {
+	return nil, status.Error(codes.Internal, "granary: an observer runs in its client, not in a silo")
+}
+
+// relayMethod returns a descriptor for a method of a grain type this
+// silo does not host, or of an observer: its request and response decode
+// as Empty, which keeps every field as unknown and encodes it back
+// unchanged, so the call passes through as it came. The silo that runs
+// it, or the client, checks the method.
+func (s *Silo) relayMethod(k relayKey) *grain.MethodDesc {
+	if m, ok := s.relays.Load(k); ok {
+		return m.(*grain.MethodDesc)
+	}
+	empty := func() proto.Message { return new(emptypb.Empty) }
+	m := &grain.MethodDesc{Name: k.method, FullName: "/" + k.typ + "/" + k.method, Index: int(k.index), NewRequest: empty, NewResponse: empty}
+	if k.observer {
+		m.Observe = relayObserve
+	}
+	if s.relayCount.Load() < maxRelays {
+		if prev, loaded := s.relays.LoadOrStore(k, m); loaded {
+			return prev.(*grain.MethodDesc)
+		}
+		s.relayCount.Add(1)
+	}
+	return m
+}
+
+// homes are the clients whose home is a gateway: their directory entries.
+type homes struct {
+	mu sync.Mutex
+	m  map[string]directory.Entry // by client ID
+}
+
+// isHome reports whether client's home is this gateway.
+func (g *gateway) isHome(client string) bool {
+	g.homes.mu.Lock()
+	defer g.homes.mu.Unlock()
+	_, ok := g.homes.m[client]
+	return ok
+}
+
+// home makes this gateway the home of client: it registers the client in
+// the directory, taking the entry over from a former home, and answers r.
+func (g *gateway) home(client string, r transport.Responder) {
+	s := g.s
+	if s.stopping.Load() {
+		r.Reply(setStatus(&granaryv1.Envelope{}, unavailable(s, "it is stopping")))
+		return
+	}
+	g.homes.mu.Lock()
+	if _, ok := g.homes.m[client]; ok {
+		g.homes.mu.Unlock()
+		r.Reply(&granaryv1.Envelope{})
+		return
+	}
+	var e directory.Entry
+	if s.cl != nil {
+		e = directory.Entry{Silo: s.cl.self, Activation: s.nextActID.Add(1)}
+	}
+	// Recorded before it registers, so a call the new entry brings here
+	// finds the client home and does not take the entry for a stale one.
+	g.homes.m[client] = e
+	g.homes.mu.Unlock()
+	if s.cl == nil {
+		r.Reply(&granaryv1.Envelope{})
+		return
+	}
+	g.registerHome(client, e, r, 0)
+}
+
+// maxHomeTakeovers bounds how often a gateway unregisters another entry
+// of a client that moved here before it gives up.
+const maxHomeTakeovers = 3
+
+// registerHome registers the client's home entry e, retrying while the
+// directory cannot answer, and unregistering the entry of the client's
+// former home, which it left, when that one is in the way.
+func (g *gateway) registerHome(client string, e directory.Entry, r transport.Responder, tries uint8) {
+	cl := g.s.cl
+	id := clientGrainID(client)
+	cl.dir.Register(id, e, func(winner directory.Entry, err error) {
+		switch {
+		case err != nil && tries < maxDirectoryRetries && !cl.closed.Load():
+			g.s.clock.AfterFunc(retryBackoff(tries), func() { g.registerHome(client, e, r, tries+1) })
+		case err != nil:
+			g.dropHome(client, e)
+			r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: registering client %s: %v", client, status.Convert(err).Message())))
+		case winner == e:
+			r.Reply(&granaryv1.Envelope{})
+		case tries < maxHomeTakeovers:
+			cl.dir.Invalidate(id, winner)
+			cl.dir.Unregister(id, winner) // reaches the owner before the Register that follows
+			g.registerHome(client, e, r, tries+1)
+		default:
+			g.dropHome(client, e)
+			r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s is still registered at silo %s", client, winner.Silo)))
+		}
+	})
+}
+
+// dropHome forgets that this gateway is client's home, if e is still its
+// entry, and reports whether it was.
+func (g *gateway) dropHome(client string, e directory.Entry) bool {
+	g.homes.mu.Lock()
+	defer g.homes.mu.Unlock()
+	if cur, ok := g.homes.m[client]; !ok || cur != e {
+		return false
+	}
+	delete(g.homes.m, client)
+	return true
+}
+
+// StreamsEnded is the transport telling the gateway that a client has no
+// stream to it any more: the client is not home here any more, and its
+// observers are unreachable through this gateway.
+func (g *gateway) StreamsEnded(client string) {
+	g.homes.mu.Lock()
+	e, ok := g.homes.m[client]
+	delete(g.homes.m, client)
+	g.homes.mu.Unlock()
+	if ok && g.s.cl != nil {
+		g.s.cl.dir.Unregister(clientGrainID(client), e)
+	}
+}
+
+// homeEntries lists the directory entries of the clients at home here.
+func (g *gateway) homeEntries() []directory.Item {
+	g.homes.mu.Lock()
+	defer g.homes.mu.Unlock()
+	out := make([]directory.Item, 0, len(g.homes.m))
+	for client, e := range g.homes.m {
+		out = append(out, directory.Item{ID: clientGrainID(client), Entry: e})
+	}
+	return out
+}
+
+// deliverObserver sends a call to an observer of client on the client's
+// stream, when this gateway is its home, and reports whether it is.
+func (g *gateway) deliverObserver(client string, c *call) bool {
+	if g.tport == nil || !g.isHome(client) {
+		return false
+	}
+	s := g.s
+	o := newOutgoing()
+	defer o.free()
+	env := o.env
+	env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
+	if c.oneWay {
+		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
+	}
+	env.GrainType, env.GrainKey, env.Observer = c.id.Type, c.id.Key, true
+	env.Method, env.MethodIndex = c.method.Name, uint32(c.method.Index)
+	switch {
+	case c.raw != nil:
+		env.Payload = c.raw
+	case c.req != nil:
+		if err := o.encode(c.req); err != nil {
+			s.fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.id, c.method.Name, err))
+			return true
+		}
+	}
+	left := c.due - s.callNow()
+	if left <= 0 {
+		s.fail(nil, c, deadlineError(c))
+		return true
+	}
+	env.TimeoutNanos = int64(left)
+	deadline := s.epoch.Add(c.due)
+	if c.oneWay {
+		if err := g.tport.SendAccepted(client, env, deadline); err != nil {
+			g.log.Debug("a one-way call to an observer was not sent", zap.Stringer("observer", c.id), zap.Error(err))
+		}
+		c.release()
+		return true
+	}
+	g.inflight.add()
+	g.tport.CallAccepted(client, env, deadline, func(resp *granaryv1.Envelope, err error) {
+		defer g.inflight.done()
+		if err != nil {
+			if transport.NotSent(err) {
+				err = observerGone(c.id)
+			}
+			s.fail(nil, c, err)
+			return
+		}
+		if err := statusOf(resp); err != nil {
+			s.fail(nil, c, err)
+			return
+		}
+		out := c.method.NewResponse()
+		if err := proto.Unmarshal(resp.Payload, out); err != nil {
+			s.fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of observer %s.%s does not decode: %v", c.id, c.method.Name, err))
+			return
+		}
+		c.settle(nil, out, nil)
+		c.release()
+	})
+	return true
+}
