@@ -203,6 +203,9 @@ func (c *Client) fetchFromSeeds(ctx context.Context) (*granaryv1.GatewaysRespons
 	}
 	for _, addr := range seeds {
 		list, err := c.fetch(ctx, addr)
+		if !listsAddr(list, addr) {
+			c.net.Forget(addr) // a seed, not a gateway the client will use
+		}
 		if err == nil {
 			return list, nil
 		}
@@ -212,6 +215,16 @@ func (c *Client) fetchFromSeeds(ctx context.Context) (*granaryv1.GatewaysRespons
 		}
 	}
 	return nil, status.Errorf(codes.Unavailable, "client: no gateway answered: %v", errors.Join(errs...))
+}
+
+// listsAddr reports whether list names a gateway at addr.
+func listsAddr(list *granaryv1.GatewaysResponse, addr string) bool {
+	for _, g := range list.GetGateways() {
+		if g.GetAddress() == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // fetchTimeout bounds one request for the gateway list.

@@ -2,6 +2,7 @@ package silo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -87,6 +88,14 @@ func (c *GatewayConfig) validate() error {
 		if _, port, err := net.SplitHostPort(c.Advertise); err != nil || port == "" || port == "0" {
 			return bad("Advertise", "%q is not a dialable host:port", c.Advertise)
 		}
+	}
+	tc := c.Transport
+	tc.ClusterID, tc.Self = "-", "-" // filled in at Start
+	var te *transport.ConfigError
+	if err := tc.Validate(); errors.As(err, &te) {
+		return bad("Transport."+te.Field, "%s", te.Reason)
+	} else if err != nil {
+		return bad("Transport", "%v", err)
 	}
 	return nil
 }

@@ -238,6 +238,13 @@ func TestConfigErrorsNameField(t *testing.T) {
 		`Types["x.Y"].CollectionInterval`: func(c *Config) { c.Types = map[string]TypeConfig{"x.Y": {CollectionInterval: -1}} },
 		"IncomingFilters[0]":              func(c *Config) { c.IncomingFilters = []grain.IncomingFilter{nil} },
 		"Name":                            func(c *Config) { c.Name = "" },
+		"Gateway.Listen":                  func(c *Config) { g := DefaultGatewayConfig(); g.Listen = "nohost"; c.Gateway = &g },
+		"Gateway.Advertise":               func(c *Config) { g := DefaultGatewayConfig(); g.Advertise = "h:0"; c.Gateway = &g },
+		"Gateway.Transport.MaxMessageSize": func(c *Config) {
+			g := DefaultGatewayConfig()
+			g.Transport.MaxMessageSize = 10
+			c.Gateway = &g
+		},
 	} {
 		cfg := DefaultConfig()
 		mutate(&cfg)

@@ -76,6 +76,9 @@ type ConfigError struct {
 
 func (e *ConfigError) Error() string { return "transport: config: " + e.Field + ": " + e.Reason }
 
+// Validate reports the first field out of range, as New would.
+func (c Config) Validate() error { return c.validate() }
+
 func (c *Config) validate() error {
 	bad := func(field, format string, args ...any) error {
 		return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}

@@ -67,13 +67,11 @@ func sleepRequest(key string, d time.Duration) *granaryv1.Envelope {
 	}
 }
 
-// TestReviewGatewayCancelReachesRemoteGrain: a client's CANCEL cancels
-// the callee's context only when the grain runs on the gateway's own
-// silo. gateway.Deliver puts the cancel function on c.cancel, which only
-// a local turn reads; cluster.forward does not watch it, and silos drop
-// CANCEL envelopes, so a grain on another silo sleeps on to its deadline.
-// client.Invoke's doc promises that the grain's context is cancelled.
-func TestReviewGatewayCancelReachesRemoteGrain(t *testing.T) {
+// TestGatewayCancelReachesRemoteGrain: a client's CANCEL cancels the
+// callee's context both when the grain runs on the gateway's own silo and
+// when the gateway forwarded the call to another silo, which the gateway
+// tells with a CANCEL of its own.
+func TestGatewayCancelReachesRemoteGrain(t *testing.T) {
 	tc := newTestCluster(t, nil, clusterOpt{})
 	gw := tc.startNoWait("gw", func(cfg *Config) {
 		g := DefaultGatewayConfig()
@@ -113,13 +111,11 @@ func TestReviewGatewayCancelReachesRemoteGrain(t *testing.T) {
 	}
 }
 
-// TestReviewGatewayStopWithHealthWatch: a gRPC health Watch stream on the
-// gateway (what gRPC client-side health checking opens) keeps the
-// gateway's server from stopping gracefully: goAway only sets NOT_SERVING,
-// and finish's GracefulStop waits for every stream until Stop's ctx ends.
-// Stop then fails into Close and the silo never leaves its cluster
-// gracefully.
-func TestReviewGatewayStopWithHealthWatch(t *testing.T) {
+// TestGatewayStopWithHealthWatch: a gRPC health Watch stream on the
+// gateway (what gRPC client-side health checking opens) hears NOT_SERVING
+// as the silo begins to stop, and does not keep the gateway's server from
+// stopping: Stop succeeds well within its context.
+func TestGatewayStopWithHealthWatch(t *testing.T) {
 	tc := newTestCluster(t, nil, clusterOpt{})
 	gw := tc.startNoWait("gw", func(cfg *Config) {
 		g := DefaultGatewayConfig()
@@ -144,15 +140,19 @@ func TestReviewGatewayStopWithHealthWatch(t *testing.T) {
 	tc.remove("gw")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := gw.Stop(ctx); err != nil {
+	stopped := make(chan error, 1)
+	go func() { stopped <- gw.Stop(ctx) }()
+	if st, err := w.Recv(); err != nil || st.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health as the silo stops: %v %v, want NOT_SERVING", st, err)
+	}
+	if err := <-stopped; err != nil {
 		t.Fatalf("Stop with a health watcher connected: %v", err)
 	}
 }
 
-// TestReviewGatewayBadEnvelopes guards the gateway against malformed
-// client envelopes: each gets an answer with a fitting code, and none
-// panics the silo. (It passes; kept as a cheap guard.)
-func TestReviewGatewayBadEnvelopes(t *testing.T) {
+// TestGatewayBadEnvelopes: malformed client envelopes each get an answer
+// with a fitting code, and none panics the silo.
+func TestGatewayBadEnvelopes(t *testing.T) {
 	h := newHarness(t, harnessOpt{cfg: func(c *Config) {
 		g := DefaultGatewayConfig()
 		g.Listen = "127.0.0.1:0"

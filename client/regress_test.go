@@ -31,11 +31,11 @@ func hold(t *testing.T, c *cluster, ref probe.ProbeRef) (release func()) {
 	}
 }
 
-// TestReviewTimerSettledCallRaces: a call whose deadline comes from its
-// call options and that the client's timer fails races on pcall.timer:
-// start writes it after time.AfterFunc returns, and settleBy(timer) reads
-// it ("p.timer != nil" is evaluated before "by != timer").
-func TestReviewTimerSettledCallRaces(t *testing.T) {
+// TestTimerSettledCalls: calls that only the client's own deadline timer
+// ends, many at once, fail with DeadlineExceeded without a data race
+// between the timer and the call's start (which once wrote the timer
+// field the timer's callback read).
+func TestTimerSettledCalls(t *testing.T) {
 	c := newCluster(t, "a")
 	cl := c.dial()
 	ref := probe.NewProbeRef(cl, "busy")
@@ -119,12 +119,10 @@ func (w *watchedCtx) AfterFunc(f func()) func() bool {
 	}
 }
 
-// TestReviewAsyncTimeoutLeaksContextWatch: an asynchronous call that the
-// client's timer fails leaves its context.AfterFunc registered on the
-// caller's context (settleBy calls stopCtx only for by == settler), so the
-// pcall, its envelope and payload stay reachable until that context ends:
-// a leak per timed-out call under a long-lived context.
-func TestReviewAsyncTimeoutLeaksContextWatch(t *testing.T) {
+// TestAsyncTimeoutStopsContextWatch: an asynchronous call that the
+// client's timer fails unregisters its watch on the caller's context, so
+// a long-lived context does not keep every timed-out call reachable.
+func TestAsyncTimeoutStopsContextWatch(t *testing.T) {
 	c := newCluster(t, "a")
 	cl := c.dial()
 	ref := probe.NewProbeRef(cl, "busy")
@@ -143,11 +141,10 @@ func TestReviewAsyncTimeoutLeaksContextWatch(t *testing.T) {
 	}
 }
 
-// TestReviewHugeTimeout: the gateway adds the client's TimeoutNanos to its
-// clock unchecked (gateway.go Deliver, c.due = s.callNow() + timeout), so
-// a timeout near math.MaxInt64 wraps negative and the call fails at once
-// with DeadlineExceeded.
-func TestReviewHugeTimeout(t *testing.T) {
+// TestHugeTimeout: a timeout near math.MaxInt64 is cut to the longest a
+// call may have, instead of wrapping the deadline arithmetic negative and
+// failing the call at once.
+func TestHugeTimeout(t *testing.T) {
 	c := newCluster(t, "a")
 	cl := c.dial()
 	_, err := probe.NewProbeRef(cl, "huge").Call(context.Background(), &probe.Request{}, grain.WithTimeout(math.MaxInt64))
@@ -156,12 +153,10 @@ func TestReviewHugeTimeout(t *testing.T) {
 	}
 }
 
-// TestReviewDialDeadSeed: fetch waits for a seed with WaitForReady(true)
-// for up to fetchTimeout (5 s), so a seed that refuses connections costs
-// Dial 5 s, and with a shorter ctx a live seed shuffled behind a dead one
-// is never asked. Each try fails unless the shuffle put the live seed
-// first (1 in 4).
-func TestReviewDialDeadSeed(t *testing.T) {
+// TestDialPastDeadSeeds: seeds that refuse connections fail at once, so
+// Dial reaches a live seed shuffled behind three dead ones well within a
+// short context.
+func TestDialPastDeadSeeds(t *testing.T) {
 	c := newCluster(t, "a")
 	live := c.silo("a").GatewayAddr()
 	for range 4 {
