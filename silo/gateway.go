@@ -65,6 +65,14 @@ type GatewayConfig struct {
 	// ServerOptions are added to the gateway's gRPC server options:
 	// interceptors, say. They apply to the plain gRPC grain services.
 	ServerOptions []grpc.ServerOption
+
+	// Services are grain types the gateway serves over plain gRPC besides
+	// those registered on the silo: types that other silos of the
+	// cluster host, so that a client in any language reaches every grain
+	// through any gateway. Pass the generated descriptors
+	// (bankpb.Account_ServiceDesc). A call to a type no live silo hosts
+	// fails with NotFound.
+	Services []*grain.ServiceDesc
 }
 
 // DefaultGatewayConfig returns the gateway configuration described on
@@ -87,6 +95,11 @@ func (c *GatewayConfig) validate() error {
 	if c.Advertise != "" {
 		if _, port, err := net.SplitHostPort(c.Advertise); err != nil || port == "" || port == "0" {
 			return bad("Advertise", "%q is not a dialable host:port", c.Advertise)
+		}
+	}
+	for i, d := range c.Services {
+		if d == nil || d.Type == "" || d.Observer {
+			return bad(fmt.Sprintf("Services[%d]", i), "is not the descriptor of a grain type")
 		}
 	}
 	tc := c.Transport
@@ -196,9 +209,14 @@ func (s *Silo) startGateway() error {
 	if g.tport, err = transport.New(tcfg, noNetwork{}, g); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
 	}
-	descs := make([]*grain.ServiceDesc, 0, len(s.types))
+	descs := make([]*grain.ServiceDesc, 0, len(s.types)+len(g.cfg.Services))
 	for _, name := range s.hostedTypes() {
 		descs = append(descs, s.types[name].desc)
+	}
+	for _, d := range g.cfg.Services {
+		if s.types[d.Type] == nil {
+			descs = append(descs, d)
+		}
 	}
 	srv := g.lis.Server()
 	if err := grpcapi.Register(srv, s, descs, g.log); err != nil {

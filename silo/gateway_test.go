@@ -6,13 +6,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/grain"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -185,5 +189,76 @@ func TestGatewayBadEnvelopes(t *testing.T) {
 		case <-time.After(defaultTestTimeout):
 			t.Fatalf("%s: no answer", tc.name)
 		}
+	}
+}
+
+// intProbe answers with the silo it runs on.
+type intProbe struct {
+	probe.UnimplementedIntProbeGrain
+	silo string
+}
+
+func (g *intProbe) Call(grain.Context, *probe.Request) (*probe.Reply, error) {
+	return &probe.Reply{Text: g.silo}, nil
+}
+
+// TestGatewayServesTypesHostedElsewhere: a gateway given the descriptor
+// of a type another silo hosts serves it over plain gRPC, and the call
+// runs on that silo; a listed type no silo hosts fails with NotFound.
+func TestGatewayServesTypesHostedElsewhere(t *testing.T) {
+	tc := newTestCluster(t, nil, clusterOpt{})
+	gw := tc.startNoWait("gw", func(cfg *Config) {
+		g := DefaultGatewayConfig()
+		g.Listen = "127.0.0.1:0"
+		g.Services = []*grain.ServiceDesc{&probe.IntProbe_ServiceDesc, &probe.UUIDProbe_ServiceDesc}
+		cfg.Gateway = &g
+	})
+	// A silo hosting IntProbe, which the gateway's silo does not.
+	cfg := DefaultConfig()
+	cfg.Name = "ints"
+	cc := DefaultClusterConfig()
+	cc.Membership.ClusterID = "test"
+	cc.ShutdownGossipDelay = 0
+	cc.Listener = tc.net.Listener(addrOf("ints"))
+	cc.Network = tc.net.From(addrOf("ints"))
+	cc.NewMembership = func(mc membership.Config, on func(membership.Event)) (membership.Service, error) {
+		return tc.hub.Member(mc, on), nil
+	}
+	cfg.Cluster = &cc
+	ints, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := probe.RegisterIntProbeGrain(ints, func(grain.ID) probe.IntProbeGrain { return &intProbe{silo: "ints"} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ints.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := ints.Stop(testCtx(t)); err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, "the gateway's silo to see IntProbe hosted", func() bool {
+		return len(gw.cl.view.Load().hosts[probe.IntProbeGrainType]) == 1
+	})
+	cconn, err := grpc.NewClient(gw.GatewayAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cconn.Close()
+	ctx := metadata.AppendToOutgoingContext(testCtx(t), "granary-key", "42")
+	var reply probe.Reply
+	if err := cconn.Invoke(ctx, "/probe.IntProbe/Call", &probe.Request{}, &reply); err != nil {
+		t.Fatal(err)
+	}
+	if reply.Text != "ints" {
+		t.Fatalf("the call ran on %q, want ints", reply.Text)
+	}
+	ctx = metadata.AppendToOutgoingContext(testCtx(t), "granary-key", "00000000-0000-0000-0000-000000000001")
+	err = cconn.Invoke(ctx, "/probe.UUIDProbe/Call", &probe.Request{}, &reply)
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("a type no silo hosts: %v, want NotFound", err)
 	}
 }

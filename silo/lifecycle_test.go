@@ -240,6 +240,11 @@ func TestConfigErrorsNameField(t *testing.T) {
 		"Name":                            func(c *Config) { c.Name = "" },
 		"Gateway.Listen":                  func(c *Config) { g := DefaultGatewayConfig(); g.Listen = "nohost"; c.Gateway = &g },
 		"Gateway.Advertise":               func(c *Config) { g := DefaultGatewayConfig(); g.Advertise = "h:0"; c.Gateway = &g },
+		"Gateway.Services[0]": func(c *Config) {
+			g := DefaultGatewayConfig()
+			g.Services = []*grain.ServiceDesc{nil}
+			c.Gateway = &g
+		},
 		"Gateway.Transport.MaxMessageSize": func(c *Config) {
 			g := DefaultGatewayConfig()
 			g.Transport.MaxMessageSize = 10
