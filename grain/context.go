@@ -24,8 +24,10 @@ type Context interface {
 	// first; it is empty for a call from outside any grain.
 	CallChain() []ID
 	// Caller sends calls to other grains (or to this one) on behalf of this
-	// grain: build references from it.
-	Caller() Caller
+	// grain: build references from it. A grain may keep such references
+	// (to other grains, to observers) in its state for its later calls:
+	// a call is made on behalf of the method whose Context it is passed
+	// (or a context derived from it), so pass the running method's.
 	// Logger logs with the grain's ID attached.
 	Logger() *zap.Logger
 

@@ -91,8 +91,11 @@ type call struct {
 	resErr error
 
 	// The outcome.
-	state  atomic.Uint32
-	refs   atomic.Int32
+	state atomic.Uint32
+	refs  atomic.Int32
+	// gen counts the record's uses: a Caller a turn handed out is valid
+	// while it is unchanged.
+	gen    atomic.Uint64
 	resp   proto.Message
 	err    error
 	waiter waiterKind // who waits for the outcome, and how to wake it
@@ -202,9 +205,10 @@ func (c *call) release() {
 		liveCalls.Add(-1)
 	}
 	c.ctx.stopDerived()
-	donec := c.donec
+	donec, gen := c.donec, c.gen.Load()
 	*c = call{}
 	c.donec = donec
+	c.gen.Store(gen + 1)
 	c.ctx.c = c
 	callPool.Put(c)
 }

@@ -243,3 +243,40 @@ func TestCloseWakesSleepers(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptReferenceServesLaterCalls: a reference a grain made from its
+// Context in one call and kept serves its later calls when they pass
+// their own Context, and is refused with FailedPrecondition, not
+// misattributed to whatever call reuses the first one's record, when
+// used with an unrelated context.
+func TestKeptReferenceServesLaterCalls(t *testing.T) {
+	h := newHarness(t, harnessOpt{})
+	var kept probe.ProbeRef
+	h.script("keep", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		kept = probe.NewProbeRef(ctx.Caller(), "target")
+		return &probe.Reply{}, nil
+	})
+	h.script("use", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		return kept.Call(ctx, &probe.Request{})
+	})
+	h.script("use-background", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		return kept.Call(context.Background(), &probe.Request{})
+	})
+	if _, err := h.probe("holder").Call(testCtx(t), &probe.Request{Tag: "keep"}); err != nil {
+		t.Fatal(err)
+	}
+	// Other calls reuse the first call's record meanwhile.
+	for range 50 {
+		if _, err := h.probe("other").Call(testCtx(t), &probe.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if _, err := h.probe("holder").Call(testCtx(t), &probe.Request{Tag: "use"}); err != nil {
+			t.Fatalf("a kept reference with the current Context: %v", err)
+		}
+	}
+	if _, err := h.probe("holder").Call(testCtx(t), &probe.Request{Tag: "use-background"}); grain.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a kept reference with an unrelated context: %v, want FailedPrecondition", err)
+	}
+}

@@ -97,7 +97,7 @@ func (t *turnCtx) CallChain() []grain.ID {
 	return ids
 }
 
-func (t *turnCtx) Caller() grain.Caller { return turnCaller{t} }
+func (t *turnCtx) Caller() grain.Caller { return turnCaller{s: t.c.s, t: t, gen: t.c.gen.Load()} }
 
 func (t *turnCtx) Logger() *zap.Logger { return t.c.act.logger() }
 
@@ -182,5 +182,26 @@ type sleeper struct{ ev activation.Event }
 var errOffTurn = status.Error(codes.FailedPrecondition, "granary: a grain Context was used after its method returned")
 
 // turnCaller is the Caller a grain's Context hands out: calls through it
-// are made on behalf of the turn, whatever context the grain passes.
-type turnCaller struct{ t *turnCtx }
+// are made on behalf of the turn whose Context the call's context is or
+// derives from, so a reference a grain keeps serves its later calls too;
+// with any other context, on behalf of the turn that made the Caller,
+// while that call lasts.
+type turnCaller struct {
+	s   *Silo
+	t   *turnCtx
+	gen uint64 // t's record's use when the Caller was made
+}
+
+var errStaleCaller = status.Error(codes.FailedPrecondition,
+	"granary: a reference made during an earlier call of a grain was used with a context that is not the grain's current one: pass the Context of the running method")
+
+// turn returns the turn a call through tc is made on behalf of.
+func (tc turnCaller) turn(ctx context.Context) (*turnCtx, error) {
+	if cur := turnOf(ctx); cur != nil {
+		return cur, nil
+	}
+	if tc.t.c.gen.Load() != tc.gen {
+		return nil, errStaleCaller
+	}
+	return tc.t, nil
+}

@@ -27,16 +27,24 @@ func (s *Silo) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc
 	return s.invokeAsync(turnOf(ctx), ctx, id, m, req, opts)
 }
 
-// Invoke calls as the grain whose Context made this Caller, whatever
-// context is passed (it must derive from that Context to carry its
-// deadline).
+// Invoke calls as the grain's running method: the one whose Context ctx
+// is or derives from, else the one whose Context made this Caller, if it
+// has not returned.
 func (tc turnCaller) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
-	return tc.t.c.s.invoke(tc.t, ctx, id, m, req, opts)
+	t, err := tc.turn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tc.s.invoke(t, ctx, id, m, req, opts)
 }
 
 // InvokeAsync is Invoke without the wait.
 func (tc turnCaller) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
-	return tc.t.c.s.invokeAsync(tc.t, ctx, id, m, req, opts)
+	t, err := tc.turn(ctx)
+	if err != nil {
+		return grain.Failed(err)
+	}
+	return tc.s.invokeAsync(t, ctx, id, m, req, opts)
 }
 
 // turnOf returns the turn whose Context ctx is or derives from, or nil.
