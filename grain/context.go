@@ -28,6 +28,7 @@ type Context interface {
 	// (to other grains, to observers) in its state for its later calls:
 	// a call is made on behalf of the method whose Context it is passed
 	// (or a context derived from it), so pass the running method's.
+	Caller() Caller
 	// Logger logs with the grain's ID attached.
 	Logger() *zap.Logger
 
