@@ -79,9 +79,9 @@ func (o *output) waitLine(ctx context.Context, done <-chan struct{}, prefix stri
 	for {
 		o.mu.Lock()
 		for i := skip; i < len(o.lines); i++ {
-			if strings.HasPrefix(o.lines[i], prefix) {
-				o.mu.Unlock()
-				return o.lines[i], i, nil
+			if line := o.lines[i]; strings.HasPrefix(line, prefix) {
+				o.mu.Unlock() // read under the lock: Write may grow lines
+				return line, i, nil
 			}
 		}
 		skip = len(o.lines)
