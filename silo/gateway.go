@@ -323,14 +323,7 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 		return
 	}
 	s := g.s
-	refuse := func(code codes.Code, format string, args ...any) {
-		err := status.Errorf(code, format, args...)
-		if r.Expects() {
-			r.Reply(setStatus(&granaryv1.Envelope{}, err))
-		} else {
-			g.log.Warn("dropped a one-way call from a client", zap.String("client", from), zap.Error(err))
-		}
-	}
+	refuse := refuser(r, g.log, "dropped a one-way call from a client", from)
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
 	switch {
 	case id.Type == "" || strings.Contains(id.Type, "/"):
@@ -361,31 +354,8 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 		}
 		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, false})
 	}
-	oneWay := !r.Expects()
-	refs := int32(2)
-	if oneWay {
-		refs = 1
-	}
-	c := s.newCall(refs)
-	c.id, c.method, c.raw, c.oneWay, c.fromClient = id, m, env.Payload, oneWay, true
-	if c.raw == nil {
-		c.raw = []byte{}
-	}
-	c.due = s.callNow() + s.callTimeout(time.Duration(env.TimeoutNanos))
-	if len(env.Headers) > 0 {
-		kv := make([]string, 0, 2*len(env.Headers))
-		for _, h := range env.Headers {
-			kv = append(kv, h.Key, h.Value)
-		}
-		c.headers = grain.HeadersFromPairs(kv)
-	}
-	if !oneWay {
-		c.waiter, c.responder = clientWaiter, r
-		if env.Cancellable {
-			g.cancels.add(c, remoteCall{from, env.CallId})
-		}
-		g.inflight.add()
-	}
+	c := s.incoming(from, env, id, m, r, clientWaiter, &g.cancels, &g.inflight)
+	c.fromClient = true
 	s.route(nil, c)
 }
 

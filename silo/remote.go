@@ -321,14 +321,7 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		return
 	}
 	s := cl.s
-	refuse := func(code codes.Code, format string, args ...any) {
-		err := status.Errorf(code, format, args...)
-		if r.Expects() {
-			r.Reply(setStatus(&granaryv1.Envelope{}, err))
-		} else {
-			cl.log.Warn("dropped a one-way call from another silo", zap.String("from", from), zap.Error(err))
-		}
-	}
+	refuse := refuser(r, cl.log, "dropped a one-way call from another silo", from)
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
 	var m *grain.MethodDesc
 	if env.Observer {
@@ -354,6 +347,34 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
 		return
 	}
+	c := s.incoming(from, env, id, m, r, remoteWaiter, &cl.cancels, &cl.inflight)
+	c.chain, c.depth = cl.chainFrom(env.Chain), len(env.Chain)
+	c.hops = env.Hops
+	if env.Placed {
+		c.placedHere = true
+	}
+	s.route(nil, c)
+}
+
+// refuser returns what refuses an envelope that came from from with a
+// status: the answer to a request, or, for a one-way call, a log line.
+func refuser(r transport.Responder, log *zap.Logger, dropped, from string) func(code codes.Code, format string, args ...any) {
+	return func(code codes.Code, format string, args ...any) {
+		err := status.Errorf(code, format, args...)
+		if r.Expects() {
+			r.Reply(setStatus(&granaryv1.Envelope{}, err))
+		} else {
+			log.Warn(dropped, zap.String("from", from), zap.Error(err))
+		}
+	}
+}
+
+// incoming makes the call record of a request or one-way call that came
+// from another process (a silo, or a client through the gateway): its
+// request stays encoded for its turn to decode; a request is answered
+// through r by waiter, counted in inflight, and, when its sender may
+// cancel it, given a context in cancels.
+func (s *Silo) incoming(from string, env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, r transport.Responder, waiter waiterKind, cancels *cancelTable, inflight *inflightCount) *call {
 	oneWay := !r.Expects()
 	refs := int32(2)
 	if oneWay {
@@ -372,19 +393,14 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		}
 		c.headers = grain.HeadersFromPairs(kv)
 	}
-	c.chain, c.depth = cl.chainFrom(env.Chain), len(env.Chain)
-	c.hops = env.Hops
-	if env.Placed {
-		c.placedHere = true
-	}
 	if !oneWay {
-		c.waiter, c.responder = remoteWaiter, r
+		c.waiter, c.responder = waiter, r
 		if env.Cancellable {
-			cl.cancels.add(c, remoteCall{from, env.CallId})
+			cancels.add(c, remoteCall{from, env.CallId})
 		}
-		cl.inflight.add()
+		inflight.add()
 	}
-	s.route(nil, c)
+	return c
 }
 
 // chainFrom rebuilds a call chain that came from another silo: links to

@@ -15,10 +15,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/granaryio/granary/internal/proctest"
 )
 
 const (
@@ -34,42 +35,16 @@ const (
 	exitTimeout = stopTimeout + 5*time.Second
 )
 
-// The program built for the multi-process test, once per test binary by
-// buildChat; TestMain removes buildDir.
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-)
+// program is the program the multi-process test runs, built once per
+// test binary; TestMain removes it.
+var program proctest.Program
 
-// buildChat builds the program once per test binary and returns its path.
-// The go command is the one running the tests: go test puts its GOROOT/bin
-// first on PATH.
+// buildChat builds the program and returns its path.
 func buildChat(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("the go command is not on PATH: %w", err)
-			return
-		}
-		if buildDir, err = os.MkdirTemp("", "granary-chat-test-"); err != nil {
-			buildErr = err
-			return
-		}
-		buildBin = filepath.Join(buildDir, "chat")
-		ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, goTool, "build", "-o", buildBin, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
+	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
+	defer cancel()
+	return program.Build(ctx, t, "chat")
 }
 
 // child is one process of the program: a silo or a client.
@@ -77,7 +52,7 @@ type child struct {
 	name    string
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser // a client's; nil for a silo
-	out     *output
+	out     *proctest.Output
 	stderr  *os.File
 	done    chan struct{}
 	exitErr error // set before done is closed
@@ -94,7 +69,7 @@ func startChild(t *testing.T, bin, name string, withStdin bool, args ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &child{name: name, out: newOutput(), stderr: stderr, done: make(chan struct{})}
+	c := &child{name: name, out: proctest.NewOutput(), stderr: stderr, done: make(chan struct{})}
 	c.cmd = exec.Command(bin, args...)
 	c.cmd.Stdout, c.cmd.Stderr = c.out, stderr
 	if withStdin {
@@ -140,11 +115,11 @@ func startSilo(t *testing.T, ctx context.Context, bin, name, clusterID string, s
 	t.Helper()
 	c := startChild(t, bin, name, false, "silo", "-name", name, "-cluster", clusterID, "-profile", "local",
 		"-gossip", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-gateway", "127.0.0.1:0", "-seeds", strings.Join(seeds, ","))
-	line, _, err := c.out.waitLine(ctx, c.done, "ready ", 0)
+	line, _, err := c.out.WaitLine(ctx, c.done, "ready ", 0)
 	if err != nil {
 		t.Fatalf("silo %s: %v", name, err)
 	}
-	f := fields(line)
+	f := proctest.Fields(line)
 	c.member, c.gossip, c.gateway = f["member"], f["gossip"], f["gateway"]
 	if !strings.HasPrefix(c.member, name+"-") || c.gossip == "" || strings.HasSuffix(c.gossip, ":0") ||
 		c.gateway == "" || strings.HasSuffix(c.gateway, ":0") {
@@ -173,7 +148,7 @@ func (c *child) waitExit(ctx context.Context, last string) error {
 	if c.exitErr != nil {
 		return fmt.Errorf("%s exited: %v", c.name, c.exitErr)
 	}
-	if !c.out.has(last, 0) {
+	if !c.out.Has(last, 0) {
 		return fmt.Errorf("%s exited without a %q line", c.name, last)
 	}
 	return nil
@@ -198,7 +173,7 @@ func TestChatAcrossSilos(t *testing.T) {
 	// The first silo founds the cluster, the second joins through it.
 	readyCtx, readyCancel := context.WithTimeout(ctx, defaultTestTimeout)
 	defer readyCancel()
-	clusterID := newClusterID()
+	clusterID := proctest.ClusterID("chat-test")
 	a := startSilo(t, readyCtx, bin, "a", clusterID)
 	b := startSilo(t, readyCtx, bin, "b", clusterID, a.gossip)
 
@@ -209,11 +184,11 @@ func TestChatAcrossSilos(t *testing.T) {
 		startChild(t, bin, "bob", true, "client", "-gateways", b.gateway, "-room", room, "-name", "bob", "-rejoin", testRejoin.String()),
 	}
 	for _, c := range clients {
-		line, _, err := c.out.waitLine(readyCtx, c.done, "joined ", 0)
+		line, _, err := c.out.WaitLine(readyCtx, c.done, "joined ", 0)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		f := fields(line)
+		f := proctest.Fields(line)
 		if f["room"] != room || f["name"] != c.name || (f["home"] != a.member && f["home"] != b.member) {
 			t.Fatalf("%s: joined line %q, want room %s, its name, and a home among %s and %s", c.name, line, room, a.member, b.member)
 		}
@@ -230,7 +205,7 @@ func TestChatAcrossSilos(t *testing.T) {
 		want = append(want, post)
 		postCtx, postCancel := context.WithTimeout(ctx, postTimeout)
 		for _, to := range clients {
-			if _, _, err := to.out.waitLine(postCtx, to.done, post, 0); err != nil {
+			if _, _, err := to.out.WaitLine(postCtx, to.done, post, 0); err != nil {
 				postCancel()
 				t.Fatalf("%s's post on %s: %v", from.name, to.name, err)
 			}
@@ -250,7 +225,7 @@ func TestChatAcrossSilos(t *testing.T) {
 		if err := c.waitExit(exitCtx, "left room="+room); err != nil {
 			t.Error(err)
 		}
-		if got := c.out.posts(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		if got := c.out.Lines("[", 0); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%s showed %q, want %q", c.name, got, want)
 		}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -9,11 +8,10 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/proctest"
 	"go.uber.org/goleak"
 )
 
@@ -28,121 +26,9 @@ const defaultTestTimeout = 30 * time.Second
 // them go) and removes the program built for the multi-process test.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if buildDir != "" {
-			_ = os.RemoveAll(buildDir)
-		}
+		program.Remove()
 		os.Exit(code)
 	}))
-}
-
-// clusterSeq numbers the clusters the tests make.
-var clusterSeq atomic.Int64
-
-// newClusterID returns a cluster ID no other test run shares, so silos of
-// concurrent runs on one machine never join each other.
-func newClusterID() string {
-	return fmt.Sprintf("chat-test-%d-%d", os.Getpid(), clusterSeq.Add(1))
-}
-
-// output collects the lines a program writes to stdout, for the test to
-// wait on. Write and waitLine may be called from any goroutine.
-type output struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []string
-	grew    chan struct{} // closed and replaced when a line arrives
-}
-
-func newOutput() *output { return &output{grew: make(chan struct{})} }
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.partial = append(o.partial, p...)
-	for {
-		i := bytes.IndexByte(o.partial, '\n')
-		if i < 0 {
-			break
-		}
-		o.lines = append(o.lines, string(o.partial[:i]))
-		o.partial = o.partial[i+1:]
-		close(o.grew)
-		o.grew = make(chan struct{})
-	}
-	return len(p), nil
-}
-
-// waitLine returns the first line from skip on that starts with prefix,
-// and its index, or fails when ctx ends or done is closed (the program
-// exited) first.
-func (o *output) waitLine(ctx context.Context, done <-chan struct{}, prefix string, skip int) (string, int, error) {
-	for {
-		o.mu.Lock()
-		for i := skip; i < len(o.lines); i++ {
-			if line := o.lines[i]; strings.HasPrefix(line, prefix) {
-				o.mu.Unlock()
-				return line, i, nil
-			}
-		}
-		skip = len(o.lines)
-		grew := o.grew
-		o.mu.Unlock()
-		select {
-		case <-grew:
-		case <-done:
-			done = nil // look once more: the line may have come last
-			if o.has(prefix, skip) {
-				continue
-			}
-			return "", 0, fmt.Errorf("the program exited without printing a %q line", prefix)
-		case <-ctx.Done():
-			return "", 0, fmt.Errorf("no %q line: %w", prefix, ctx.Err())
-		}
-	}
-}
-
-// String returns every line so far.
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return strings.Join(o.lines, "\n")
-}
-
-// has reports whether a line from skip on starts with prefix.
-func (o *output) has(prefix string, skip int) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, l := range o.lines[min(skip, len(o.lines)):] {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-// posts returns the post lines so far: those starting with "[".
-func (o *output) posts() []string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var out []string
-	for _, l := range o.lines {
-		if strings.HasPrefix(l, "[") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// fields parses the key=value words of a line such as
-// "ready member=a-1 gossip=127.0.0.1:1 grpc=127.0.0.1:2 gateway=127.0.0.1:3".
-func fields(line string) map[string]string {
-	f := map[string]string{}
-	for _, w := range strings.Fields(line) {
-		if k, v, ok := strings.Cut(w, "="); ok {
-			f[k] = v
-		}
-	}
-	return f
 }
 
 // TestRunInProcess runs the program's two modes in-process: a silo alone
@@ -158,24 +44,24 @@ func TestRunInProcess(t *testing.T) {
 	if testing.Verbose() {
 		logs = os.Stderr
 	}
-	siloOut := newOutput()
+	siloOut := proctest.NewOutput()
 	siloDone := make(chan struct{})
 	var siloErr error
 	go func() {
 		defer close(siloDone)
 		siloErr = runSilo(siloCtx, siloOptions{
-			name: "solo", cluster: newClusterID(), profile: "local",
+			name: "solo", cluster: proctest.ClusterID("chat-test"), profile: "local",
 			gossip: "127.0.0.1:0", grpc: "127.0.0.1:0", gateway: "127.0.0.1:0",
 		}, siloOut, logs)
 	}()
 	t.Cleanup(func() { stopSilo(); <-siloDone }) // on a failure: stop the silo before goleak looks
-	ready, _, err := siloOut.waitLine(ctx, siloDone, "ready ", 0)
+	ready, _, err := siloOut.WaitLine(ctx, siloDone, "ready ", 0)
 	if err != nil {
 		stopSilo()
 		<-siloDone
 		t.Fatalf("%v (run: %v)", err, siloErr)
 	}
-	f := fields(ready)
+	f := proctest.Fields(ready)
 	gateway := f["gateway"]
 	if !strings.HasPrefix(f["member"], "solo-") || !strings.HasPrefix(gateway, "127.0.0.1:") || strings.HasSuffix(gateway, ":0") {
 		t.Fatalf("ready line %q: want member solo-... and the gateway port the silo picked", ready)
@@ -184,7 +70,7 @@ func TestRunInProcess(t *testing.T) {
 	type member struct {
 		name  string
 		stdin *io.PipeWriter
-		out   *output
+		out   *proctest.Output
 		done  chan struct{}
 		err   error
 	}
@@ -192,14 +78,14 @@ func TestRunInProcess(t *testing.T) {
 	for _, m := range members {
 		var stdin *io.PipeReader
 		stdin, m.stdin = io.Pipe()
-		m.out, m.done = newOutput(), make(chan struct{})
+		m.out, m.done = proctest.NewOutput(), make(chan struct{})
 		o := clientOptions{gateways: []string{gateway}, room: "lobby", name: m.name, rejoin: rejoinInterval}
 		go func() {
 			defer close(m.done)
 			m.err = runClient(ctx, o, stdin, m.out, logs)
 		}()
 		t.Cleanup(func() { _ = m.stdin.Close(); <-m.done })
-		if _, _, err := m.out.waitLine(ctx, m.done, "joined room=lobby name="+m.name+" ", 0); err != nil {
+		if _, _, err := m.out.WaitLine(ctx, m.done, "joined room=lobby name="+m.name+" ", 0); err != nil {
 			t.Fatalf("%s: %v (run: %v)", m.name, err, m.err)
 		}
 	}
@@ -209,7 +95,7 @@ func TestRunInProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, to := range members {
-			if _, _, err := to.out.waitLine(ctx, to.done, "[lobby] "+m.name+": "+line, 0); err != nil {
+			if _, _, err := to.out.WaitLine(ctx, to.done, "[lobby] "+m.name+": "+line, 0); err != nil {
 				t.Fatalf("%s: %v", to.name, err)
 			}
 		}
@@ -225,10 +111,10 @@ func TestRunInProcess(t *testing.T) {
 			t.Errorf("%s: %v", m.name, m.err)
 		}
 		want := []string{"[lobby] alice: hello 0 from alice", "[lobby] bob: hello 1 from bob"}
-		if got := m.out.posts(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		if got := m.out.Lines("[", 0); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%s showed %q, want %q", m.name, got, want)
 		}
-		if !m.out.has("left room=lobby", 0) {
+		if !m.out.Has("left room=lobby", 0) {
 			t.Errorf("%s printed no left line; output:\n%s", m.name, m.out)
 		}
 	}
@@ -242,7 +128,7 @@ func TestRunInProcess(t *testing.T) {
 	if siloErr != nil {
 		t.Fatalf("silo: %v", siloErr)
 	}
-	if !siloOut.has("stopped member="+f["member"], 0) {
+	if !siloOut.Has("stopped member="+f["member"], 0) {
 		t.Fatalf("no stopped line; output:\n%s", siloOut)
 	}
 }

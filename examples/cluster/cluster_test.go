@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/proctest"
 	clusterpb "github.com/granaryio/granary/proto/examples/cluster"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/membership"
@@ -57,42 +58,16 @@ const (
 	exitTimeout = stopTimeout + 5*time.Second
 )
 
-// The program built for the multi-process test, once per test binary by
-// buildSilo; TestMain removes buildDir.
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-)
+// program is the program the multi-process test runs, built once per
+// test binary; TestMain removes it.
+var program proctest.Program
 
-// buildSilo builds the program once per test binary and returns its path.
-// The go command is the one running the tests: go test puts its GOROOT/bin
-// first on PATH.
+// buildSilo builds the program and returns its path.
 func buildSilo(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("the go command is not on PATH: %w", err)
-			return
-		}
-		if buildDir, err = os.MkdirTemp("", "granary-cluster-test-"); err != nil {
-			buildErr = err
-			return
-		}
-		buildBin = filepath.Join(buildDir, "silo")
-		ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, goTool, "build", "-o", buildBin, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
+	ctx, cancel := context.WithTimeout(context.Background(), 2*defaultTestTimeout)
+	defer cancel()
+	return program.Build(ctx, t, "silo")
 }
 
 // child is one silo process.
@@ -100,7 +75,7 @@ type child struct {
 	name         string
 	gossip, grpc string
 	cmd          *exec.Cmd
-	out          *output
+	out          *proctest.Output
 	stderr       *os.File // the child's logs
 	member       string   // from its ready line
 	done         chan struct{}
@@ -116,7 +91,7 @@ func startChild(t *testing.T, bin, name, clusterID, gossip, grpc string, seeds [
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &child{name: name, gossip: gossip, grpc: grpc, out: newOutput(), stderr: stderr, done: make(chan struct{})}
+	c := &child{name: name, gossip: gossip, grpc: grpc, out: proctest.NewOutput(), stderr: stderr, done: make(chan struct{})}
 	c.cmd = exec.Command(bin, "-name", name, "-cluster", clusterID, "-gossip", gossip, "-grpc", grpc,
 		"-seeds", strings.Join(seeds, ","), "-profile", "lan")
 	c.cmd.Stdout, c.cmd.Stderr = c.out, stderr
@@ -160,11 +135,11 @@ func notableLogs(path string) string {
 
 // waitReady waits for the child's ready line and records its member ID.
 func (c *child) waitReady(ctx context.Context) error {
-	line, _, err := c.out.waitLine(ctx, c.done, "ready ", 0)
+	line, _, err := c.out.WaitLine(ctx, c.done, "ready ", 0)
 	if err != nil {
 		return fmt.Errorf("silo %s: %w", c.name, err)
 	}
-	f := fields(line)
+	f := proctest.Fields(line)
 	if c.member = f["member"]; !strings.HasPrefix(c.member, c.name+"-") || f["grpc"] == "" || f["gossip"] == "" {
 		return fmt.Errorf("silo %s: ready line %q does not name its member and addresses", c.name, line)
 	}
@@ -189,7 +164,7 @@ func (c *child) terminate(ctx context.Context) error {
 	if c.exitErr != nil {
 		return fmt.Errorf("silo %s exited after SIGTERM: %v", c.name, c.exitErr)
 	}
-	if !c.out.has("stopped member="+c.member, 0) {
+	if !c.out.Has("stopped member="+c.member, 0) {
 		return fmt.Errorf("silo %s exited without its stopped line", c.name)
 	}
 	return nil
@@ -372,7 +347,7 @@ func TestClusterSurvivesKill(t *testing.T) {
 	// could be taken meanwhile by another test). The first founds the
 	// cluster; the others join through it, once its ready line names its
 	// gossip address.
-	clusterID := newClusterID()
+	clusterID := proctest.ClusterID("cluster-test")
 	readyCtx, readyCancel := context.WithTimeout(ctx, defaultTestTimeout)
 	defer readyCancel()
 	children := make([]*child, clusterSilos)

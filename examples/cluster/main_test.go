@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,11 +9,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/proctest"
 	"go.uber.org/goleak"
 )
 
@@ -28,108 +26,9 @@ const defaultTestTimeout = 30 * time.Second
 // them go) and removes the program built for the multi-process test.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		if buildDir != "" {
-			_ = os.RemoveAll(buildDir)
-		}
+		program.Remove()
 		os.Exit(code)
 	}))
-}
-
-// clusterSeq numbers the clusters the tests make.
-var clusterSeq atomic.Int64
-
-// newClusterID returns a cluster ID no other test run shares, so silos of
-// concurrent runs on one machine never join each other.
-func newClusterID() string {
-	return fmt.Sprintf("cluster-test-%d-%d", os.Getpid(), clusterSeq.Add(1))
-}
-
-// output collects the lines a program writes to stdout, for the test to
-// wait on. Write and waitLine may be called from any goroutine.
-type output struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []string
-	grew    chan struct{} // closed and replaced when a line arrives
-}
-
-func newOutput() *output { return &output{grew: make(chan struct{})} }
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.partial = append(o.partial, p...)
-	for {
-		i := bytes.IndexByte(o.partial, '\n')
-		if i < 0 {
-			break
-		}
-		o.lines = append(o.lines, string(o.partial[:i]))
-		o.partial = o.partial[i+1:]
-		close(o.grew)
-		o.grew = make(chan struct{})
-	}
-	return len(p), nil
-}
-
-// waitLine returns the first line after the first skip lines that starts
-// with prefix, and its index, or fails when ctx ends or done is closed
-// (the program exited) first.
-func (o *output) waitLine(ctx context.Context, done <-chan struct{}, prefix string, skip int) (string, int, error) {
-	for {
-		o.mu.Lock()
-		for i := skip; i < len(o.lines); i++ {
-			if line := o.lines[i]; strings.HasPrefix(line, prefix) {
-				o.mu.Unlock() // read under the lock: Write may grow lines
-				return line, i, nil
-			}
-		}
-		skip = len(o.lines)
-		grew := o.grew
-		o.mu.Unlock()
-		select {
-		case <-grew:
-		case <-done:
-			done = nil // look once more: the line may have come last
-			if o.has(prefix, skip) {
-				continue
-			}
-			return "", 0, fmt.Errorf("the program exited without printing a %q line", prefix)
-		case <-ctx.Done():
-			return "", 0, fmt.Errorf("no %q line: %w", prefix, ctx.Err())
-		}
-	}
-}
-
-// String returns every line so far.
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return strings.Join(o.lines, "\n")
-}
-
-// has reports whether a line from skip on starts with prefix.
-func (o *output) has(prefix string, skip int) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, l := range o.lines[min(skip, len(o.lines)):] {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
-// fields parses the key=value words of a line such as
-// "ready member=a-1 grpc=127.0.0.1:1 gossip=127.0.0.1:2".
-func fields(line string) map[string]string {
-	f := map[string]string{}
-	for _, w := range strings.Fields(line) {
-		if k, v, ok := strings.Cut(w, "="); ok {
-			f[k] = v
-		}
-	}
-	return f
 }
 
 // TestRunAlone runs the program in-process as a cluster of one with the
@@ -140,7 +39,7 @@ func TestRunAlone(t *testing.T) {
 	defer cancel()
 	o := options{
 		name:    "solo",
-		cluster: newClusterID(),
+		cluster: proctest.ClusterID("cluster-test"),
 		gossip:  "127.0.0.1:0", // picked by the silo, named in the ready line
 		grpc:    "127.0.0.1:0",
 		drive:   3,
@@ -148,7 +47,7 @@ func TestRunAlone(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	out := newOutput()
+	out := proctest.NewOutput()
 	done := make(chan struct{})
 	var runErr error
 	go func() {
@@ -157,23 +56,23 @@ func TestRunAlone(t *testing.T) {
 	}()
 	t.Cleanup(func() { stop(); <-done }) // on a failure: stop the silo before goleak looks
 
-	ready, _, err := out.waitLine(ctx, done, "ready ", 0)
+	ready, _, err := out.WaitLine(ctx, done, "ready ", 0)
 	if err != nil {
 		stop()
 		<-done
 		t.Fatalf("%v (run: %v)", err, runErr)
 	}
-	f := fields(ready)
+	f := proctest.Fields(ready)
 	member := f["member"]
 	if !strings.HasPrefix(member, "solo-") || !strings.HasPrefix(f["grpc"], "127.0.0.1:") || !strings.HasPrefix(f["gossip"], "127.0.0.1:") ||
 		strings.HasSuffix(f["grpc"], ":0") || strings.HasSuffix(f["gossip"], ":0") {
 		t.Fatalf("ready line %q: want member solo-... and the loopback ports the silo picked", ready)
 	}
-	line, _, err := out.waitLine(ctx, done, "drive ", 0)
+	line, _, err := out.WaitLine(ctx, done, "drive ", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f = fields(line)
+	f = proctest.Fields(line)
 	if ok, _ := strconv.Atoi(f["ok"]); ok == 0 || f["failed"] != "0" || !strings.HasPrefix(f["silos"], member+":") || strings.Contains(f["silos"], ",") {
 		t.Fatalf("drive line %q: want calls ok, none failed, all on %s", line, member)
 	}
@@ -187,7 +86,7 @@ func TestRunAlone(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("run: %v", runErr)
 	}
-	if !out.has("stopped member="+member, 0) {
+	if !out.Has("stopped member="+member, 0) {
 		t.Fatalf("no stopped line; output:\n%s", out)
 	}
 }
