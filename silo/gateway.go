@@ -337,16 +337,11 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	if env.Observer {
 		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, true})
 	} else if t := s.types[id.Type]; t != nil {
-		idx := int(env.MethodIndex)
-		if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
-			refuse(codes.Unimplemented, "granary: grain type %s has no method %q at index %d", id.Type, env.Method, env.MethodIndex)
+		var err error
+		if m, err = t.method(id, env, codes.Unimplemented); err != nil {
+			refuse(status.Code(err), "%s", status.Convert(err).Message())
 			return
 		}
-		if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
-			refuse(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
-			return
-		}
-		m = &t.desc.Methods[idx]
 	} else {
 		if s.cl == nil {
 			refuse(codes.NotFound, "granary: no silo hosts grain type %q", id.Type)

@@ -332,16 +332,11 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 			refuse(codes.NotFound, "granary: silo %s does not host grain type %q", cl.self, env.GrainType)
 			return
 		}
-		idx := int(env.MethodIndex)
-		if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
-			refuse(codes.NotFound, "granary: grain type %s has no method %q at index %d", env.GrainType, env.Method, env.MethodIndex)
+		var err error
+		if m, err = t.method(id, env, codes.NotFound); err != nil {
+			refuse(status.Code(err), "%s", status.Convert(err).Message())
 			return
 		}
-		if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
-			refuse(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
-			return
-		}
-		m = &t.desc.Methods[idx]
 	}
 	if len(env.Chain) >= s.cfg.MaxCallChain {
 		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
@@ -354,6 +349,20 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		c.placedHere = true
 	}
 	s.route(nil, c)
+}
+
+// method returns the method of t that env names, or the error that
+// refuses the call: missing, for a method t does not have, or
+// InvalidArgument, for a key not of t's kind.
+func (t *grainType) method(id grain.ID, env *granaryv1.Envelope, missing codes.Code) (*grain.MethodDesc, error) {
+	idx := int(env.MethodIndex)
+	if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
+		return nil, status.Errorf(missing, "granary: grain type %s has no method %q at index %d", id.Type, env.Method, env.MethodIndex)
+	}
+	if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
+	}
+	return &t.desc.Methods[idx], nil
 }
 
 // refuser returns what refuses an envelope that came from from with a
