@@ -56,6 +56,11 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed bool
+	// closing is closed, readable without mu: StreamsEnded, which may run
+	// on a goroutine that holds mu, checks it.
+	closing atomic.Bool
+	// liveObservers counts the observers, readable without mu.
+	liveObservers atomic.Int64
 	// departed holds the gateways that said they are going away, until
 	// the lists the gateways give stop naming them: a list may be older
 	// than the news.
@@ -258,7 +263,6 @@ func (c *Client) fetch(ctx context.Context, addr string) (*granaryv1.GatewaysRes
 // they close them, so what they were sent is still answered.
 func (c *Client) apply(list *granaryv1.GatewaysResponse) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	old := map[string]*gatewayRef{}
 	for _, g := range c.gateways() {
 		old[g.silo] = g
@@ -280,13 +284,16 @@ func (c *Client) apply(list *granaryv1.GatewaysResponse) {
 		}
 		delete(old, pg.Silo)
 		next = append(next, g)
-		c.tport.SetPeer(g.silo, g.addr)
 	}
 	c.gws.Store(&next)
+	c.mu.Unlock()
+	// Not under mu: a moved address ends the stream to the old one, and
+	// the transport tells StreamsEnded on this goroutine.
+	for _, g := range next {
+		c.tport.SetPeer(g.silo, g.addr)
+	}
 	for id := range old {
-		if !slices.ContainsFunc(next, func(g *gatewayRef) bool { return g.silo == id }) {
-			c.tport.RemovePeer(id, "no longer a live gateway", true)
-		}
+		c.tport.RemovePeer(id, "no longer a live gateway", true)
 	}
 }
 
@@ -418,6 +425,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.closing.Store(true)
 	c.mu.Unlock()
 	c.cancel()
 	c.tport.Close() // no call reaches an observer after it

@@ -62,6 +62,7 @@ func (c *Client) CreateObserver(desc *grain.ServiceDesc, impl any) (grain.ID, er
 	id := grain.ID{Type: desc.Type, Key: c.id + "/" + strconv.FormatUint(c.nextObserver, 10)}
 	o := &observer{id: id, desc: desc, impl: impl}
 	c.observers[id.Key] = o
+	c.liveObservers.Add(1)
 	c.mu.Unlock()
 	if err := c.ensureHome(c.ctx); err != nil {
 		c.DeleteObserver(id)
@@ -76,6 +77,7 @@ func (c *Client) DeleteObserver(id grain.ID) {
 	c.mu.Lock()
 	if o := c.observers[id.Key]; o != nil && o.id == id {
 		delete(c.observers, id.Key)
+		c.liveObservers.Add(-1)
 	}
 	c.mu.Unlock()
 }
@@ -166,7 +168,8 @@ func (c *Client) askHome(ctx context.Context, g *gatewayRef) error {
 
 // StreamsEnded is the transport telling the client that a gateway's
 // stream ended or the gateway is going away: when it was the client's
-// home, the client moves home, so grains reach its observers again.
+// home, the client moves home, so grains reach its observers again. It
+// takes no lock but homeMu, which nobody holds across a wait.
 func (c *Client) StreamsEnded(gateway string) {
 	c.homeMu.Lock()
 	lost := c.home != nil && c.home.silo == gateway
@@ -177,14 +180,12 @@ func (c *Client) StreamsEnded(gateway string) {
 		c.homingLost = true
 	}
 	c.homeMu.Unlock()
-	if !lost {
+	if !lost || c.closing.Load() || c.liveObservers.Load() == 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || len(c.observers) == 0 {
-		return
-	}
+	// Close sets closing before it closes the transport, whose goroutines
+	// (this one, or one the client's own wg counts) it waits for before
+	// it waits for wg.
 	c.wg.Add(1)
 	go c.rehome()
 }

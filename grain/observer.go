@@ -35,9 +35,10 @@ type ObserverHost interface {
 // ObserverManager keeps the subscribers of a grain: observer references
 // that subscribed and renew their subscription within the expiry, as
 // Orleans' ObserverManager does. A subscriber that does not renew in
-// time is dropped, and so is one whose call fails because it is gone
-// (NotFound or Unavailable), so a grain never calls a dead client for
-// long. Subscribers are kept in the order they first subscribed. Use it
+// time is dropped, and so is one whose call fails with NotFound (its
+// client is gone), so a grain never calls a dead client for long. One
+// that fails with Unavailable is kept: its client may be moving to
+// another gateway, and will renew. Subscribers are kept in the order they first subscribed. Use it
 // from the grain's own turns only: it is not safe for concurrent use, as
 // grain state never needs to be.
 type ObserverManager[R interface{ ID() ID }] struct {
@@ -105,17 +106,17 @@ func (m *ObserverManager[R]) Subscribers() []R {
 }
 
 // Notify calls fn for every live subscriber, in subscription order, and
-// drops those whose call fails with NotFound or Unavailable: their
-// observer is gone. It returns the first other error, after calling every
-// subscriber. For a one-way observer method fn's error only says whether
+// drops those whose call fails with NotFound: their observer is gone. It
+// returns the first error other than NotFound and Unavailable, after
+// calling every subscriber. For a one-way observer method fn's error only says whether
 // the call was sent; a gone observer is then dropped at its expiry.
 func (m *ObserverManager[R]) Notify(ctx context.Context, fn func(ctx context.Context, ref R) error) error {
 	var first error
 	for _, ref := range m.Subscribers() {
 		err := fn(ctx, ref)
 		switch Code(err) {
-		case codes.OK:
-		case codes.NotFound, codes.Unavailable:
+		case codes.OK, codes.Unavailable: // Unavailable: kept; it renews once its client has moved
+		case codes.NotFound:
 			m.Unsubscribe(ref.ID())
 		default:
 			if first == nil {

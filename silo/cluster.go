@@ -136,6 +136,11 @@ type cluster struct {
 	// cancels holds what cancels the requests from other silos that
 	// their senders may cancel.
 	cancels cancelTable
+
+	// obsLookups holds, per client, the directory lookup of its home in
+	// flight and the observer calls queued behind it. obsMu.
+	obsMu      sync.Mutex
+	obsLookups map[string]*observerLookup
 	// retryArmed: a timer to send failed registrations again is set.
 	retryArmed atomic.Bool
 	// departed remembers the members that left or failed, most recent

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,6 +123,7 @@ type gateway struct {
 	// view of it (a silo alone bound to every interface).
 	addr      string
 	clusterID string
+	self      string // the gateway's ID: the silo's member ID, or unique to this start alone
 	lis       *transport.GRPCListener
 	tport     *transport.Transport
 	health    *health.Server
@@ -194,7 +196,10 @@ func gatewayAddr(listen string, cc *ClusterConfig) string {
 func (s *Silo) startGateway() error {
 	g := s.gw
 	tcfg := g.cfg.Transport
-	tcfg.ClusterID, tcfg.Self = localClusterID, s.cfg.Name
+	// A silo alone has no member ID; its gateway takes one that is new
+	// at each start, as a member ID is, so that clients tell a restarted
+	// silo from the one that went away.
+	tcfg.ClusterID, tcfg.Self = localClusterID, s.cfg.Name+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)
 	if s.cl != nil {
 		tcfg.ClusterID, tcfg.Self = s.cl.cfg.Membership.ClusterID, s.cl.self
 	}
@@ -204,7 +209,7 @@ func (s *Silo) startGateway() error {
 	if tcfg.Clock == nil {
 		tcfg.Clock = s.clock
 	}
-	g.clusterID = tcfg.ClusterID
+	g.clusterID, g.self = tcfg.ClusterID, tcfg.Self
 	var err error
 	if g.tport, err = transport.New(tcfg, noNetwork{}, g); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
@@ -285,7 +290,7 @@ func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 	}
 	if s.cl == nil {
 		if !s.stopping.Load() {
-			resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: s.cfg.Name, Address: self})
+			resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: g.self, Address: self})
 		}
 		return resp, nil
 	}
@@ -394,6 +399,7 @@ func (g *gateway) goAway(ctx context.Context) {
 	if g.tport == nil {
 		return
 	}
+	g.leaveHomes()
 	ctx, cancel := context.WithTimeout(ctx, goAwayTimeout)
 	defer cancel()
 	if err := g.tport.GoAway(ctx); err != nil {

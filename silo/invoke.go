@@ -192,12 +192,12 @@ func (s *Silo) route(e *activation.Exec, c *call) {
 	c.kind = kindOf(c.method)
 	t := s.byMethod[c.method] // a registered method: checked by RegisterGrain
 	if t == nil || t.desc.Type != c.id.Type {
+		if c.method.Observe != nil {
+			s.routeObserver(c) // an observer, even of a type's name a silo hosts
+			return
+		}
 		t = s.types[c.id.Type]
 		if t == nil {
-			if c.method.Observe != nil {
-				s.routeObserver(c)
-				return
-			}
 			if s.cl != nil {
 				s.cl.resolve(c, nil) // hosted elsewhere, if anywhere
 				return

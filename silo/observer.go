@@ -65,26 +65,74 @@ func (s *Silo) routeObserver(c *call) {
 }
 
 // resolveObserver forwards a call to an observer of client to the client's
-// home gateway.
+// home gateway. While the directory is asked where a client's home is,
+// later calls to its observers queue behind the first, so that one
+// caller's calls to an observer reach it in the order they were made:
+// none overtakes another once the answer is cached.
 func (cl *cluster) resolveObserver(c *call, client string) {
 	id := clientGrainID(client)
+	cl.obsMu.Lock()
+	if q := cl.obsLookups[client]; q != nil {
+		q.calls = append(q.calls, c)
+		cl.obsMu.Unlock()
+		return
+	}
+	if e, ok := cl.dir.CachedLookup(id); ok && e.Silo != cl.self {
+		cl.obsMu.Unlock()
+		cl.forward(e, c, false)
+		return
+	}
+	q := &observerLookup{calls: []*call{c}}
+	if cl.obsLookups == nil {
+		cl.obsLookups = map[string]*observerLookup{}
+	}
+	cl.obsLookups[client] = q
+	cl.obsMu.Unlock()
 	cl.dir.Lookup(id, func(e directory.Entry, found bool, err error) {
-		switch {
-		case err != nil && cl.retryLater(c, func() { cl.s.routeObserver(c) }):
-		case err != nil:
-			cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.id, status.Convert(err).Message()))
-		case !found:
-			cl.s.fail(nil, c, observerGone(c.id))
-		case e.Silo != cl.self:
-			cl.forward(e, c, false)
-		default:
-			// The entry names this silo, whose gateway does not hold the
-			// client: left over from a connection that ended.
-			cl.dir.Invalidate(id, e)
-			cl.dir.Unregister(id, e)
-			cl.s.fail(nil, c, observerGone(c.id))
+		for {
+			cl.obsMu.Lock()
+			calls := q.calls
+			q.calls = nil
+			if len(calls) == 0 {
+				delete(cl.obsLookups, client)
+				cl.obsMu.Unlock()
+				return
+			}
+			cl.obsMu.Unlock()
+			for _, c := range calls {
+				cl.routeToHome(c, client, e, found, err)
+			}
 		}
 	})
+}
+
+// observerLookup is a directory lookup of a client's home in flight, and
+// the calls to the client's observers that wait for it, in order.
+type observerLookup struct {
+	calls []*call
+}
+
+// routeToHome sends a call to an observer of client on, given the
+// directory's answer: the home's entry e, if found.
+func (cl *cluster) routeToHome(c *call, client string, e directory.Entry, found bool, err error) {
+	id := clientGrainID(client)
+	switch {
+	case err != nil && cl.retryLater(c, func() { cl.s.routeObserver(c) }):
+	case err != nil:
+		cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.id, status.Convert(err).Message()))
+	case !found:
+		cl.s.fail(nil, c, observerGone(c.id))
+	case e.Silo != cl.self:
+		cl.forward(e, c, false)
+	case cl.s.gw != nil && cl.s.gw.deliverObserver(client, c):
+		// The client made this gateway its home while the lookup ran.
+	default:
+		// The entry names this silo, whose gateway does not hold the
+		// client: left over from a connection that ended.
+		cl.dir.Invalidate(id, e)
+		cl.dir.Unregister(id, e)
+		cl.s.fail(nil, c, observerGone(c.id))
+	}
 }
 
 // relayKey names a method of a type this silo does not host.
@@ -145,6 +193,10 @@ func (g *gateway) isHome(client string) bool {
 // the directory, taking the entry over from a former home, and answers r.
 func (g *gateway) home(client string, r transport.Responder) {
 	s := g.s
+	if strings.Contains(client, "/") {
+		r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: client ID %q contains '/', which observer IDs use as a separator", client)))
+		return
+	}
 	if s.stopping.Load() {
 		r.Reply(setStatus(&granaryv1.Envelope{}, unavailable(s, "it is stopping")))
 		return
@@ -167,7 +219,7 @@ func (g *gateway) home(client string, r transport.Responder) {
 		r.Reply(&granaryv1.Envelope{})
 		return
 	}
-	g.registerHome(client, e, r, 0)
+	g.registerHome(client, e, r, 0, 0)
 }
 
 // maxHomeTakeovers bounds how often a gateway unregisters another entry
@@ -175,29 +227,54 @@ func (g *gateway) home(client string, r transport.Responder) {
 const maxHomeTakeovers = 3
 
 // registerHome registers the client's home entry e, retrying while the
-// directory cannot answer, and unregistering the entry of the client's
-// former home, which it left, when that one is in the way.
-func (g *gateway) registerHome(client string, e directory.Entry, r transport.Responder, tries uint8) {
+// directory cannot answer (retries), and unregistering the entry of the
+// client's former home, which it left, when that one is in the way
+// (takeovers). It stops as soon as this gateway is no longer the client's
+// home (the client's stream ended meanwhile), so that a late attempt never
+// takes the entry from the client's next home; an entry it won by then
+// it removes again.
+func (g *gateway) registerHome(client string, e directory.Entry, r transport.Responder, retries, takeovers uint8) {
 	cl := g.s.cl
 	id := clientGrainID(client)
+	gone := func() bool {
+		if g.holdsHome(client, e) {
+			return false
+		}
+		r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s left this gateway while it registered", client)))
+		return true
+	}
+	if gone() {
+		return
+	}
 	cl.dir.Register(id, e, func(winner directory.Entry, err error) {
 		switch {
-		case err != nil && tries < maxDirectoryRetries && !cl.closed.Load():
-			g.s.clock.AfterFunc(retryBackoff(tries), func() { g.registerHome(client, e, r, tries+1) })
+		case err == nil && winner == e && !g.holdsHome(client, e):
+			cl.dir.Unregister(id, e) // won after the client left
+			gone()
+		case err != nil && retries < maxDirectoryRetries && !cl.closed.Load():
+			g.s.clock.AfterFunc(retryBackoff(retries), func() { g.registerHome(client, e, r, retries+1, takeovers) })
 		case err != nil:
 			g.dropHome(client, e)
 			r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: registering client %s: %v", client, status.Convert(err).Message())))
 		case winner == e:
 			r.Reply(&granaryv1.Envelope{})
-		case tries < maxHomeTakeovers:
+		case takeovers < maxHomeTakeovers && !gone():
 			cl.dir.Invalidate(id, winner)
 			cl.dir.Unregister(id, winner) // reaches the owner before the Register that follows
-			g.registerHome(client, e, r, tries+1)
-		default:
+			g.registerHome(client, e, r, retries, takeovers+1)
+		case takeovers >= maxHomeTakeovers:
 			g.dropHome(client, e)
 			r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s is still registered at silo %s", client, winner.Silo)))
 		}
 	})
+}
+
+// holdsHome reports whether e is still client's home entry here.
+func (g *gateway) holdsHome(client string, e directory.Entry) bool {
+	g.homes.mu.Lock()
+	defer g.homes.mu.Unlock()
+	cur, ok := g.homes.m[client]
+	return ok && cur == e
 }
 
 // dropHome forgets that this gateway is client's home, if e is still its
@@ -216,11 +293,30 @@ func (g *gateway) dropHome(client string, e directory.Entry) bool {
 // stream to it any more: the client is not home here any more, and its
 // observers are unreachable through this gateway.
 func (g *gateway) StreamsEnded(client string) {
+	if g.tport != nil && g.tport.Connected(client) {
+		return // a new stream came up meanwhile, and may have made it home again
+	}
 	g.homes.mu.Lock()
 	e, ok := g.homes.m[client]
 	delete(g.homes.m, client)
 	g.homes.mu.Unlock()
 	if ok && g.s.cl != nil {
+		g.s.cl.dir.Unregister(clientGrainID(client), e)
+	}
+}
+
+// leaveHomes makes this gateway nobody's home: the clients are told to go
+// away and move home, and grains reach their observers through their next
+// home, not through a gateway that is stopping.
+func (g *gateway) leaveHomes() {
+	g.homes.mu.Lock()
+	m := g.homes.m
+	g.homes.m = map[string]directory.Entry{}
+	g.homes.mu.Unlock()
+	if g.s.cl == nil {
+		return
+	}
+	for client, e := range m {
 		g.s.cl.dir.Unregister(clientGrainID(client), e)
 	}
 }
@@ -275,9 +371,10 @@ func (g *gateway) deliverObserver(client string, c *call) bool {
 		c.release()
 		return true
 	}
-	g.inflight.add()
+	// Not counted in the gateway's inflight: Stop does not wait for a
+	// client to answer its observers; closing the stream fails what is
+	// unanswered.
 	g.tport.CallAccepted(client, env, deadline, func(resp *granaryv1.Envelope, err error) {
-		defer g.inflight.done()
 		if err != nil {
 			if transport.NotSent(err) {
 				err = observerGone(c.id)

@@ -28,6 +28,9 @@ type endpoint struct {
 	addr   string // dialled endpoints: the peer's address
 	dialed bool
 	conn   Conn // dialled endpoints: set by the writer once connected
+	// acceptSeq orders the accepted endpoints of a transport: the newest
+	// of a peer's is the one to call it on.
+	acceptSeq uint64
 
 	wake chan struct{} // capacity 1: the writer has work
 	done chan struct{} // closed when the endpoint breaks

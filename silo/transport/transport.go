@@ -79,6 +79,8 @@ type Transport struct {
 	log   *zap.Logger
 	clock clockwork.Clock
 
+	acceptSeq uint64 // numbers the accepted streams, in order; mu
+
 	// nextID numbers the requests this transport sends, on every stream:
 	// a call ID names one request for the transport's life, so a CANCEL
 	// sent on a newer stream to the same peer cannot hit another call.
@@ -275,16 +277,27 @@ func (t *Transport) SendAccepted(peer string, env *granaryv1.Envelope, deadline 
 	return ep.send(env, deadline)
 }
 
-// acceptedFrom returns an unbroken stream that peer dialled.
+// acceptedFrom returns the newest unbroken stream that peer dialled: a
+// peer that dialled again left the older one, which may be dying.
 func (t *Transport) acceptedFrom(peer string) (*endpoint, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var newest *endpoint
 	for ep := range t.accepted[peer] {
-		if !ep.broken() {
-			return ep, nil
+		if !ep.broken() && (newest == nil || ep.acceptSeq > newest.acceptSeq) {
+			newest = ep
 		}
 	}
-	return nil, &NotSentError{Peer: peer, Msg: fmt.Sprintf("granary: %s has no stream to this end", peer)}
+	if newest == nil {
+		return nil, &NotSentError{Peer: peer, Msg: fmt.Sprintf("granary: %s has no stream to this end", peer)}
+	}
+	return newest, nil
+}
+
+// Connected reports whether peer has a stream it dialled to this end up.
+func (t *Transport) Connected(peer string) bool {
+	_, err := t.acceptedFrom(peer)
+	return err == nil
 }
 
 // Send sends a ONE_WAY envelope to silo to. It returns an error only for
@@ -495,6 +508,8 @@ func (t *Transport) serve(conn Conn, ended <-chan struct{}) error {
 		t.mu.Unlock()
 		return status.Errorf(codes.Unavailable, "granary: %v", ErrClosed)
 	}
+	t.acceptSeq++
+	ep.acceptSeq = t.acceptSeq
 	m := t.accepted[ep.peer]
 	if m == nil {
 		m = map[*endpoint]bool{}
