@@ -27,14 +27,36 @@ func (c *Client) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, r
 	if p == nil {
 		return nil, err
 	}
+	var timeout <-chan time.Time
+	if p.needsTimer {
+		// The waiting goroutine keeps the deadline itself, on a pooled
+		// timer: no timer and callback made per call.
+		t := timerPool.Get().(*time.Timer)
+		t.Reset(time.Until(p.deadline))
+		defer func() {
+			t.Stop()
+			timerPool.Put(t)
+		}()
+		timeout = t.C
+	}
 	select {
 	case <-p.done:
 	case <-ctx.Done():
 		p.cancelled(ctx)
 		<-p.done // whoever settled it has set the outcome by then
+	case <-timeout:
+		p.timedOut()
+		<-p.done
 	}
 	return p.resp, p.err
 }
+
+// timerPool holds stopped timers for synchronous calls' deadlines.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // InvokeAsync is Invoke without the wait: the reply arrives through the
 // Pending. When ctx ends before the reply, the call fails with ctx's
@@ -75,6 +97,10 @@ type pcall struct {
 	resp    proto.Message
 	err     error
 
+	// needsTimer: the call's deadline is earlier than its context's, so
+	// something must fail it then: an asynchronous call's timer, or the
+	// goroutine a synchronous call waits on.
+	needsTimer bool
 	// The deadline timer and the watch on the call's context, stopped
 	// by whoever settles the call. Either may fire before start has
 	// recorded both: stopMu orders them.
@@ -92,8 +118,8 @@ type sentTo struct {
 
 // start sends a call. It returns nil and the outcome for a one-way call,
 // or a call that failed before it was sent. watch: the call's context
-// ending settles the call even if nobody awaits it (an asynchronous
-// call).
+// ending, or its deadline, settles the call even if nobody awaits it (an
+// asynchronous call); otherwise the caller waits for both.
 func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption, watch bool) (*pcall, error) {
 	switch {
 	case m == nil:
@@ -141,8 +167,9 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	}
 	env.Cancellable = ctx.Done() != nil
 	p := &pcall{c: c, id: id, m: m, env: env, deadline: deadline, done: make(chan struct{})}
+	p.needsTimer = !hasCtxDeadline || deadline.Before(ctxDeadline)
 	p.stopMu.Lock()
-	if !hasCtxDeadline || deadline.Before(ctxDeadline) {
+	if p.needsTimer && watch {
 		p.timer = time.AfterFunc(time.Until(deadline), p.timedOut)
 	}
 	if watch && ctx.Done() != nil {
