@@ -362,20 +362,7 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 // reply answers a client's call; settle calls it once the outcome is in.
 func (g *gateway) reply(c *call) {
 	defer g.inflight.done()
-	c.forgetCancel()
-	o := newOutgoing()
-	defer o.free()
-	resp := o.env
-	switch {
-	case c.err != nil:
-		setStatus(resp, c.err)
-	case c.resp != nil:
-		if err := o.encode(c.resp); err != nil {
-			resp.Payload = nil
-			resp.Code, resp.Message = uint32(codes.Internal), "granary: encoding the reply: "+err.Error()
-		}
-	}
-	c.responder.Reply(resp)
+	answer(c, "")
 }
 
 // goAwayTimeout bounds the wait for clients to answer a go-away: a client

@@ -440,13 +440,22 @@ func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *chainLink {
 // the outcome is in.
 func (cl *cluster) reply(c *call) {
 	defer cl.inflight.done()
+	servedBy := ""
+	if c.servedBy != "" && c.servedBy != cl.self {
+		servedBy = c.servedBy // it was passed on; empty means here
+	}
+	answer(c, servedBy)
+}
+
+// answer sends c's outcome back through its responder to the process
+// that sent it (another silo or a client), naming servedBy as the silo
+// that ran it when that is not the answering one.
+func answer(c *call, servedBy string) {
 	c.forgetCancel()
 	o := newOutgoing()
 	defer o.free()
 	resp := o.env
-	if c.servedBy != "" && c.servedBy != cl.self {
-		resp.ActivationSilo = c.servedBy // it was passed on; empty means here
-	}
+	resp.ActivationSilo = servedBy
 	switch {
 	case c.err != nil:
 		setStatus(resp, c.err)
