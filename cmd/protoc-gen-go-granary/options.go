@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 	"unicode"
 
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/granaryio/granary/internal/keyfield"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 )
 
@@ -264,57 +264,19 @@ func loadGrainMethod(m *protogen.Method, index int, observer bool, keyKind grana
 	return gm, errs
 }
 
-// keyFieldKinds are the kinds of field that may carry a grain key, each
-// with whether it is an integer (written in decimal as the key). The silo
-// accepts the same kinds (silo/grpcapi).
-var keyFieldKinds = map[protoreflect.Kind]bool{
-	protoreflect.StringKind: false,
-	protoreflect.Int64Kind:  true,
-	protoreflect.Int32Kind:  true,
-	protoreflect.Uint64Kind: true,
-	protoreflect.Uint32Kind: true,
-}
-
 // checkKeyField checks the fields of msg, an rpc's request, that carry the
-// key option: each must be a singular field of one of keyFieldKinds whose
-// type suits keyKind (an integer for KEY_KIND_INT64, a string otherwise),
-// and there may be at most one. The errors name the message and the field
-// but not the file, service or rpc.
+// key option, by the rule the gateway applies too (internal/keyfield).
+// The errors name the message and the field but not the file, service or
+// rpc.
 func checkKeyField(msg *protogen.Message, keyKind granaryv1.KeyKind) []error {
-	var (
-		errs   []error
-		marked []string
-	)
-	fail := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("request %s: %s", msg.Desc.FullName(), fmt.Sprintf(format, args...)))
+	keys := fmt.Sprintf("the grain option key_kind is %v, whose keys are strings", keyKind)
+	if keyKind == granaryv1.KeyKind_KEY_KIND_INT64 {
+		keys = "the grain option key_kind is KEY_KIND_INT64"
 	}
-	for _, f := range msg.Fields {
-		fd := f.Desc
-		on, err := extension[bool](fd.Options(), &descriptorpb.FieldOptions{}, granaryv1.E_Key)
-		if err != nil {
-			fail("field %s: reading the key option: %v", fd.Name(), err)
-			continue
-		}
-		if !on {
-			continue
-		}
-		marked = append(marked, string(fd.Name()))
-		integer, ok := keyFieldKinds[fd.Kind()]
-		switch {
-		case fd.IsMap():
-			fail("key field %s is a map; the key option needs a singular string, int64, int32, uint64 or uint32 field", fd.Name())
-		case fd.IsList():
-			fail("key field %s is repeated; the key option needs a singular string, int64, int32, uint64 or uint32 field", fd.Name())
-		case !ok:
-			fail("key field %s is of type %v; the key option needs a singular string, int64, int32, uint64 or uint32 field", fd.Name(), fd.Kind())
-		case integer && keyKind != granaryv1.KeyKind_KEY_KIND_INT64:
-			fail("key field %s is of type %v, but the grain option key_kind is %v, whose keys are strings: the key field must be a string", fd.Name(), fd.Kind(), keyKind)
-		case !integer && keyKind == granaryv1.KeyKind_KEY_KIND_INT64:
-			fail("key field %s is of type string, but the grain option key_kind is KEY_KIND_INT64: the key field must be an int64, int32, uint64 or uint32", fd.Name())
-		}
-	}
-	if len(marked) > 1 {
-		fail("%d fields have the key option (%s); at most one may carry the grain key", len(marked), strings.Join(marked, ", "))
+	_, problems := keyfield.Check(msg.Desc, keyKind == granaryv1.KeyKind_KEY_KIND_INT64, keys)
+	errs := make([]error, len(problems))
+	for i, p := range problems {
+		errs[i] = fmt.Errorf("request %s: %s", msg.Desc.FullName(), p)
 	}
 	return errs
 }

@@ -162,7 +162,7 @@ func TestRegisterRefuses(t *testing.T) {
 		{"sint64", []*descriptorpb.FieldDescriptorProto{field("id", 1, s64, keyOpt(true))}, grain.KeyInt64,
 			"key field id is of type sint64; the key option needs"},
 		{"two key fields", []*descriptorpb.FieldDescriptorProto{field("a", 1, str, keyOpt(true)), field("b", 2, str, nil), field("c", 3, str, keyOpt(true))}, grain.KeyString,
-			"fields a and c both have the key option; at most one may carry the grain key"},
+			"2 fields have the key option (a, c); at most one may carry the grain key"},
 		{"integer for string keys", []*descriptorpb.FieldDescriptorProto{field("id", 1, i64, keyOpt(true))}, grain.KeyString,
 			"key field id is of type int64, but the grain type's keys are string keys: the key field must be a string"},
 		{"integer for UUID keys", []*descriptorpb.FieldDescriptorProto{field("id", 1, u32, keyOpt(true))}, grain.KeyUUID,
