@@ -69,10 +69,6 @@ func (c *Client) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDe
 	return p
 }
 
-// maxCallTimeout is the longest a call may be given, as a silo's
-// MaxCallTimeout: a longer one would overflow the deadline arithmetic.
-const maxCallTimeout = 100 * 365 * 24 * time.Hour
-
 // pcall is a call in flight.
 type pcall struct {
 	c   *Client
@@ -135,7 +131,6 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	if timeout <= 0 {
 		timeout = c.o.callTimeout
 	}
-	timeout = min(timeout, maxCallTimeout)
 	deadline := time.Now().Add(timeout)
 	ctxDeadline, hasCtxDeadline := ctx.Deadline()
 	if hasCtxDeadline && ctxDeadline.Before(deadline) {
@@ -264,8 +259,8 @@ func (p *pcall) onReply(resp *granaryv1.Envelope, err error) {
 		p.settle(nil, err)
 		return
 	}
-	if code := codes.Code(resp.Code); code != codes.OK {
-		p.settle(nil, status.Error(code, resp.Message))
+	if err := transport.StatusOf(resp); err != nil {
+		p.settle(nil, err)
 		return
 	}
 	out := p.m.NewResponse()
@@ -309,7 +304,7 @@ func (p *pcall) cancelled(ctx context.Context) {
 	p.sentMu.Lock()
 	g, id := p.sent.g, p.sent.id
 	p.sentMu.Unlock()
-	if g == nil || id == 0 || !p.env.Cancellable {
+	if g == nil || id == 0 {
 		return
 	}
 	cancel := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL, CallId: id}

@@ -54,13 +54,9 @@ type Client struct {
 	// gws is the live gateway list, replaced whole on each refresh.
 	gws atomic.Pointer[[]*gatewayRef]
 
-	mu     sync.Mutex
-	closed bool
-	// closing is closed, readable without mu: StreamsEnded, which may run
-	// on a goroutine that holds mu, checks it.
-	closing atomic.Bool
-	// liveObservers counts the observers, readable without mu.
-	liveObservers atomic.Int64
+	closed atomic.Bool // Close was called
+
+	mu sync.Mutex
 	// departed holds the gateways that said they are going away, until
 	// the lists the gateways give stop naming them: a list may be older
 	// than the news.
@@ -419,14 +415,9 @@ func (c *Client) markDown(g *gatewayRef) {
 // to the gateways close. It waits for the observer calls running.
 // Idempotent.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.closed = true
-	c.closing.Store(true)
-	c.mu.Unlock()
 	c.cancel()
 	c.tport.Close() // no call reaches an observer after it
 	c.wg.Wait()

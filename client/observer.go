@@ -54,7 +54,7 @@ func (c *Client) CreateObserver(desc *grain.ServiceDesc, impl any) (grain.ID, er
 		return grain.ID{}, status.Errorf(codes.InvalidArgument, "granary: CreateObserver %s: nil implementation", desc.Type)
 	}
 	c.mu.Lock()
-	if c.closed {
+	if c.closed.Load() {
 		c.mu.Unlock()
 		return grain.ID{}, status.Error(codes.Unavailable, "granary: the client is closed")
 	}
@@ -62,7 +62,6 @@ func (c *Client) CreateObserver(desc *grain.ServiceDesc, impl any) (grain.ID, er
 	id := grain.ID{Type: desc.Type, Key: c.id + "/" + strconv.FormatUint(c.nextObserver, 10)}
 	o := &observer{id: id, desc: desc, impl: impl}
 	c.observers[id.Key] = o
-	c.liveObservers.Add(1)
 	c.mu.Unlock()
 	if err := c.ensureHome(c.ctx); err != nil {
 		c.DeleteObserver(id)
@@ -77,7 +76,6 @@ func (c *Client) DeleteObserver(id grain.ID) {
 	c.mu.Lock()
 	if o := c.observers[id.Key]; o != nil && o.id == id {
 		delete(c.observers, id.Key)
-		c.liveObservers.Add(-1)
 	}
 	c.mu.Unlock()
 }
@@ -153,8 +151,8 @@ func (c *Client) askHome(ctx context.Context, g *gatewayRef) error {
 	done := make(chan error, 1)
 	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME}
 	c.tport.Call(g.silo, env, time.Now().Add(homeTimeout), func(resp *granaryv1.Envelope, err error) {
-		if err == nil && resp.Code != uint32(codes.OK) {
-			err = status.Error(codes.Code(resp.Code), resp.Message)
+		if err == nil {
+			err = transport.StatusOf(resp)
 		}
 		done <- err
 	})
@@ -169,7 +167,8 @@ func (c *Client) askHome(ctx context.Context, g *gatewayRef) error {
 // StreamsEnded is the transport telling the client that a gateway's
 // stream ended or the gateway is going away: when it was the client's
 // home, the client moves home, so grains reach its observers again. It
-// takes no lock but homeMu, which nobody holds across a wait.
+// takes homeMu and mu, which nobody holds across a wait or a call into
+// the transport.
 func (c *Client) StreamsEnded(gateway string) {
 	c.homeMu.Lock()
 	lost := c.home != nil && c.home.silo == gateway
@@ -180,10 +179,16 @@ func (c *Client) StreamsEnded(gateway string) {
 		c.homingLost = true
 	}
 	c.homeMu.Unlock()
-	if !lost || c.closing.Load() || c.liveObservers.Load() == 0 {
+	if !lost || c.closed.Load() {
 		return
 	}
-	// Close sets closing before it closes the transport, whose goroutines
+	c.mu.Lock()
+	none := len(c.observers) == 0
+	c.mu.Unlock()
+	if none {
+		return
+	}
+	// Close sets closed before it closes the transport, whose goroutines
 	// (this one, or one the client's own wg counts) it waits for before
 	// it waits for wg.
 	c.wg.Add(1)
@@ -216,14 +221,7 @@ func (c *Client) rehome() {
 // Deliver takes a call from a gateway to one of the client's observers.
 // The stream's reader goroutine; it does not block.
 func (c *Client) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
-	refuse := func(code codes.Code, format string, args ...any) {
-		err := status.Errorf(code, format, args...)
-		if r.Expects() {
-			r.Reply(&granaryv1.Envelope{Code: uint32(code), Message: status.Convert(err).Message()})
-		} else {
-			c.log.Debug("dropped a one-way call to an observer", zap.String("gateway", from), zap.Error(err))
-		}
-	}
+	refuse := transport.Refuser(r, c.log, "dropped a one-way call to an observer", from)
 	if !env.Observer || (env.Kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST && env.Kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY) {
 		refuse(codes.Unimplemented, "granary: a client takes only calls to its observers")
 		return
@@ -298,11 +296,8 @@ func (c *Client) runObserverCall(o *observer, call observerCall) {
 		}
 	}
 	if err != nil {
-		st, ok := status.FromError(err)
-		if !ok {
-			st = status.FromContextError(err)
-		}
-		resp.Payload, resp.Code, resp.Message = nil, uint32(st.Code()), st.Message()
+		resp.Payload = nil
+		transport.SetStatus(resp, err)
 	}
 	call.r.Reply(resp)
 }

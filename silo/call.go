@@ -57,7 +57,8 @@ type call struct {
 	// Cluster routing. raw is the encoded request of a call that came from
 	// another silo, decoded by its turn (so decoding runs on the pool, not
 	// on the stream's reader); req is nil until then. responder answers
-	// that silo. hops counts the silos the call was forwarded through;
+	// that silo. hops counts the times the call was passed on by a silo
+	// it was sent to, counting this one for a call from another silo;
 	// placedHere says the call may activate its grain on this silo without
 	// asking the directory (placement chose this silo); servedBy is the
 	// silo whose activation answered a call forwarded from here.
@@ -68,15 +69,11 @@ type call struct {
 	servedBy   string
 	retries    uint8 // directory requests retried
 
-	// fromClient: the call came from an external client, through this
-	// silo's gateway.
-	fromClient bool
-	// A call from another process that its sender may cancel: cancelFn
-	// cancels the context cancel holds, and cancelKey is its name in
-	// the table cancels.
+	// A call from another process that its sender may cancel: cancelKey
+	// is its name in the table cancels, which cancels the context cancel
+	// holds.
 	cancels   *cancelTable
 	cancelKey remoteCall
-	cancelFn  context.CancelFunc
 
 	// Set by the activation that runs the call.
 	act    *activationRec

@@ -39,7 +39,7 @@ func (t *cancelTable) add(c *call, k remoteCall) {
 	}
 	t.m[k] = cancel
 	t.mu.Unlock()
-	c.cancel, c.cancels, c.cancelKey, c.cancelFn = ctx, t, k, cancel
+	c.cancel, c.cancels, c.cancelKey = ctx, t, k
 }
 
 // cancel cancels the request k, if it is still unanswered.
@@ -65,16 +65,11 @@ func (t *cancelTable) cancelAll() {
 }
 
 // forgetCancel drops what cancels c, answered now, and releases its
-// context.
+// context (cancelling it: nothing runs under it any more).
 func (c *call) forgetCancel() {
-	if c.cancels == nil {
-		return
+	if c.cancels != nil {
+		c.cancels.cancel(c.cancelKey)
 	}
-	t := c.cancels
-	t.mu.Lock()
-	delete(t.m, c.cancelKey)
-	t.mu.Unlock()
-	c.cancelFn()
 }
 
 // cancelWatch sends CANCEL for a forwarded call when its context ends,
@@ -90,7 +85,7 @@ type cancelWatch struct {
 func (w *cancelWatch) watch(ctx context.Context, id uint64, send func(*granaryv1.Envelope, time.Time) error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.replied || id == 0 {
+	if w.replied {
 		return
 	}
 	w.stop = context.AfterFunc(ctx, func() {

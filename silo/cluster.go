@@ -286,20 +286,33 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 // advertisedAddr is the gRPC address other silos dial: the listener's,
 // with a dialable host when the listener is bound to every interface.
 func advertisedAddr(listen string, mcfg membership.Config) (string, error) {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return "", fmt.Errorf("silo: cluster: listener address %q: %w", listen, err)
 	}
-	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
-		return listen, nil
-	}
-	for _, h := range []string{mcfg.AdvertiseAddr, mcfg.BindAddr} {
-		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
-			return net.JoinHostPort(h, port), nil
-		}
+	if addr := dialableAddr(listen, mcfg); addr != "" {
+		return addr, nil
 	}
 	return "", &ConfigError{Field: "Cluster.Membership.GRPCAddr",
 		Reason: fmt.Sprintf("must be set: the gRPC listener %s is bound to every interface and neither AdvertiseAddr nor BindAddr names a host other silos can dial", listen)}
+}
+
+// dialableAddr is listen, the address a listener is bound to, with the
+// gossip advertise or bind address of mcfg as its host when it is bound
+// to every interface, or "" when none names a dialable host.
+func dialableAddr(listen string, mcfg membership.Config) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return listen
+	}
+	for _, h := range []string{mcfg.AdvertiseAddr, mcfg.BindAddr} {
+		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+			return net.JoinHostPort(h, port)
+		}
+	}
+	return ""
 }
 
 // hostedTypes lists the registered grain types.

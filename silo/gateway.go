@@ -142,8 +142,6 @@ type gateway struct {
 // known before the silo joins its cluster. Start calls it.
 func (s *Silo) listenGateway() error {
 	cfg := *s.cfg.Gateway
-	tcfg := cfg.Transport
-	tcfg.ClusterID, tcfg.Self = "-", "-" // filled in by startGateway; only the limits matter here
 	opts := []grpc.ServerOption{grpc.KeepaliveParams(cfg.Keepalive), grpc.KeepaliveEnforcementPolicy(cfg.KeepaliveEnforcement)}
 	if cfg.Credentials != nil {
 		opts = append(opts, grpc.Creds(cfg.Credentials))
@@ -151,14 +149,18 @@ func (s *Silo) listenGateway() error {
 	opts = append(opts, cfg.ServerOptions...)
 	g := &gateway{s: s, cfg: cfg, log: s.log.Named("gateway")}
 	g.homes.m = map[string]directory.Entry{}
-	gw, err := transport.ListenGRPCService(cfg.Listen, transport.GatewayService, []grpc.MethodDesc{g.gatewaysMethod()}, tcfg, opts...)
+	gw, err := transport.ListenGRPCService(cfg.Listen, transport.GatewayService, []grpc.MethodDesc{g.gatewaysMethod()}, cfg.Transport, opts...)
 	if err != nil {
 		return fmt.Errorf("silo: gateway: listening on %s: %w", cfg.Listen, err)
 	}
 	g.lis = gw
 	g.addr = cfg.Advertise
 	if g.addr == "" {
-		g.addr = gatewayAddr(gw.Addr(), s.cfg.Cluster)
+		var mcfg membership.Config
+		if s.cfg.Cluster != nil {
+			mcfg = s.cfg.Cluster.Membership
+		}
+		g.addr = dialableAddr(gw.Addr(), mcfg)
 		if g.addr == "" && s.cfg.Cluster != nil {
 			gw.Stop()
 			return &ConfigError{Field: "Gateway.Advertise",
@@ -167,28 +169,6 @@ func (s *Silo) listenGateway() error {
 	}
 	s.gw = g
 	return nil
-}
-
-// gatewayAddr is the address clients dial: the listener's, with a
-// dialable host when it is bound to every interface, or "" when no
-// configured address names one.
-func gatewayAddr(listen string, cc *ClusterConfig) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return ""
-	}
-	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
-		return listen
-	}
-	if cc == nil {
-		return ""
-	}
-	for _, h := range []string{cc.Membership.AdvertiseAddr, cc.Membership.BindAddr} {
-		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
-			return net.JoinHostPort(h, port)
-		}
-	}
-	return ""
 }
 
 // startGateway starts serving clients, once the silo has joined its
@@ -278,9 +258,6 @@ func (g *gateway) gatewaysMethod() grpc.MethodDesc {
 // address the client dialled.
 func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, error) {
 	s := g.s
-	if g.tport == nil || !s.ready.Load() {
-		return nil, status.Errorf(codes.Unavailable, "granary: silo %s is not started", s.cfg.Name)
-	}
 	resp := &granaryv1.GatewaysResponse{ClusterId: g.clusterID}
 	self := g.addr
 	if self == "" {
@@ -323,12 +300,12 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
 	default:
 		if r.Expects() {
-			r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: a gateway takes no %v envelopes from clients", env.Kind)))
+			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: a gateway takes no %v envelopes from clients", env.Kind)))
 		}
 		return
 	}
 	s := g.s
-	refuse := refuser(r, g.log, "dropped a one-way call from a client", from)
+	refuse := transport.Refuser(r, g.log, "dropped a one-way call from a client", from)
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
 	switch {
 	case id.Type == "" || strings.Contains(id.Type, "/"):
@@ -354,9 +331,7 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 		}
 		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, false})
 	}
-	c := s.incoming(from, env, id, m, r, clientWaiter, &g.cancels, &g.inflight)
-	c.fromClient = true
-	s.route(nil, c)
+	s.route(nil, s.incoming(from, env, id, m, r, clientWaiter, &g.cancels, &g.inflight))
 }
 
 // reply answers a client's call; settle calls it once the outcome is in.

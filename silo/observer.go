@@ -194,11 +194,11 @@ func (g *gateway) isHome(client string) bool {
 func (g *gateway) home(client string, r transport.Responder) {
 	s := g.s
 	if strings.Contains(client, "/") {
-		r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: client ID %q contains '/', which observer IDs use as a separator", client)))
+		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: client ID %q contains '/', which observer IDs use as a separator", client)))
 		return
 	}
 	if s.stopping.Load() {
-		r.Reply(setStatus(&granaryv1.Envelope{}, unavailable(s, "it is stopping")))
+		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, unavailable(s, "it is stopping")))
 		return
 	}
 	g.homes.mu.Lock()
@@ -240,7 +240,7 @@ func (g *gateway) registerHome(client string, e directory.Entry, r transport.Res
 		if g.holdsHome(client, e) {
 			return false
 		}
-		r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s left this gateway while it registered", client)))
+		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s left this gateway while it registered", client)))
 		return true
 	}
 	if gone() {
@@ -255,7 +255,7 @@ func (g *gateway) registerHome(client string, e directory.Entry, r transport.Res
 			g.s.clock.AfterFunc(retryBackoff(retries), func() { g.registerHome(client, e, r, retries+1, takeovers) })
 		case err != nil:
 			g.dropHome(client, e)
-			r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: registering client %s: %v", client, status.Convert(err).Message())))
+			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: registering client %s: %v", client, status.Convert(err).Message())))
 		case winner == e:
 			r.Reply(&granaryv1.Envelope{})
 		case takeovers < maxHomeTakeovers && !gone():
@@ -264,7 +264,7 @@ func (g *gateway) registerHome(client string, e directory.Entry, r transport.Res
 			g.registerHome(client, e, r, retries, takeovers+1)
 		case takeovers >= maxHomeTakeovers:
 			g.dropHome(client, e)
-			r.Reply(setStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s is still registered at silo %s", client, winner.Silo)))
+			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s is still registered at silo %s", client, winner.Silo)))
 		}
 	})
 }
@@ -278,22 +278,20 @@ func (g *gateway) holdsHome(client string, e directory.Entry) bool {
 }
 
 // dropHome forgets that this gateway is client's home, if e is still its
-// entry, and reports whether it was.
-func (g *gateway) dropHome(client string, e directory.Entry) bool {
+// entry.
+func (g *gateway) dropHome(client string, e directory.Entry) {
 	g.homes.mu.Lock()
 	defer g.homes.mu.Unlock()
-	if cur, ok := g.homes.m[client]; !ok || cur != e {
-		return false
+	if cur, ok := g.homes.m[client]; ok && cur == e {
+		delete(g.homes.m, client)
 	}
-	delete(g.homes.m, client)
-	return true
 }
 
 // StreamsEnded is the transport telling the gateway that a client has no
 // stream to it any more: the client is not home here any more, and its
 // observers are unreachable through this gateway.
 func (g *gateway) StreamsEnded(client string) {
-	if g.tport != nil && g.tport.Connected(client) {
+	if g.tport.Connected(client) {
 		return // a new stream came up meanwhile, and may have made it home again
 	}
 	g.homes.mu.Lock()
@@ -335,7 +333,7 @@ func (g *gateway) homeEntries() []directory.Item {
 // deliverObserver sends a call to an observer of client on the client's
 // stream, when this gateway is its home, and reports whether it is.
 func (g *gateway) deliverObserver(client string, c *call) bool {
-	if g.tport == nil || !g.isHome(client) {
+	if !g.isHome(client) {
 		return false
 	}
 	s := g.s
@@ -382,7 +380,7 @@ func (g *gateway) deliverObserver(client string, c *call) bool {
 			s.fail(nil, c, err)
 			return
 		}
-		if err := statusOf(resp); err != nil {
+		if err := transport.StatusOf(resp); err != nil {
 			s.fail(nil, c, err)
 			return
 		}

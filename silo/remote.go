@@ -1,8 +1,6 @@
 package silo
 
 import (
-	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -147,9 +145,6 @@ func strategyOf(o grain.TypeOptions) (placement.Strategy, string) {
 // names a silo that is gone or going, is unregistered first.
 func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 	to := via.Silo
-	if c.raw != nil && !c.fromClient {
-		c.hops++ // passed on by a silo it was sent to
-	}
 	if c.hops > maxForwards {
 		cl.s.fail(nil, c, status.Errorf(codes.Unavailable,
 			"granary: %s: the call was passed between silos %d times without finding the activation (the cluster is changing; retry)", c.id, c.hops))
@@ -191,7 +186,7 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 			cl.dir.Invalidate(c.dirID(), directory.Entry{}) // it was passed on
 			c.servedBy = resp.ActivationSilo
 		}
-		if err := statusOf(resp); err != nil {
+		if err := transport.StatusOf(resp); err != nil {
 			cl.s.fail(nil, c, err)
 			return
 		}
@@ -321,7 +316,7 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		return
 	}
 	s := cl.s
-	refuse := refuser(r, cl.log, "dropped a one-way call from another silo", from)
+	refuse := transport.Refuser(r, cl.log, "dropped a one-way call from another silo", from)
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
 	var m *grain.MethodDesc
 	if env.Observer {
@@ -344,7 +339,7 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 	}
 	c := s.incoming(from, env, id, m, r, remoteWaiter, &cl.cancels, &cl.inflight)
 	c.chain, c.depth = cl.chainFrom(env.Chain), len(env.Chain)
-	c.hops = env.Hops
+	c.hops = env.Hops + 1 // were it passed on from here, this silo would be one more hop
 	if env.Placed {
 		c.placedHere = true
 	}
@@ -363,19 +358,6 @@ func (t *grainType) method(id grain.ID, env *granaryv1.Envelope, missing codes.C
 		return nil, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
 	}
 	return &t.desc.Methods[idx], nil
-}
-
-// refuser returns what refuses an envelope that came from from with a
-// status: the answer to a request, or, for a one-way call, a log line.
-func refuser(r transport.Responder, log *zap.Logger, dropped, from string) func(code codes.Code, format string, args ...any) {
-	return func(code codes.Code, format string, args ...any) {
-		err := status.Errorf(code, format, args...)
-		if r.Expects() {
-			r.Reply(setStatus(&granaryv1.Envelope{}, err))
-		} else {
-			log.Warn(dropped, zap.String("from", from), zap.Error(err))
-		}
-	}
 }
 
 // incoming makes the call record of a request or one-way call that came
@@ -458,7 +440,7 @@ func answer(c *call, servedBy string) {
 	resp.ActivationSilo = servedBy
 	switch {
 	case c.err != nil:
-		setStatus(resp, c.err)
+		transport.SetStatus(resp, c.err)
 	case c.resp != nil:
 		if err := o.encode(c.resp); err != nil {
 			resp.Payload = nil
@@ -474,7 +456,7 @@ func (cl *cluster) Send(to string, req *directory.Request, done func(*directory.
 	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY, Directory: dirRequestToProto(req)}
 	cl.tport.Call(to, env, cl.s.clock.Now().Add(directoryTimeout), func(resp *granaryv1.Envelope, err error) {
 		if err == nil {
-			err = statusOf(resp)
+			err = transport.StatusOf(resp)
 		}
 		switch {
 		case err != nil:
@@ -492,38 +474,18 @@ func (cl *cluster) handleDirectory(from string, env *granaryv1.Envelope, r trans
 	}
 	req, err := dirRequestFromProto(env.Directory)
 	if err != nil {
-		r.Reply(setStatus(&granaryv1.Envelope{}, err))
+		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
 		return
 	}
 	cl.inflight.add() // it may be passed on: a leaving silo waits for it
 	cl.dir.Handle(from, req, func(resp *directory.Response, err error) {
 		defer cl.inflight.done()
 		if err != nil {
-			r.Reply(setStatus(&granaryv1.Envelope{}, err))
+			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
 			return
 		}
 		r.Reply(&granaryv1.Envelope{DirectoryReply: dirResponseToProto(resp)})
 	})
-}
-
-// setStatus writes err's gRPC status into env, a reply, and returns env.
-// A context's error that a grain returned as it is keeps its meaning:
-// DeadlineExceeded or Canceled, not Unknown.
-func setStatus(env *granaryv1.Envelope, err error) *granaryv1.Envelope {
-	st, ok := status.FromError(err)
-	if !ok && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		st = status.FromContextError(err)
-	}
-	env.Code, env.Message = uint32(st.Code()), st.Message()
-	return env
-}
-
-// statusOf is the error a reply envelope carries, or nil.
-func statusOf(env *granaryv1.Envelope) error {
-	if code := codes.Code(env.Code); code != codes.OK {
-		return status.Error(code, env.Message)
-	}
-	return nil
 }
 
 func dirRequestToProto(req *directory.Request) *granaryv1.DirectoryRequest {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/transport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -27,11 +28,11 @@ func TestCallChainWithRemoteLinks(t *testing.T) {
 // "rpc error" prefix.
 func TestStatusThroughEnvelope(t *testing.T) {
 	err := status.Errorf(codes.NotFound, "granary: grain type x has no method %q", "Y")
-	got := statusOf(setStatus(&granaryv1.Envelope{}, err))
+	got := transport.StatusOf(transport.SetStatus(&granaryv1.Envelope{}, err))
 	if status.Code(got) != codes.NotFound || got.Error() != err.Error() || strings.Count(got.Error(), "rpc error") != 1 {
 		t.Fatalf("round trip of %v = %v", err, got)
 	}
-	if statusOf(&granaryv1.Envelope{}) != nil {
+	if transport.StatusOf(&granaryv1.Envelope{}) != nil {
 		t.Fatal("an envelope with code 0 should carry no error")
 	}
 }
