@@ -74,7 +74,7 @@ func TestDeadlineReachesTheGrain(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("the call took %v to time out", d)
 	}
-	if got := <-c.l.cancelled; !strings.HasPrefix(got, "slow: ") {
+	if got := recv(t, c.l.cancelled, "the grain's context to end"); !strings.HasPrefix(got, "slow: ") {
 		t.Fatalf("the grain reported %q", got)
 	}
 }
@@ -101,7 +101,7 @@ func TestCancelReachesTheGrain(t *testing.T) {
 			_, err := probe.NewProbeRef(cl, tag).Slow(ctx, &probe.Request{Tag: tag}, grain.WithTimeout(time.Hour))
 			errc <- err
 		}()
-		if got := <-c.l.started; got != tag {
+		if got := recv(t, c.l.started, "the grain to start"); got != tag {
 			t.Fatalf("started %q, want %q", got, tag)
 		}
 		cancel()
@@ -125,14 +125,15 @@ func TestCancelReachesTheGrain(t *testing.T) {
 }
 
 // TestClientLearnsEveryGateway: a client given one gateway learns the
-// others, and spreads grains over them.
+// others, and calls through them (TestPickSpreadsGrains checks the
+// spreading itself).
 func TestClientLearnsEveryGateway(t *testing.T) {
 	c := newCluster(t, "a", "b", "c")
 	cl, err := client.Dial(testCtx(t), client.WithGateways(c.silo("a").GatewayAddr()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
 	if got := len(cl.Gateways()); got != 3 {
 		t.Fatalf("the client knows %d gateways, want 3", got)
 	}

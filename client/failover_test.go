@@ -19,21 +19,24 @@ type outcome struct {
 }
 
 // load runs callers goroutines that call probe grains through cl with
-// unique tags until stop is closed, and returns every outcome.
-func load(t *testing.T, cl *client.Client, callers int, acked *atomic.Int64, stop <-chan struct{}) func() []outcome {
+// unique tags until stop is called, and returns it: it stops them and
+// returns every outcome. A test that fails first stops them as it ends.
+func load(t *testing.T, cl *client.Client, callers int, acked *atomic.Int64) (stop func() []outcome) {
 	var mu sync.Mutex
 	var out []outcome
 	var wg sync.WaitGroup
+	quit := make(chan struct{})
 	for w := range callers {
 		wg.Go(func() {
+			ctx := testCtx(t)
 			for i := 0; ; i++ {
 				select {
-				case <-stop:
+				case <-quit:
 					return
 				default:
 				}
 				tag := fmt.Sprintf("w%d-%d", w, i)
-				_, err := probe.NewProbeRef(cl, fmt.Sprintf("k%d", i%64)).Call(testCtx(t), &probe.Request{Tag: tag})
+				_, err := probe.NewProbeRef(cl, fmt.Sprintf("k%d", i%64)).Call(ctx, &probe.Request{Tag: tag})
 				if err == nil {
 					acked.Add(1)
 				}
@@ -43,10 +46,16 @@ func load(t *testing.T, cl *client.Client, callers int, acked *atomic.Int64, sto
 			}
 		})
 	}
-	return func() []outcome {
-		wg.Wait()
+	var once sync.Once
+	stop = func() []outcome {
+		once.Do(func() {
+			close(quit)
+			wg.Wait()
+		})
 		return out
 	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // TestFailoverWhenAGatewayIsKilled: calls keep flowing while one of two
@@ -62,15 +71,13 @@ func TestFailoverWhenAGatewayIsKilled(t *testing.T) {
 	}
 	const callers = 8
 	var acked atomic.Int64
-	stop := make(chan struct{})
-	wait := load(t, cl, callers, &acked, stop)
+	stop := load(t, cl, callers, &acked)
 	waitFor(t, "calls before the kill", func() bool { return acked.Load() >= 300 })
 	c.kill("b")
 	before := acked.Load()
 	waitFor(t, "calls after the kill", func() bool { return acked.Load() >= before+300 })
-	close(stop)
 	failed := 0
-	for _, o := range wait() {
+	for _, o := range stop() {
 		if o.err != nil {
 			failed++
 			if grain.Code(o.err) != codes.Unavailable {
@@ -103,14 +110,12 @@ func TestNoCallFailsWhenAGatewayStops(t *testing.T) {
 	c := newCluster(t, "a", "b")
 	cl := c.dial()
 	var acked atomic.Int64
-	stop := make(chan struct{})
-	wait := load(t, cl, 8, &acked, stop)
+	stop := load(t, cl, 8, &acked)
 	waitFor(t, "calls before the stop", func() bool { return acked.Load() >= 300 })
 	c.stop("b")
 	before := acked.Load()
 	waitFor(t, "calls after the stop", func() bool { return acked.Load() >= before+300 })
-	close(stop)
-	for _, o := range wait() {
+	for _, o := range stop() {
 		if o.err != nil {
 			t.Errorf("call %s: %v", o.tag, o.err)
 		} else if _, ran := c.l.ranOn(o.tag); !ran {

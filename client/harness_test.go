@@ -43,6 +43,19 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// recv receives from ch, failing after testTimeout: what names what the
+// test waits for.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
 // ledger is what the probe grains of a test did, across silos.
 type ledger struct {
 	mu   sync.Mutex

@@ -110,6 +110,7 @@ func TestObserverGoneWhenClientCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cl.Close() })
 	obs, err := probe.CreateProbeObserver(cl, newRecorder("rec"))
 	if err != nil {
 		t.Fatal(err)

@@ -90,6 +90,7 @@ func TestHomeAddressChangeDoesNotDeadlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cl.Close() })
 	if _, err := probe.CreateProbeObserver(cl, newRecorder("rec")); err != nil {
 		t.Fatal(err)
 	}
@@ -101,20 +102,10 @@ func TestHomeAddressChangeDoesNotDeadlock(t *testing.T) {
 	// The refresher asks once more after applying the new list, unless
 	// it is stuck applying it.
 	n := f.lists.Load()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.lists.Load() < n+2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the client's refresher is stuck applying a list that moved the home gateway (c.mu held across SetPeer, which calls StreamsEnded, which takes c.mu); Close would hang too")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the refresher to ask again after applying a list that moved the home gateway", func() bool { return f.lists.Load() >= n+2 })
 	closed := make(chan struct{})
 	go func() { cl.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close hung")
-	}
+	recv(t, closed, "Close")
 }
 
 // startAlone starts a silo alone called name, hosting probe grains, with
@@ -163,13 +154,8 @@ func TestClientReturnsToRestartedSiloAlone(t *testing.T) {
 	ref.Call(testCtx(t), &probe.Request{}) // finds the gateway gone
 	s = startAlone(t, "solo", addr)
 	defer s.Stop(testCtx(t))
-	var last error
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, last = ref.Call(testCtx(t), &probe.Request{}); last == nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("5 s after the silo came back at %s, calls still fail: %v", addr, last)
+	waitFor(t, "calls to succeed after the silo came back at "+addr, func() bool {
+		_, err := ref.Call(testCtx(t), &probe.Request{})
+		return err == nil
+	})
 }

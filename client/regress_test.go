@@ -21,13 +21,15 @@ func hold(t *testing.T, c *cluster, ref probe.ProbeRef) (release func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	f := ref.SlowAsync(ctx, &probe.Request{Tag: "hold"}, grain.WithTimeout(time.Hour))
-	if got := <-c.l.started; got != "hold" {
+	if got := recv(t, c.l.started, "the held call to start"); got != "hold" {
 		t.Fatalf("started %q, want hold", got)
 	}
 	return func() {
 		cancel()
-		f.Await(testCtx(t))
-		<-c.l.cancelled
+		if _, err := f.Await(testCtx(t)); grain.Code(err) != codes.Canceled {
+			t.Errorf("the held call ended with %v, want Canceled", err)
+		}
+		recv(t, c.l.cancelled, "the held call's context to end")
 	}
 }
 

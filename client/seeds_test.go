@@ -3,7 +3,11 @@ package client
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/hashmix"
 )
 
 // TestSeedsResolveTheDNSName: the DNS name's addresses join the static
@@ -37,5 +41,53 @@ func TestSeedsResolveTheDNSName(t *testing.T) {
 	}
 	if !slices.Equal(asked, []string{"silos.example", "silos.example", "silos.example"}) {
 		t.Fatalf("looked up %v", asked)
+	}
+}
+
+// TestPickSpreadsGrains: the gateway for a grain is the same each time,
+// grains spread evenly over the gateways, a gateway already tried is
+// skipped, and one marked down is taken only when no other is left.
+func TestPickSpreadsGrains(t *testing.T) {
+	c := &Client{o: defaultOptions()}
+	gws := []*gatewayRef{
+		{silo: "a-1", hash: hashmix.FNV1a("a-1")},
+		{silo: "b-2", hash: hashmix.FNV1a("b-2")},
+		{silo: "c-3", hash: hashmix.FNV1a("c-3")},
+	}
+	c.gws.Store(&gws)
+	count := map[string]int{}
+	for i := range 3000 {
+		id := grain.NewID("t.T", strconv.Itoa(i))
+		g := c.pick(id, nil)
+		if again := c.pick(id, nil); again != g {
+			t.Fatalf("grain %v went to %s, then %s", id, g.silo, again.silo)
+		}
+		if other := c.pick(id, []*gatewayRef{g}); other == g || other == nil {
+			t.Fatalf("grain %v: with %s tried, picked %v", id, g.silo, other)
+		}
+		count[g.silo]++
+	}
+	for _, g := range gws {
+		if n := count[g.silo]; n < 800 || n > 1200 {
+			t.Fatalf("gateway %s got %d of 3000 grains: %v", g.silo, n, count)
+		}
+	}
+	id := grain.NewID("t.T", "x")
+	first := c.pick(id, nil)
+	c.markDown(first)
+	if g := c.pick(id, nil); g == first {
+		t.Fatalf("picked %s, marked down, while others are up", first.silo)
+	}
+	if g := c.pick(id, []*gatewayRef{gws[0], gws[1], gws[2]}); g != nil {
+		t.Fatalf("picked %s with every gateway tried", g.silo)
+	}
+	others := []*gatewayRef{}
+	for _, g := range gws {
+		if g != first {
+			others = append(others, g)
+		}
+	}
+	if g := c.pick(id, others); g != first {
+		t.Fatalf("with the others tried, picked %v, want the one marked down", g)
 	}
 }

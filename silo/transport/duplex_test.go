@@ -6,15 +6,27 @@ import (
 
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-// watchingEcho is an echo that records StreamsEnded.
+// watchingEcho is an echo that records StreamsEnded, and tells entered
+// the payload of each envelope as its delivery begins.
 type watchingEcho struct {
 	*echo
-	ended chan string
+	ended   chan string
+	entered chan string
+}
+
+func newWatchingEcho() watchingEcho {
+	return watchingEcho{newEcho(), make(chan string, 4), make(chan string, 16)}
 }
 
 func (w watchingEcho) StreamsEnded(peer string) { w.ended <- peer }
+
+func (w watchingEcho) Deliver(from string, env *granaryv1.Envelope, r Responder) {
+	w.entered <- string(env.Payload)
+	w.echo.Deliver(from, env, r)
+}
 
 // TestCallOnAcceptedStream: the end that accepted a stream calls the end
 // that dialled it on that stream (a gateway calling a client), the
@@ -22,8 +34,7 @@ func (w watchingEcho) StreamsEnded(peer string) { w.ended <- peer }
 // sent. When the stream ends, both ends' watchers hear of it.
 func TestCallOnAcceptedStream(t *testing.T) {
 	net := NewMemNetwork()
-	ha := watchingEcho{newEcho(), make(chan string, 4)}
-	hb := watchingEcho{newEcho(), make(chan string, 4)}
+	ha, hb := newWatchingEcho(), newWatchingEcho()
 	mk := func(self string, h Handler) *Transport {
 		cfg := DefaultConfig()
 		cfg.ClusterID, cfg.Self = "test", self
@@ -99,20 +110,31 @@ func TestCallOnAcceptedStream(t *testing.T) {
 	case <-time.After(defaultTestTimeout):
 		t.Fatal("the one-way call did not arrive")
 	}
-	// b's call in flight fails when the stream ends, and both hear of it.
+	// b's call in flight, held by a's handler, fails when the stream
+	// ends, and each end hears that its stream with the other ended.
 	hold := make(chan struct{})
 	ha.mu.Lock()
 	ha.block = hold
 	ha.mu.Unlock()
 	pending := make(chan error, 1)
 	b.CallAccepted("a", &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, Payload: []byte("lost")}, deadline, func(_ *granaryv1.Envelope, err error) { pending <- err })
+	for got := ""; got != "lost"; {
+		select {
+		case got = <-ha.entered:
+		case <-time.After(defaultTestTimeout):
+			t.Fatal("a never began to deliver the call")
+		}
+	}
 	a.RemovePeer("b", "test", false)
 	close(hold)
-	for _, w := range []watchingEcho{ha, hb} {
+	for _, w := range []struct {
+		h    watchingEcho
+		want string
+	}{{ha, "b"}, {hb, "a"}} {
 		select {
-		case peer := <-w.ended:
-			if peer != "a" && peer != "b" {
-				t.Fatalf("ended %q", peer)
+		case peer := <-w.h.ended:
+			if peer != w.want {
+				t.Fatalf("a watcher heard that its streams with %q ended, want %q", peer, w.want)
 			}
 		case <-time.After(defaultTestTimeout):
 			t.Fatal("a watcher did not hear the stream end")
@@ -120,8 +142,8 @@ func TestCallOnAcceptedStream(t *testing.T) {
 	}
 	select {
 	case err := <-pending:
-		if err == nil {
-			t.Fatal("a call on a broken stream succeeded")
+		if status.Code(err) != codes.Unavailable || NotSent(err) {
+			t.Fatalf("a call in flight on a broken stream: %v, want Unavailable, not a not-sent error", err)
 		}
 	case <-time.After(defaultTestTimeout):
 		t.Fatal("the call on the broken stream never ended")
