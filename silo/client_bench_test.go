@@ -2,9 +2,7 @@ package silo
 
 import (
 	"context"
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/granaryio/granary/client"
 	"github.com/granaryio/granary/grain"
@@ -48,49 +46,6 @@ func BenchmarkClientCall(b *testing.B) {
 	}
 	defer c.Close()
 
-	b.Run("sequential", func(b *testing.B) {
-		ref := probe.NewProbeRef(c, "one")
-		req := &probe.Request{Tag: "ping", N: 1}
-		if _, err := ref.Call(context.Background(), req); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for range b.N {
-			if _, err := ref.Call(context.Background(), req); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("concurrent=256", func(b *testing.B) {
-		const callers = 256
-		refs := make(chan probe.ProbeRef, callers)
-		for i := range callers {
-			ref := probe.NewProbeRef(c, fmt.Sprintf("t%d", i))
-			if _, err := ref.Call(context.Background(), &probe.Request{}); err != nil {
-				b.Fatal(err)
-			}
-			refs <- ref
-		}
-		b.SetParallelism(callers / 2) // GOMAXPROCS is 2 here
-		b.ReportAllocs()
-		b.ResetTimer()
-		start := time.Now()
-		b.RunParallel(func(pb *testing.PB) {
-			var ref probe.ProbeRef
-			select {
-			case ref = <-refs:
-			default:
-				ref = probe.NewProbeRef(c, "overflow")
-			}
-			req := &probe.Request{Tag: "t", N: 1}
-			for pb.Next() {
-				if _, err := ref.Call(context.Background(), req); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
-	})
+	b.Run("sequential", func(b *testing.B) { benchSequential(b, c) })
+	b.Run("concurrent=256", func(b *testing.B) { benchConcurrent(b, c) })
 }

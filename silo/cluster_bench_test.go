@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,7 +105,19 @@ func benchPair(b *testing.B) (caller *Silo, told *tally) {
 // BenchmarkBaselineGRPCBidiPingPong.
 func BenchmarkCrossSiloCall(b *testing.B) {
 	caller, _ := benchPair(b)
-	ref := probe.NewProbeRef(caller, "one")
+	benchSequential(b, caller)
+}
+
+// BenchmarkCrossSiloThroughput is 256 concurrent callers on one silo,
+// each calling its own grain on the other silo. calls/s is the figure.
+func BenchmarkCrossSiloThroughput(b *testing.B) {
+	caller, _ := benchPair(b)
+	benchConcurrent(b, caller)
+}
+
+// benchSequential makes one call at a time through c to one probe grain.
+func benchSequential(b *testing.B, c grain.Caller) {
+	ref := probe.NewProbeRef(c, "one")
 	ctx := context.Background()
 	req := &probe.Request{Tag: "ping", N: 1}
 	if _, err := ref.Call(ctx, req); err != nil { // activate it
@@ -119,20 +132,23 @@ func BenchmarkCrossSiloCall(b *testing.B) {
 	}
 }
 
-// BenchmarkCrossSiloThroughput is 256 concurrent callers on one silo,
-// each calling its own grain on the other silo. calls/s is the figure.
-func BenchmarkCrossSiloThroughput(b *testing.B) {
-	caller, _ := benchPair(b)
-	const callers = 256
-	refs := make(chan probe.ProbeRef, callers)
-	for i := range callers {
-		ref := probe.NewProbeRef(caller, fmt.Sprintf("t%d", i))
+// concurrentCallers is how many goroutines benchConcurrent runs.
+const concurrentCallers = 256
+
+// benchConcurrent makes calls through c from concurrentCallers
+// goroutines, each calling its own probe grain, and reports calls/s.
+func benchConcurrent(b *testing.B, c grain.Caller) {
+	refs := make(chan probe.ProbeRef, concurrentCallers)
+	for i := range concurrentCallers {
+		ref := probe.NewProbeRef(c, fmt.Sprintf("t%d", i))
 		if _, err := ref.Call(context.Background(), &probe.Request{}); err != nil {
 			b.Fatal(err)
 		}
 		refs <- ref
 	}
-	b.SetParallelism(callers / 2) // GOMAXPROCS is 2 here; more elsewhere means more callers
+	// RunParallel starts parallelism × GOMAXPROCS goroutines: as near
+	// concurrentCallers as it can, each with a grain of its own.
+	b.SetParallelism(max(1, concurrentCallers/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -141,7 +157,8 @@ func BenchmarkCrossSiloThroughput(b *testing.B) {
 		select {
 		case ref = <-refs:
 		default:
-			ref = probe.NewProbeRef(caller, "overflow")
+			b.Error("more callers than grains")
+			return
 		}
 		ctx := context.Background()
 		req := &probe.Request{Tag: "t", N: 1}
