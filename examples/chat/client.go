@@ -79,16 +79,18 @@ func runClient(ctx context.Context, o clientOptions, stdin io.Reader, stdout, st
 	lines, readErr := readLines(stdin, done)
 	tick := time.NewTicker(o.rejoin)
 	defer tick.Stop()
+	leaveRoom := func() {
+		leave(ctx, room, obs.ID().String(), stderr)
+		scr.println("left room=" + o.room)
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			leave(ctx, room, obs.ID().String(), stderr)
-			scr.println("left room=" + o.room)
+			leaveRoom()
 			return nil
 		case line, ok := <-lines:
 			if !ok {
-				leave(ctx, room, obs.ID().String(), stderr)
-				scr.println("left room=" + o.room)
+				leaveRoom()
 				if err := <-readErr; err != nil {
 					return fmt.Errorf("reading stdin: %w", err)
 				}

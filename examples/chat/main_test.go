@@ -79,7 +79,10 @@ func TestRunInProcess(t *testing.T) {
 		var stdin *io.PipeReader
 		stdin, m.stdin = io.Pipe()
 		m.out, m.done = proctest.NewOutput(), make(chan struct{})
-		o := clientOptions{gateways: []string{gateway}, room: "lobby", name: m.name, rejoin: rejoinInterval}
+		// Renewals are rarer than a post's bound (postTimeout), so a post
+		// that came only with a renewal's recent posts, not through the
+		// observer, fails the test.
+		o := clientOptions{gateways: []string{gateway}, room: "lobby", name: m.name, rejoin: testRejoin}
 		go func() {
 			defer close(m.done)
 			m.err = runClient(ctx, o, stdin, m.out, logs)
@@ -94,11 +97,14 @@ func TestRunInProcess(t *testing.T) {
 		if _, err := io.WriteString(m.stdin, line+"\n"); err != nil {
 			t.Fatal(err)
 		}
+		postCtx, cancel := context.WithTimeout(ctx, postTimeout)
 		for _, to := range members {
-			if _, _, err := to.out.WaitLine(ctx, to.done, "[lobby] "+m.name+": "+line, 0); err != nil {
+			if _, _, err := to.out.WaitLine(postCtx, to.done, "[lobby] "+m.name+": "+line, 0); err != nil {
+				cancel()
 				t.Fatalf("%s: %v", to.name, err)
 			}
 		}
+		cancel()
 	}
 	for _, m := range members {
 		_ = m.stdin.Close()

@@ -44,21 +44,12 @@ type room struct {
 	name    string
 	epoch   uint64
 	now     func() time.Time
-	members *grain.ObserverManager[member]
+	members *grain.ObserverManager[chatpb.RoomObserverRef]
 	seq     uint64         // the seq of the newest post; 0 before the first
 	recent  []*chatpb.Post // the last recentPosts posts, oldest first
 }
 
 var _ chatpb.RoomGrain = (*room)(nil)
-
-// member is a subscriber of a room: its observer's ID and the name it
-// joined under. Post makes the references it calls from the IDs.
-type member struct {
-	id   grain.ID
-	name string
-}
-
-func (m member) ID() grain.ID { return m.id }
 
 func newRoom(name string, now func() time.Time) *room {
 	epoch := rand.Uint64()
@@ -69,7 +60,7 @@ func newRoom(name string, now func() time.Time) *room {
 		name:    name,
 		epoch:   epoch,
 		now:     now,
-		members: grain.NewObserverManager[member](subscriptionExpiry, now),
+		members: grain.NewObserverManager[chatpb.RoomObserverRef](subscriptionExpiry, now),
 	}
 }
 
@@ -83,10 +74,13 @@ func (r *room) Join(ctx grain.Context, req *chatpb.JoinRequest) (*chatpb.JoinRep
 	if err := checkName(req.GetName()); err != nil {
 		return nil, err
 	}
-	if !r.isMember(id) {
+	// A reference kept for later calls: each Post calls it with its own
+	// Context.
+	before := r.members.Len()
+	r.members.Subscribe(chatpb.RoomObserverRefFromID(ctx.Caller(), id))
+	if r.members.Len() > before {
 		ctx.Logger().Info("member joined", zap.String("room", r.name), zap.String("member_name", req.GetName()), zap.Stringer("observer", id))
 	}
-	r.members.Subscribe(member{id: id, name: req.GetName()})
 	// A copy: the reply may be encoded after this turn, while the next
 	// changes the list.
 	return &chatpb.JoinReply{Recent: slices.Clone(r.recent), Epoch: r.epoch}, nil
@@ -98,10 +92,11 @@ func (r *room) Leave(ctx grain.Context, req *chatpb.LeaveRequest) (*emptypb.Empt
 	if err != nil {
 		return nil, err
 	}
-	if r.isMember(id) {
+	before := r.members.Len()
+	r.members.Unsubscribe(id)
+	if r.members.Len() < before {
 		ctx.Logger().Info("member left", zap.String("room", r.name), zap.Stringer("observer", id))
 	}
-	r.members.Unsubscribe(id)
 	return &emptypb.Empty{}, nil
 }
 
@@ -137,9 +132,8 @@ func (r *room) Post(ctx grain.Context, req *chatpb.PostRequest) (*chatpb.PostRep
 	r.recent = append(r.recent, p)
 
 	var sent uint32
-	caller := ctx.Caller()
-	err := r.members.Notify(ctx, func(ctx context.Context, m member) error {
-		_, err := chatpb.RoomObserverRefFromID(caller, m.id).Posted(ctx, p)
+	err := r.members.Notify(ctx, func(ctx context.Context, m chatpb.RoomObserverRef) error {
+		_, err := m.Posted(ctx, p)
 		if err == nil {
 			sent++
 		}
@@ -149,16 +143,6 @@ func (r *room) Post(ctx grain.Context, req *chatpb.PostRequest) (*chatpb.PostRep
 		ctx.Logger().Warn("a member was not sent a post", zap.String("room", r.name), zap.Uint64("seq", p.Seq), zap.Error(err))
 	}
 	return &chatpb.PostReply{Seq: p.Seq, Recipients: sent}, nil
-}
-
-// isMember reports whether id is a live member.
-func (r *room) isMember(id grain.ID) bool {
-	for _, m := range r.members.Subscribers() {
-		if m.id == id {
-			return true
-		}
-	}
-	return false
 }
 
 // observerID parses the ID of a RoomObserver, as Join and Leave get it.
