@@ -20,8 +20,8 @@ type ObserverHandler func(impl any, ctx context.Context, req proto.Message) (pro
 // until DeleteObserver; calls to it after that fail with NotFound (or
 // Unavailable while the cluster cannot tell), so a grain can drop
 // subscribers that are gone. Calls to one observer run one at a time, in
-// the order they arrive. Generated CreateXObserver functions call
-// CreateObserver.
+// the order they arrive. The generated CreateX function of an observer
+// service X calls CreateObserver.
 type ObserverHost interface {
 	Caller
 	// CreateObserver makes impl, which implements the observer service
