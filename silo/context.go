@@ -21,6 +21,9 @@ type turnCtx struct {
 	once    sync.Once
 	derived context.Context
 	stop    context.CancelFunc
+	// caller is what Caller returned, made on its first call in this use
+	// of the record: one allocation a turn, however often it is asked.
+	caller grain.Caller
 }
 
 var (
@@ -97,7 +100,12 @@ func (t *turnCtx) CallChain() []grain.ID {
 	return ids
 }
 
-func (t *turnCtx) Caller() grain.Caller { return turnCaller{s: t.c.s, t: t, gen: t.c.gen.Load()} }
+func (t *turnCtx) Caller() grain.Caller {
+	if t.caller == nil {
+		t.caller = turnCaller{s: t.c.s, t: t, gen: t.c.gen.Load()}
+	}
+	return t.caller
+}
 
 func (t *turnCtx) Logger() *zap.Logger { return t.c.act.logger() }
 
