@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -49,64 +47,16 @@ func buildChat(t *testing.T) string {
 
 // child is one process of the program: a silo or a client.
 type child struct {
-	name    string
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser // a client's; nil for a silo
-	out     *proctest.Output
-	stderr  *os.File
-	done    chan struct{}
-	exitErr error // set before done is closed
-
+	*proctest.Child
 	member, gossip, gateway string // a silo's, from its ready line
 }
 
 // startChild starts the program with args as child name, with a pipe on
-// its stdin if withStdin. t.Cleanup kills it if it still runs and, if
-// the test failed, logs its stdout and the end of its stderr.
+// its stdin if withStdin; if the test fails, its stdout and the end of
+// its stderr are logged.
 func startChild(t *testing.T, bin, name string, withStdin bool, args ...string) *child {
 	t.Helper()
-	stderr, err := os.Create(filepath.Join(t.TempDir(), name+".stderr"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &child{name: name, out: proctest.NewOutput(), stderr: stderr, done: make(chan struct{})}
-	c.cmd = exec.Command(bin, args...)
-	c.cmd.Stdout, c.cmd.Stderr = c.out, stderr
-	if withStdin {
-		if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		c.exitErr = c.cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-		if t.Failed() {
-			t.Logf("%s: stdout:\n%s\nstderr, the last lines:\n%s", name, c.out, lastLines(stderr.Name(), 40))
-		}
-		_ = stderr.Close()
-	})
-	return c
-}
-
-// lastLines returns the last n lines of a child's stderr.
-func lastLines(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+	return &child{Child: proctest.Start(t, bin, name, withStdin, func(path string) string { return proctest.LastLines(path, 40) }, args...)}
 }
 
 // startSilo starts a silo process named name in cluster clusterID, on
@@ -115,7 +65,7 @@ func startSilo(t *testing.T, ctx context.Context, bin, name, clusterID string, s
 	t.Helper()
 	c := startChild(t, bin, name, false, "silo", "-name", name, "-cluster", clusterID, "-profile", "local",
 		"-gossip", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-gateway", "127.0.0.1:0", "-seeds", strings.Join(seeds, ","))
-	line, _, err := c.out.WaitLine(ctx, c.done, "ready ", 0)
+	line, _, err := c.Out.WaitLine(ctx, c.Done, "ready ", 0)
 	if err != nil {
 		t.Fatalf("silo %s: %v", name, err)
 	}
@@ -131,27 +81,10 @@ func startSilo(t *testing.T, ctx context.Context, bin, name, clusterID string, s
 // terminate sends SIGTERM and waits for the exit, which must be a clean
 // one after the silo's stopped line.
 func (c *child) terminate(ctx context.Context) error {
-	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("%s: %w", c.name, err)
+	if err := c.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
 	}
-	return c.waitExit(ctx, "stopped member="+c.member)
-}
-
-// waitExit waits for the child to exit, which must be with status 0 and
-// after a line starting with last.
-func (c *child) waitExit(ctx context.Context, last string) error {
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		return fmt.Errorf("%s did not exit within %v", c.name, exitTimeout)
-	}
-	if c.exitErr != nil {
-		return fmt.Errorf("%s exited: %v", c.name, c.exitErr)
-	}
-	if !c.out.Has(last, 0) {
-		return fmt.Errorf("%s exited without a %q line", c.name, last)
-	}
-	return nil
+	return c.WaitExit(ctx, "stopped member="+c.member)
 }
 
 // TestChatAcrossSilos runs a cluster of two silo processes and two client
@@ -184,30 +117,30 @@ func TestChatAcrossSilos(t *testing.T) {
 		startChild(t, bin, "bob", true, "client", "-gateways", b.gateway, "-room", room, "-name", "bob", "-rejoin", testRejoin.String()),
 	}
 	for _, c := range clients {
-		line, _, err := c.out.WaitLine(readyCtx, c.done, "joined ", 0)
+		line, _, err := c.Out.WaitLine(readyCtx, c.Done, "joined ", 0)
 		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+			t.Fatalf("%s: %v", c.Name, err)
 		}
 		f := proctest.Fields(line)
-		if f["room"] != room || f["name"] != c.name || (f["home"] != a.member && f["home"] != b.member) {
-			t.Fatalf("%s: joined line %q, want room %s, its name, and a home among %s and %s", c.name, line, room, a.member, b.member)
+		if f["room"] != room || f["name"] != c.Name || (f["home"] != a.member && f["home"] != b.member) {
+			t.Fatalf("%s: joined line %q, want room %s, its name, and a home among %s and %s", c.Name, line, room, a.member, b.member)
 		}
 	}
 
 	// Each says something in turn; both show it, and so in one order.
 	var want []string
 	for _, from := range clients {
-		text := "hello from " + from.name
-		if _, err := io.WriteString(from.stdin, text+"\n"); err != nil {
-			t.Fatalf("%s: %v", from.name, err)
+		text := "hello from " + from.Name
+		if _, err := io.WriteString(from.Stdin, text+"\n"); err != nil {
+			t.Fatalf("%s: %v", from.Name, err)
 		}
-		post := fmt.Sprintf("[%s] %s: %s", room, from.name, text)
+		post := fmt.Sprintf("[%s] %s: %s", room, from.Name, text)
 		want = append(want, post)
 		postCtx, postCancel := context.WithTimeout(ctx, postTimeout)
 		for _, to := range clients {
-			if _, _, err := to.out.WaitLine(postCtx, to.done, post, 0); err != nil {
+			if _, _, err := to.Out.WaitLine(postCtx, to.Done, post, 0); err != nil {
 				postCancel()
-				t.Fatalf("%s's post on %s: %v", from.name, to.name, err)
+				t.Fatalf("%s's post on %s: %v", from.Name, to.Name, err)
 			}
 		}
 		postCancel()
@@ -217,16 +150,16 @@ func TestChatAcrossSilos(t *testing.T) {
 	exitCtx, exitCancel := context.WithTimeout(ctx, exitTimeout)
 	defer exitCancel()
 	for _, c := range clients {
-		if err := c.stdin.Close(); err != nil {
+		if err := c.Stdin.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, c := range clients {
-		if err := c.waitExit(exitCtx, "left room="+room); err != nil {
+		if err := c.WaitExit(exitCtx, "left room="+room); err != nil {
 			t.Error(err)
 		}
-		if got := c.out.Lines("[", 0); strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("%s showed %q, want %q", c.name, got, want)
+		if got := c.Out.Lines("[", 0); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s showed %q, want %q", c.Name, got, want)
 		}
 	}
 

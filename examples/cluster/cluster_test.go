@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -72,49 +70,20 @@ func buildSilo(t *testing.T) string {
 
 // child is one silo process.
 type child struct {
-	name         string
+	*proctest.Child
 	gossip, grpc string
-	cmd          *exec.Cmd
-	out          *proctest.Output
-	stderr       *os.File // the child's logs
-	member       string   // from its ready line
-	done         chan struct{}
-	exitErr      error // set before done is closed
+	member       string // from its ready line
 }
 
-// startChild starts the program as silo name, with the lan profile.
-// t.Cleanup kills it if it still runs and, if the test failed, logs its
-// stdout and the notable lines of its log.
+// startChild starts the program as silo name, with the lan profile. If
+// the test fails, its stdout and the notable lines of its log are logged.
 func startChild(t *testing.T, bin, name, clusterID, gossip, grpc string, seeds []string) *child {
 	t.Helper()
-	stderr, err := os.Create(filepath.Join(t.TempDir(), name+".stderr"))
-	if err != nil {
-		t.Fatal(err)
+	return &child{
+		Child: proctest.Start(t, bin, name, false, notableLogs, "-name", name, "-cluster", clusterID,
+			"-gossip", gossip, "-grpc", grpc, "-seeds", strings.Join(seeds, ","), "-profile", "lan"),
+		gossip: gossip, grpc: grpc,
 	}
-	c := &child{name: name, gossip: gossip, grpc: grpc, out: proctest.NewOutput(), stderr: stderr, done: make(chan struct{})}
-	c.cmd = exec.Command(bin, "-name", name, "-cluster", clusterID, "-gossip", gossip, "-grpc", grpc,
-		"-seeds", strings.Join(seeds, ","), "-profile", "lan")
-	c.cmd.Stdout, c.cmd.Stderr = c.out, stderr
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		c.exitErr = c.cmd.Wait()
-		close(c.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-c.done:
-		default:
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-		if t.Failed() {
-			t.Logf("silo %s: stdout:\n%s\nwarnings, errors and membership changes on stderr:\n%s", name, c.out, notableLogs(stderr.Name()))
-		}
-		_ = stderr.Close()
-	})
-	return c
 }
 
 // notableLogs returns the lines of a child's log that say something went
@@ -135,39 +104,28 @@ func notableLogs(path string) string {
 
 // waitReady waits for the child's ready line and records its member ID.
 func (c *child) waitReady(ctx context.Context) error {
-	line, _, err := c.out.WaitLine(ctx, c.done, "ready ", 0)
+	line, _, err := c.Out.WaitLine(ctx, c.Done, "ready ", 0)
 	if err != nil {
-		return fmt.Errorf("silo %s: %w", c.name, err)
+		return fmt.Errorf("silo %s: %w", c.Name, err)
 	}
 	f := proctest.Fields(line)
-	if c.member = f["member"]; !strings.HasPrefix(c.member, c.name+"-") || f["grpc"] == "" || f["gossip"] == "" {
-		return fmt.Errorf("silo %s: ready line %q does not name its member and addresses", c.name, line)
+	if c.member = f["member"]; !strings.HasPrefix(c.member, c.Name+"-") || f["grpc"] == "" || f["gossip"] == "" {
+		return fmt.Errorf("silo %s: ready line %q does not name its member and addresses", c.Name, line)
 	}
 	c.gossip, c.grpc = f["gossip"], f["grpc"] // the ports it picked
 	return nil
 }
 
 // kill sends SIGKILL: the silo dies without telling anyone.
-func (c *child) kill() error { return c.cmd.Process.Kill() }
+func (c *child) kill() error { return c.Cmd.Process.Kill() }
 
 // terminate sends SIGTERM and waits for the exit, which must be a clean
 // one after the program's "stopped" line.
 func (c *child) terminate(ctx context.Context) error {
-	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("silo %s: %w", c.name, err)
+	if err := c.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("silo %s: %w", c.Name, err)
 	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		return fmt.Errorf("silo %s did not exit within %v of SIGTERM", c.name, exitTimeout)
-	}
-	if c.exitErr != nil {
-		return fmt.Errorf("silo %s exited after SIGTERM: %v", c.name, c.exitErr)
-	}
-	if !c.out.Has("stopped member="+c.member, 0) {
-		return fmt.Errorf("silo %s exited without its stopped line", c.name)
-	}
-	return nil
+	return c.WaitExit(ctx, "stopped member="+c.member)
 }
 
 // startCaller starts the test's own silo in the cluster: it hosts no grain
@@ -443,7 +401,7 @@ func TestClusterSurvivesKill(t *testing.T) {
 	close(stopWatch)
 	watching.Wait()
 	slices.Sort(watchProblems)
-	<-byMember[victim].done
+	<-byMember[victim].Done
 
 	first, last := recoveryTimeout, time.Duration(0)
 	var missing []string

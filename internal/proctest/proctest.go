@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,4 +164,86 @@ func Fields(line string) map[string]string {
 		}
 	}
 	return f
+}
+
+// Child is a running process of the program under test.
+type Child struct {
+	Name string
+	Cmd  *exec.Cmd
+	// Stdin is a pipe to the process's standard input, when Start was
+	// asked for one.
+	Stdin io.WriteCloser
+	Out   *Output       // what it printed on stdout
+	Done  chan struct{} // closed when it exited
+	// ExitErr is Cmd.Wait's error, set before Done is closed.
+	ExitErr error
+	// Stderr is the file its standard error goes to.
+	Stderr string
+}
+
+// Start starts bin with args as the child called name, with a pipe on its
+// stdin if withStdin, and its stderr in a file of the test's temporary
+// directory. t.Cleanup kills it if it still runs and, if the test failed,
+// logs its stdout and what logs makes of its stderr file.
+func Start(t testing.TB, bin, name string, withStdin bool, logs func(stderr string) string, args ...string) *Child {
+	t.Helper()
+	stderr, err := os.Create(filepath.Join(t.TempDir(), name+".stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Child{Name: name, Out: NewOutput(), Done: make(chan struct{}), Stderr: stderr.Name()}
+	c.Cmd = exec.Command(bin, args...)
+	c.Cmd.Stdout, c.Cmd.Stderr = c.Out, stderr
+	if withStdin {
+		if c.Stdin, err = c.Cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		c.ExitErr = c.Cmd.Wait()
+		close(c.Done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-c.Done:
+		default:
+			_ = c.Cmd.Process.Kill()
+			<-c.Done
+		}
+		if t.Failed() {
+			t.Logf("%s: stdout:\n%s\nstderr:\n%s", name, c.Out, logs(stderr.Name()))
+		}
+		_ = stderr.Close()
+	})
+	return c
+}
+
+// WaitExit waits, until ctx ends, for the child to exit, which must be
+// with status 0 and after a line starting with last.
+func (c *Child) WaitExit(ctx context.Context, last string) error {
+	select {
+	case <-c.Done:
+	case <-ctx.Done():
+		return fmt.Errorf("%s did not exit: %w", c.Name, ctx.Err())
+	}
+	if c.ExitErr != nil {
+		return fmt.Errorf("%s exited: %v", c.Name, c.ExitErr)
+	}
+	if !c.Out.Has(last, 0) {
+		return fmt.Errorf("%s exited without a %q line", c.Name, last)
+	}
+	return nil
+}
+
+// LastLines returns the last n lines of the file at path.
+func LastLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
