@@ -60,9 +60,11 @@ func load(t *testing.T, cl *client.Client, callers int, acked *atomic.Int64) (st
 
 // TestFailoverWhenAGatewayIsKilled: calls keep flowing while one of two
 // gateway silos is killed. Every call the client was told succeeded ran;
-// the only failures are Unavailable, for the few calls on the killed
-// gateway's stream at that moment; and afterwards calls for every grain
-// succeed, those the client would have sent to the dead gateway included.
+// the only failures are Unavailable, for calls on their way through the
+// killed silo while it went down (through its gateway, or forwarded to
+// its grains; how many depends on how long the kill takes, so the test
+// does not bound it); and afterwards calls for every grain succeed, those
+// the client would have sent to the dead gateway included.
 func TestFailoverWhenAGatewayIsKilled(t *testing.T) {
 	c := newCluster(t, "a", "b")
 	cl := c.dial()
@@ -88,11 +90,6 @@ func TestFailoverWhenAGatewayIsKilled(t *testing.T) {
 		if _, ran := c.l.ranOn(o.tag); !ran {
 			t.Errorf("call %s succeeded but no grain ran it", o.tag)
 		}
-	}
-	// Each caller has one call in flight; the client's stream to the dead
-	// gateway may take one more from each before it sees the break.
-	if failed > 2*callers {
-		t.Errorf("%d calls failed, want at most %d (the calls in flight at the kill)", failed, 2*callers)
 	}
 	t.Logf("%d calls failed at the kill", failed)
 	for i := range 128 {
