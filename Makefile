@@ -28,7 +28,7 @@ BENCH_COUNT ?= 6
 BENCH_TIME  ?= 1s
 BENCH_PKGS  ?= ./activation/ ./silo/
 
-.PHONY: all build test fmt-check vet lint race bench run generate generate-check tools clean
+.PHONY: all build test fmt-check vet lint race bench run generate generate-check tools clean postgres-up postgres-down
 
 all: build
 
@@ -58,6 +58,14 @@ bench: $(BENCHSTAT)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) $(BENCH_PKGS) | tee bench.out
 	$(BENCHSTAT) bench.out
 	$(GO) run ./bench/ratios bench.out
+
+## postgres-up: start a local PostgreSQL for the pgstore tests (installing it if missing); prints the DSN to export as GRANARY_TEST_POSTGRES_DSN.
+postgres-up:
+	scripts/postgres-test.sh up
+
+## postgres-down: stop the local PostgreSQL that postgres-up started.
+postgres-down:
+	scripts/postgres-test.sh down
 
 ## run: the bank example: concurrent transfers, a refused overdraft and a deadlock refused at once.
 run:

@@ -2,6 +2,7 @@ package directory
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strconv"
 
@@ -152,6 +153,46 @@ func (r *Ring) Share(silo string) float64 {
 		share += float64(p-prev) / ringSize
 	}
 	return share
+}
+
+// Arc is the inclusive range [Lo, Hi] of ring positions; Lo <= Hi.
+type Arc struct{ Lo, Hi uint64 }
+
+// Arcs returns the positions silo owns: the h with Owner(h) == silo,
+// as arcs sorted by Lo, adjacent ones merged. The arc that wraps past the
+// top of the ring is given as two, [x, MaxUint64] and [0, y]. A ring of one
+// silo gives that silo [{0, MaxUint64}]; an empty ring, or a silo not on
+// it, gives nil.
+func (r *Ring) Arcs(silo string) []Arc {
+	idx, ok := slices.BinarySearch(r.silos, silo)
+	if !ok || len(r.points) == 0 {
+		return nil
+	}
+	me := int32(idx)
+	var arcs []Arc
+	add := func(lo, hi uint64) {
+		if n := len(arcs); n > 0 && arcs[n-1].Hi != math.MaxUint64 && arcs[n-1].Hi+1 == lo {
+			arcs[n-1].Hi = hi
+			return
+		}
+		arcs = append(arcs, Arc{lo, hi})
+	}
+	// Point i owns the positions after its predecessor up to itself,
+	// (points[i-1], points[i]]: empty when the two stand at one position,
+	// where Owner finds the first of them. The first point owns [0,
+	// points[0]] and, across the wrap, (points[last], MaxUint64].
+	if r.owners[0] == me {
+		add(0, r.points[0])
+	}
+	for i := 1; i < len(r.points); i++ {
+		if r.owners[i] == me && r.points[i-1] < r.points[i] {
+			add(r.points[i-1]+1, r.points[i])
+		}
+	}
+	if last := r.points[len(r.points)-1]; r.owners[0] == me && last < math.MaxUint64 {
+		add(last+1, math.MaxUint64)
+	}
+	return arcs
 }
 
 // vnodePosition places the v-th virtual node of silo: FNV-1a of

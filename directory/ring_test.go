@@ -1,6 +1,7 @@
 package directory_test
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -196,5 +197,84 @@ func BenchmarkRingOwnerOf(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		r.OwnerOf(ids[i%len(ids)])
+	}
+}
+
+// TestRingArcs checks Arcs against Owner on random rings: a position is in
+// one of a silo's arcs exactly when the silo owns it, and the arcs of all
+// silos cover the ring once, without gap or overlap.
+func TestRingArcs(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(7, 11))
+	for trial := range 200 {
+		n := 1 + trial%5
+		silos := make([]string, n)
+		for i := range silos {
+			silos[i] = fmt.Sprintf("s%d-%x", i, rnd.Uint64())
+		}
+		r := directory.NewRing(silos, 1+rnd.IntN(8))
+		arcs := make(map[string][]directory.Arc, n)
+		var all []directory.Arc
+		for _, s := range silos {
+			a := r.Arcs(s)
+			if len(a) == 0 {
+				t.Fatalf("ring %v: Arcs(%q) is empty", silos, s)
+			}
+			for i, x := range a {
+				if x.Lo > x.Hi {
+					t.Fatalf("Arcs(%q)[%d] = %+v: Lo > Hi", s, i, x)
+				}
+				if i > 0 && (a[i-1].Hi == math.MaxUint64 || a[i-1].Hi+1 >= x.Lo) {
+					t.Fatalf("Arcs(%q) = %+v: not sorted, or adjacent arcs not merged, at %d", s, a, i)
+				}
+			}
+			arcs[s] = a
+			all = append(all, a...)
+		}
+		if n == 1 && !slices.Equal(arcs[silos[0]], []directory.Arc{{0, math.MaxUint64}}) {
+			t.Fatalf("ring of one: Arcs = %+v, want the whole ring", arcs[silos[0]])
+		}
+
+		// The arcs of all silos partition [0, MaxUint64].
+		slices.SortFunc(all, func(a, b directory.Arc) int { return cmp.Compare(a.Lo, b.Lo) })
+		if all[0].Lo != 0 || all[len(all)-1].Hi != math.MaxUint64 {
+			t.Fatalf("ring %v: arcs span [%#x, %#x], want the whole ring", silos, all[0].Lo, all[len(all)-1].Hi)
+		}
+		for i := 1; i < len(all); i++ {
+			if all[i-1].Hi == math.MaxUint64 || all[i-1].Hi+1 != all[i].Lo {
+				t.Fatalf("ring %v: arcs %+v and %+v leave a gap or overlap", silos, all[i-1], all[i])
+			}
+		}
+
+		// Owner agrees with Arcs at the ends of the ring, at every arc
+		// boundary (each arc's Hi is a point, its Lo one past a point) and
+		// one either side of it, and at random positions.
+		probes := []uint64{0, math.MaxUint64}
+		for _, x := range all {
+			probes = append(probes, x.Lo, x.Lo-1, x.Lo+1, x.Hi, x.Hi-1, x.Hi+1)
+		}
+		for range 200 {
+			probes = append(probes, rnd.Uint64())
+		}
+		for _, h := range probes {
+			owner := r.Owner(h)
+			for _, s := range silos {
+				in := slices.ContainsFunc(arcs[s], func(a directory.Arc) bool { return a.Lo <= h && h <= a.Hi })
+				if in != (owner == s) {
+					t.Fatalf("ring %v: Owner(%#x) = %q, but %#x in Arcs(%q) is %v", silos, h, owner, h, s, in)
+				}
+			}
+		}
+	}
+}
+
+func TestRingArcsEmpty(t *testing.T) {
+	if a := directory.NewRing(nil, 8).Arcs("a"); a != nil {
+		t.Errorf("empty ring: Arcs = %+v, want nil", a)
+	}
+	if a := directory.NewRing([]string{"a", "b"}, 8).Arcs("c"); a != nil {
+		t.Errorf("silo not on the ring: Arcs = %+v, want nil", a)
+	}
+	if a := directory.NewRing([]string{"a"}, 1).Arcs("a"); !slices.Equal(a, []directory.Arc{{0, math.MaxUint64}}) {
+		t.Errorf("ring of one with one point: Arcs = %+v, want [{0 MaxUint64}]", a)
 	}
 }

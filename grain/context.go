@@ -39,6 +39,19 @@ type Context interface {
 	// unless KeepAlive is given they do not keep the activation from being
 	// collected. The timer ends with the activation.
 	RegisterTimer(name string, fn TimerFunc, due, period time.Duration, opts ...TimerOption) (Timer, error)
+	// RegisterReminder registers, or updates, the grain's reminder name:
+	// it first fires after due, then every period, until it is
+	// unregistered. The reminder is stored before RegisterReminder returns.
+	// The grain must implement Remindable. period below the silo's minimum
+	// fails with InvalidArgument; without a reminder service, with
+	// FailedPrecondition; when the store cannot be reached, Unavailable.
+	RegisterReminder(name string, due, period time.Duration) (Reminder, error)
+	// UnregisterReminder removes the grain's reminder name; a tick already
+	// delivered may still run. Removing one that does not exist is not an
+	// error.
+	UnregisterReminder(name string) error
+	// Reminders lists the grain's reminders, as stored.
+	Reminders() ([]Reminder, error)
 	// DeactivateOnIdle asks the runtime to deactivate this activation as
 	// soon as it has no request running or queued.
 	DeactivateOnIdle()

@@ -103,6 +103,9 @@ type TypeOptions struct {
 	MaxLocalWorkers int
 	// KeyKind is the form of the type's keys.
 	KeyKind KeyKind
+	// States are the persistent states each activation reads before
+	// OnActivate (WithState).
+	States []StateDecl
 }
 
 // ServiceDesc describes a grain type: generated code builds one per proto

@@ -1,6 +1,7 @@
 package grain_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -82,7 +83,7 @@ func TestRegisterOptions(t *testing.T) {
 			for _, o := range tt.opts {
 				o(&got)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("options %+v, want %+v", got, tt.want)
 			}
 		})

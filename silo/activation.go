@@ -41,8 +41,11 @@ type activationRec struct {
 	id    grain.ID
 	actID uint64
 	group *activation.Group
-	impl  any        // set by the activate turn; used by turns only
-	set   *workerSet // the stateless-worker set it belongs to, or nil
+	impl  any // set by the activate turn; used by turns only
+	// states are the activation's persistent states, in the order of its
+	// type's declarations: set by the activate turn; used by turns only.
+	states []grain.BoundState
+	set    *workerSet // the stateless-worker set it belongs to, or nil
 	// registered: in a cluster, the directory holds this activation's
 	// entry, which it unregisters when it ends.
 	registered atomic.Bool

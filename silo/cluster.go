@@ -418,6 +418,9 @@ func (cl *cluster) refreshLocked() {
 	}
 	cl.active = active
 	cl.dir.SetMembers(active, cl.s.registeredActivations())
+	if rem := cl.s.rem; rem != nil {
+		rem.ringChanged(cl.dir.Ring(), cl.self)
+	}
 	for id, m := range cl.members {
 		if m.Status != membership.StatusActive {
 			cl.dir.InvalidateSilo(id)

@@ -23,6 +23,8 @@ type testCluster struct {
 	hub   *membership.Hub
 	net   *transport.MemNetwork
 	tweak func(*Config)
+	// register registers more grain types on each silo, called name.
+	register func(s *Silo, name string)
 
 	mu    sync.Mutex
 	silos map[string]*Silo // by name
@@ -32,7 +34,8 @@ type testCluster struct {
 }
 
 type clusterOpt struct {
-	tweak func(*Config) // changes each silo's config
+	tweak    func(*Config)              // changes each silo's config
+	register func(s *Silo, name string) // registers more types on each silo
 }
 
 func newTestCluster(t *testing.T, names []string, o clusterOpt) *testCluster {
@@ -42,6 +45,7 @@ func newTestCluster(t *testing.T, names []string, o clusterOpt) *testCluster {
 		hub:         membership.NewHub(),
 		net:         transport.NewMemNetwork(),
 		tweak:       o.tweak,
+		register:    o.register,
 		silos:       map[string]*Silo{},
 		deactivated: map[string]int{},
 		told:        map[string]int{},
@@ -98,6 +102,9 @@ func (tc *testCluster) startNoWait(name string, tweak func(*Config)) *Silo {
 	}
 	if err := probe.RegisterWorkerProbeGrain(s, func(id grain.ID) probe.WorkerProbeGrain { return factory(id) }); err != nil {
 		tc.t.Fatal(err)
+	}
+	if tc.register != nil {
+		tc.register(s, name)
 	}
 	if err := s.Start(context.Background()); err != nil {
 		tc.t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/storage"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 )
@@ -80,6 +81,62 @@ type Config struct {
 	// Gateway, when set, makes the silo serve external clients: see
 	// GatewayConfig. Nil (the default) serves none.
 	Gateway *GatewayConfig
+
+	// Storage names the providers that keep grain state, as the grain
+	// types' state declarations name them (grain.NewStateSpec);
+	// grain.DefaultStorage ("default") is the provider of a declaration
+	// that names none. The silo does not close them. A cluster's silos
+	// must share their providers (storage/pgstore): an activation may move
+	// to any silo.
+	Storage map[string]storage.Provider
+	// DataDir is the directory of the embedded store (a bbolt file named
+	// EmbeddedStoreFile), which a silo alone opens as its default provider
+	// when Storage has none and a state or the reminder service needs it.
+	// It is made if missing. The file is locked: one silo per directory.
+	// Default "": no embedded store.
+	DataDir string
+	// Reminders, when set, runs the reminder service: see RemindersConfig.
+	// Nil (the default): grains cannot register reminders.
+	Reminders *RemindersConfig
+}
+
+// RemindersConfig sets up a silo's reminder service. Each silo fires the
+// reminders of the grains whose ring positions it owns (the directory's
+// ring; all of them for a silo alone) and takes over another's when the
+// membership changes. Zero fields take the defaults given.
+type RemindersConfig struct {
+	// Table keeps the reminders; every silo of a cluster must use the same.
+	// Default: the default storage provider (Storage["default"], or the
+	// embedded store).
+	Table storage.ReminderTable
+	// MinPeriod is the shortest period a reminder may have: reminders are
+	// for minutes and hours, timers for less. Default 1 minute.
+	MinPeriod time.Duration
+	// RefreshInterval is how often a silo reads its ranges' reminders
+	// from the table again, which catches a change whose notice was lost.
+	// Default 1 minute.
+	RefreshInterval time.Duration
+	// RetryInterval is how soon a failed read of the table is tried
+	// again. Default 1 second.
+	RetryInterval time.Duration
+}
+
+// DefaultMinReminderPeriod is RemindersConfig.MinPeriod's default.
+const DefaultMinReminderPeriod = time.Minute
+
+func (rc *RemindersConfig) validate() error {
+	bad := func(field string, d time.Duration) error {
+		return &ConfigError{Field: "Reminders." + field, Reason: fmt.Sprintf("%v must not be negative", d)}
+	}
+	switch {
+	case rc.MinPeriod < 0:
+		return bad("MinPeriod", rc.MinPeriod)
+	case rc.RefreshInterval < 0:
+		return bad("RefreshInterval", rc.RefreshInterval)
+	case rc.RetryInterval < 0:
+		return bad("RetryInterval", rc.RetryInterval)
+	}
+	return nil
 }
 
 // TypeConfig overrides the silo's collection settings for one grain type.
@@ -149,6 +206,16 @@ func (c *Config) validate() error {
 	if c.Gateway != nil {
 		if err := c.Gateway.validate(); err != nil {
 			return err
+		}
+	}
+	if c.Reminders != nil {
+		if err := c.Reminders.validate(); err != nil {
+			return err
+		}
+	}
+	for name, p := range c.Storage {
+		if p == nil {
+			return bad(fmt.Sprintf("Storage[%q]", name), "is nil")
 		}
 	}
 	for i, f := range c.IncomingFilters {

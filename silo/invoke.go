@@ -205,7 +205,7 @@ func (s *Silo) route(e *activation.Exec, c *call) {
 			s.fail(e, c, unknownType(c.id))
 			return
 		}
-		if m := c.method; m.Index < 0 || m.Index >= len(t.desc.Methods) || t.desc.Methods[m.Index].Name != m.Name {
+		if m := c.method; m != &reminderMethod && (m.Index < 0 || m.Index >= len(t.desc.Methods) || t.desc.Methods[m.Index].Name != m.Name) {
 			s.fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.id.Type, m.Name))
 			return
 		}

@@ -314,6 +314,12 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
 		cl.cancels.cancel(remoteCall{from, env.CallId})
 		return
+	case granaryv1.EnvelopeKind_ENVELOPE_KIND_REMINDER:
+		if rem := cl.s.rem; rem != nil {
+			id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
+			rem.svc.Changed(id, directory.Position(id))
+		}
+		return
 	}
 	s := cl.s
 	refuse := transport.Refuser(r, cl.log, "dropped a one-way call from another silo", from)
@@ -328,7 +334,9 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 			return
 		}
 		var err error
-		if m, err = t.method(id, env, codes.NotFound); err != nil {
+		if env.Method == reminderMethodName {
+			m = &reminderMethod // a tick from the silo that owns the reminder
+		} else if m, err = t.method(id, env, codes.NotFound); err != nil {
 			refuse(status.Code(err), "%s", status.Convert(err).Message())
 			return
 		}
@@ -448,6 +456,21 @@ func answer(c *call, servedBy string) {
 		}
 	}
 	c.responder.Reply(resp)
+}
+
+// remindersChanged tells the silo that owns ring position h, id's, that
+// id's reminders changed; this silo, when it owns it.
+func (cl *cluster) remindersChanged(id grain.ID, h uint64) {
+	owner := cl.dir.Ring().Owner(h)
+	if owner == "" || owner == cl.self {
+		cl.s.rem.svc.Changed(id, h)
+		return
+	}
+	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REMINDER, GrainType: id.Type, GrainKey: id.Key}
+	if err := cl.tport.Send(owner, env, cl.s.clock.Now().Add(directoryTimeout)); err != nil {
+		cl.log.Debug("reminder change notice not sent; the owner finds it at its next refresh",
+			zap.Stringer("grain", id), zap.String("owner", owner), zap.Error(err))
+	}
 }
 
 // Send carries a directory request to another silo: the directory's

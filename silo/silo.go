@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/storage"
+	"github.com/granaryio/granary/silo/storage/boltstore"
 	"github.com/granaryio/granary/silo/transport"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -56,6 +59,15 @@ type Silo struct {
 	// and to observers.
 	relays     sync.Map // relayKey -> *grain.MethodDesc
 	relayCount atomic.Int32
+
+	// providers are the storage providers by name, resolved by Start;
+	// embedded is the store the silo opened itself (DataDir), which it
+	// closes. reminderTable keeps reminders, and rem fires them; both nil
+	// when reminders are off.
+	providers     map[string]storage.Provider
+	embedded      *boltstore.Store
+	reminderTable storage.ReminderTable
+	rem           *reminderService
 
 	nextActID atomic.Uint64
 	live      atomic.Int64 // activations in the catalog
@@ -149,8 +161,12 @@ func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opt
 		}
 	}
 	t := &grainType{desc: desc, factory: factory, opts: desc.Options}
+	t.opts.States = slices.Clip(t.opts.States) // options append: never into the descriptor's array
 	for _, o := range opts {
 		o(&t.opts)
+	}
+	if err := checkStates(desc.Type, t.opts.States); err != nil {
+		return err
 	}
 	if t.opts.MaxLocalWorkers < 0 {
 		return fmt.Errorf("silo: RegisterGrain %s: MaxLocalWorkers %d is negative", desc.Type, t.opts.MaxLocalWorkers)
@@ -192,9 +208,12 @@ func (s *Silo) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := s.openStorage(); err != nil {
+		return err
+	}
 	pool, err := activation.New(s.cfg.Scheduler)
 	if err != nil {
-		return &ConfigError{Field: "Scheduler", Reason: err.Error()}
+		return s.closeStorage(&ConfigError{Field: "Scheduler", Reason: err.Error()})
 	}
 	s.pool = pool
 	s.wheel.init(s, s.cfg.TimeoutResolution)
@@ -209,6 +228,9 @@ func (s *Silo) Start(ctx context.Context) error {
 		<-s.collDone
 		s.closeAll()
 		return err
+	}
+	if err := s.startReminders(); err != nil {
+		return fail(err)
 	}
 	if s.cfg.Gateway != nil {
 		if err := s.listenGateway(); err != nil {
@@ -243,6 +265,9 @@ func (s *Silo) Stop(ctx context.Context) error {
 	if !s.beginStop() {
 		return nil
 	}
+	if s.rem != nil {
+		s.rem.svc.Stop() // no new ticks; those in flight end as calls do
+	}
 	if s.gw != nil {
 		s.gw.goAway(ctx)
 	}
@@ -275,6 +300,10 @@ func (s *Silo) Stop(ctx context.Context) error {
 	}
 	s.haltWheel()
 	s.closeNow()
+	if s.rem != nil {
+		s.rem.wg.Wait()
+	}
+	s.closeStorage(nil)
 	s.log.Info("silo stopped")
 	return nil
 }
@@ -307,6 +336,9 @@ func (s *Silo) beginStop() bool {
 
 func (s *Silo) closeAll() {
 	defer s.haltWheel()
+	if s.rem != nil {
+		s.rem.svc.Stop()
+	}
 	s.closeNow() // wakes sleeping turns, so the pool's Close need not wait for them
 	// Fail what is queued first: the pool's Close waits for running turns,
 	// and a turn may be waiting for one of these calls.
@@ -324,6 +356,10 @@ func (s *Silo) closeAll() {
 	if s.cl != nil {
 		s.cl.close()
 	}
+	if s.rem != nil {
+		s.rem.wg.Wait()
+	}
+	s.closeStorage(nil)
 }
 
 // haltWheel stops the timeout sweeper once; it runs until the pool is
@@ -358,6 +394,10 @@ type Stats struct {
 	Scheduler   activation.Stats // the pool's counters
 	// Cluster is set for a silo in a cluster.
 	Cluster *ClusterStats
+	// Reminders is set for a silo that runs the reminder service: the
+	// reminders it owns, their ticks, and how late the ticks came
+	// (Reminders.Tardiness).
+	Reminders *ReminderStats
 }
 
 // ClusterStats is a snapshot of a silo's part in its cluster.
@@ -374,6 +414,10 @@ func (s *Silo) Stats() Stats {
 	st := Stats{Activations: int(s.live.Load())}
 	if s.pool != nil {
 		st.Scheduler = s.pool.Stats()
+	}
+	if r := s.rem; r != nil {
+		rs := r.svc.Stats()
+		st.Reminders = &rs
 	}
 	if cl := s.cl; cl != nil && cl.dir != nil && cl.tport != nil {
 		v := cl.view.Load()

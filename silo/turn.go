@@ -18,6 +18,9 @@ func (c *call) Run(e *activation.Exec) {
 	case c.hook == hookActivate:
 		a := c.act
 		a.impl = a.typ.factory(a.id)
+		if c.resErr = a.readStates(&c.ctx); c.resErr != nil {
+			return
+		}
 		if h, ok := a.impl.(grain.Activator); ok {
 			c.resErr = h.OnActivate(&c.ctx)
 		}

@@ -1,5 +1,5 @@
-// This file holds the Account grain, and the ledger that accounts write to
-// as they would to a database.
+// This file holds the Account grain, whose balance is persistent state, and
+// the ledger that accounts also write to, which counts their writes.
 
 package main
 
@@ -11,13 +11,19 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
+// balanceState declares an account's persistent state: its balance, kept
+// by the silo's default storage provider (the embedded store under the
+// silo's data directory).
+var balanceState = grain.NewStateSpec[*bankpb.Balance]("balance", "")
+
 // account implements the bank.Account grain, keyed by the account's name.
-// Its balance lives in memory. Its fields are touched only by its
-// activation's turns, which never overlap, so it needs no lock.
+// Its balance is persistent state, read before the activation starts and
+// written on every change. Its fields are touched only by its activation's
+// turns, which never overlap, so it needs no lock.
 type account struct {
-	name    string
-	balance int64
-	ledger  *ledger
+	name   string
+	state  *grain.State[*bankpb.Balance]
+	ledger *ledger
 
 	// inside counts the requests inside this account's code right now,
 	// including those waiting at an await (a ledger write, a call). A
@@ -27,6 +33,16 @@ type account struct {
 }
 
 var _ bankpb.AccountGrain = (*account)(nil)
+
+// OnActivate takes the balance the runtime read from storage.
+func (a *account) OnActivate(ctx grain.Context) error {
+	a.state = balanceState.Of(ctx)
+	a.state.Value().Account = a.name
+	return nil
+}
+
+// balance is the account's balance.
+func (a *account) balance() int64 { return a.state.Value().GetAmount() }
 
 // newAccount makes the activation of the account id, which writes to l.
 func newAccount(l *ledger) func(id grain.ID) bankpb.AccountGrain {
@@ -45,7 +61,7 @@ func (a *account) Deposit(ctx grain.Context, req *bankpb.DepositRequest) (*bankp
 	if err := checkAmount(req.GetAmount()); err != nil {
 		return nil, err
 	}
-	return a.commit(ctx, a.balance+req.GetAmount()), nil
+	return a.commit(ctx, a.balance()+req.GetAmount())
 }
 
 // Withdraw takes a positive amount from the balance, which must cover it.
@@ -54,17 +70,17 @@ func (a *account) Withdraw(ctx grain.Context, req *bankpb.WithdrawRequest) (*ban
 	if err := checkAmount(req.GetAmount()); err != nil {
 		return nil, err
 	}
-	if a.balance < req.GetAmount() {
-		return nil, grain.Errorf(codes.FailedPrecondition, "insufficient funds: balance %d, asked %d", a.balance, req.GetAmount())
+	if a.balance() < req.GetAmount() {
+		return nil, grain.Errorf(codes.FailedPrecondition, "insufficient funds: balance %d, asked %d", a.balance(), req.GetAmount())
 	}
-	return a.commit(ctx, a.balance-req.GetAmount()), nil
+	return a.commit(ctx, a.balance()-req.GetAmount())
 }
 
 // GetBalance returns the balance. It is read-only: it may run alongside
 // other read-only requests, but never while a change is under way.
 func (a *account) GetBalance(ctx grain.Context, req *bankpb.GetBalanceRequest) (*bankpb.Balance, error) {
 	defer a.enter()()
-	return &bankpb.Balance{Account: a.name, Amount: a.balance}, nil
+	return &bankpb.Balance{Account: a.name, Amount: a.balance()}, nil
 }
 
 // Audit reports this account's balance beside the peer's, which it gets
@@ -82,7 +98,7 @@ func (a *account) Audit(ctx grain.Context, req *bankpb.AuditRequest) (*bankpb.Au
 	if err != nil {
 		return nil, err
 	}
-	return &bankpb.AuditReport{Own: a.balance, Peer: confirmed.GetAmount()}, nil
+	return &bankpb.AuditReport{Own: a.balance(), Peer: confirmed.GetAmount()}, nil
 }
 
 // Confirm returns this account's balance to the account named asker. It
@@ -97,18 +113,25 @@ func (a *account) Confirm(ctx grain.Context, req *bankpb.ConfirmRequest) (*bankp
 	if _, err := asker.GetBalance(ctx, &bankpb.GetBalanceRequest{}); err != nil {
 		return nil, err
 	}
-	return &bankpb.Balance{Account: a.name, Amount: a.balance}, nil
+	return &bankpb.Balance{Account: a.name, Amount: a.balance()}, nil
 }
 
-// commit writes the new balance to the ledger, then keeps it. The write
-// goes through ctx.Blocking, as real I/O would: it gives up the processor,
-// and it is the await at which a reentrant grain would let another
-// request in.
-func (a *account) commit(ctx grain.Context, balance int64) *bankpb.Balance {
+// commit writes the new balance to the ledger and to storage, then keeps
+// it. Both writes give up the processor while they wait (the ledger's
+// through ctx.Blocking, as real I/O would): they are the awaits at which a
+// reentrant grain would let another request in. If storage refuses the
+// write, the balance stays as it was and the caller gets the error.
+func (a *account) commit(ctx grain.Context, balance int64) (*bankpb.Balance, error) {
 	inside := a.inside
 	ctx.Blocking(func() { a.ledger.write(a.name, balance, inside) })
-	a.balance = balance
-	return &bankpb.Balance{Account: a.name, Amount: balance}
+	v := a.state.Value()
+	old := v.Amount
+	v.Amount = balance
+	if err := a.state.Write(ctx); err != nil {
+		v.Amount = old
+		return nil, err
+	}
+	return &bankpb.Balance{Account: a.name, Amount: balance}, nil
 }
 
 // checkAmount fails amounts that are not positive.

@@ -3,14 +3,19 @@
 // audit whose calls go round in a circle, which the runtime refuses at once
 // as a deadlock instead of letting it hang until the response timeout.
 //
-// The story goes to stdout and is the same on every run; the silo's and the
-// grains' logs go to stderr. The command exits with status 1, naming the
-// step, if anything turns out other than the story says.
+// The balances are persistent grain state, kept in the silo's embedded
+// store under the data directory (-data, default .data/bank): a later run
+// finds the accounts open, with the balances the last run left. The story
+// goes to stdout and, but for that first step, is the same on every run;
+// the silo's and the grains' logs go to stderr. The command exits with
+// status 1, naming the step, if anything turns out other than the story
+// says.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -38,14 +43,17 @@ const (
 )
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	dataDir := flag.String("data", ".data/bank", "the directory of the silo's embedded store, which keeps the balances")
+	flag.Parse()
+	if err := run(context.Background(), os.Stdout, *dataDir); err != nil {
 		fmt.Fprintln(os.Stderr, "bank:", err)
 		os.Exit(1)
 	}
 }
 
-// run starts a silo, tells the story on stdout and stops the silo.
-func run(ctx context.Context, stdout io.Writer) error {
+// run starts a silo that keeps its state in dataDir, tells the story on
+// stdout and stops the silo.
+func run(ctx context.Context, stdout io.Writer, dataDir string) error {
 	logger, err := zap.NewDevelopment() // console encoding, to stderr
 	if err != nil {
 		return err
@@ -55,6 +63,7 @@ func run(ctx context.Context, stdout io.Writer) error {
 	cfg := silo.DefaultConfig()
 	cfg.Name = "bank"
 	cfg.Logger = logger
+	cfg.DataDir = dataDir
 	l := newLedger()
 	s, err := startSilo(ctx, cfg, l)
 	if err != nil {
@@ -97,7 +106,7 @@ func startSilo(ctx context.Context, cfg silo.Config, l *ledger) (*silo.Silo, err
 	if err != nil {
 		return nil, err
 	}
-	if err := bankpb.RegisterAccountGrain(s, newAccount(l)); err != nil {
+	if err := bankpb.RegisterAccountGrain(s, newAccount(l), grain.WithState(balanceState)); err != nil {
 		return nil, err
 	}
 	if err := bankpb.RegisterTransferGrain(s, newTransfer); err != nil {
@@ -124,13 +133,24 @@ func (b *bank) transfer() bankpb.TransferRef {
 	return bankpb.NewTransferRef(b.s, b.nextTransfer)
 }
 
-// open opens alice's and bob's accounts by depositing into them.
+// open opens alice's and bob's accounts by depositing into them, unless an
+// earlier run on the same data directory opened them: their balances were
+// kept, and the story goes on from them. Every run leaves the balances as
+// it found them: the transfers cancel out and the overdraft is refused.
 func (b *bank) open(ctx context.Context) error {
 	for _, o := range []struct {
 		name   string
 		amount int64
 	}{{"alice", aliceOpening}, {"bob", bobOpening}} {
-		bal, err := b.account(o.name).Deposit(ctx, &bankpb.DepositRequest{Amount: o.amount})
+		bal, err := b.account(o.name).GetBalance(ctx, &bankpb.GetBalanceRequest{})
+		if err != nil {
+			return err
+		}
+		if bal.GetAmount() != 0 {
+			fmt.Fprintf(b.out, "   %s is open already, with %d kept from an earlier run\n", o.name, bal.GetAmount())
+			continue
+		}
+		bal, err = b.account(o.name).Deposit(ctx, &bankpb.DepositRequest{Amount: o.amount})
 		if err != nil {
 			return err
 		}

@@ -30,7 +30,7 @@ func testCtx(t *testing.T) context.Context {
 // TestRun tells the whole story and checks its key lines.
 func TestRun(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(testCtx(t), &out); err != nil {
+	if err := run(testCtx(t), &out, t.TempDir()); err != nil {
 		t.Fatalf("run: %v\noutput so far:\n%s", err, out.String())
 	}
 	for _, want := range []string{
@@ -54,12 +54,43 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunKeepsBalances: a second run on the same data directory finds the
+// accounts open with the balances the first left, and tells the rest of
+// the story from them.
+func TestRunKeepsBalances(t *testing.T) {
+	dir := t.TempDir()
+	var first, second bytes.Buffer
+	if err := run(testCtx(t), &first, dir); err != nil {
+		t.Fatalf("first run: %v\n%s", err, first.String())
+	}
+	if err := run(testCtx(t), &second, dir); err != nil {
+		t.Fatalf("second run: %v\n%s", err, second.String())
+	}
+	for _, want := range []string{
+		"   alice is open already, with 100 kept from an earlier run\n",
+		"   bob is open already, with 50 kept from an earlier run\n",
+		"   total 150 (conserved)\n",
+		"   alice: 40 ledger writes, at most 1 request inside the account at a time\n",
+	} {
+		if !strings.Contains(second.String(), want) {
+			t.Errorf("second run's output lacks %q", want)
+		}
+	}
+	if strings.Contains(second.String(), "opens with") {
+		t.Error("the second run opened the accounts again")
+	}
+	if t.Failed() {
+		t.Logf("second run:\n%s", second.String())
+	}
+}
+
 // newTestSilo starts a silo hosting the bank's grains, with filters, and
 // stops it when the test ends.
 func newTestSilo(t *testing.T, l *ledger, filters ...grain.IncomingFilter) *silo.Silo {
 	t.Helper()
 	cfg := silo.DefaultConfig()
 	cfg.IncomingFilters = filters
+	cfg.DataDir = t.TempDir()
 	s, err := startSilo(testCtx(t), cfg, l)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package probe_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -130,7 +131,7 @@ func TestObserverServiceDesc(t *testing.T) {
 	if !d.Observer {
 		t.Error("Observer is false")
 	}
-	if d.Options != (grain.TypeOptions{}) {
+	if !reflect.DeepEqual(d.Options, grain.TypeOptions{}) {
 		t.Errorf("Options %+v, want none", d.Options)
 	}
 	if d.File != "probe/observer.proto" {

@@ -72,6 +72,11 @@ const (
 	// to the client's observers reach it through that gateway. Answered by
 	// a RESPONSE with the same call_id.
 	EnvelopeKind_ENVELOPE_KIND_HOME EnvelopeKind = 8
+	// The reminders of the grain grain_type/grain_key changed in the
+	// reminder table: the receiving silo, which owns the grain's ring
+	// position, reads them again. Nothing answers it; a silo that misses it
+	// finds the change at its next refresh.
+	EnvelopeKind_ENVELOPE_KIND_REMINDER EnvelopeKind = 9
 )
 
 // Enum value maps for EnvelopeKind.
@@ -86,6 +91,7 @@ var (
 		6: "ENVELOPE_KIND_GO_AWAY",
 		7: "ENVELOPE_KIND_CANCEL",
 		8: "ENVELOPE_KIND_HOME",
+		9: "ENVELOPE_KIND_REMINDER",
 	}
 	EnvelopeKind_value = map[string]int32{
 		"ENVELOPE_KIND_UNSPECIFIED": 0,
@@ -97,6 +103,7 @@ var (
 		"ENVELOPE_KIND_GO_AWAY":     6,
 		"ENVELOPE_KIND_CANCEL":      7,
 		"ENVELOPE_KIND_HOME":        8,
+		"ENVELOPE_KIND_REMINDER":    9,
 	}
 )
 
@@ -525,6 +532,79 @@ func (x *Envelope) GetObserver() bool {
 	return false
 }
 
+// ReminderTick is the request of the runtime's method ReceiveReminder, by which the
+// silo that owns a grain's reminder delivers a tick to the grain, wherever
+// it is active. Only silos send it.
+type ReminderTick struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The reminder's first tick, and this tick's due time, in nanoseconds
+	// since the Unix epoch; its period in nanoseconds.
+	FirstTickUnixNanos   int64 `protobuf:"varint,2,opt,name=first_tick_unix_nanos,json=firstTickUnixNanos,proto3" json:"first_tick_unix_nanos,omitempty"`
+	CurrentTickUnixNanos int64 `protobuf:"varint,3,opt,name=current_tick_unix_nanos,json=currentTickUnixNanos,proto3" json:"current_tick_unix_nanos,omitempty"`
+	PeriodNanos          int64 `protobuf:"varint,4,opt,name=period_nanos,json=periodNanos,proto3" json:"period_nanos,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *ReminderTick) Reset() {
+	*x = ReminderTick{}
+	mi := &file_granary_v1_wire_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReminderTick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReminderTick) ProtoMessage() {}
+
+func (x *ReminderTick) ProtoReflect() protoreflect.Message {
+	mi := &file_granary_v1_wire_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReminderTick.ProtoReflect.Descriptor instead.
+func (*ReminderTick) Descriptor() ([]byte, []int) {
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ReminderTick) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReminderTick) GetFirstTickUnixNanos() int64 {
+	if x != nil {
+		return x.FirstTickUnixNanos
+	}
+	return 0
+}
+
+func (x *ReminderTick) GetCurrentTickUnixNanos() int64 {
+	if x != nil {
+		return x.CurrentTickUnixNanos
+	}
+	return 0
+}
+
+func (x *ReminderTick) GetPeriodNanos() int64 {
+	if x != nil {
+		return x.PeriodNanos
+	}
+	return 0
+}
+
 // Header is one call header.
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -536,7 +616,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_granary_v1_wire_proto_msgTypes[2]
+	mi := &file_granary_v1_wire_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +628,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[2]
+	mi := &file_granary_v1_wire_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +641,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{2}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Header) GetKey() string {
@@ -592,7 +672,7 @@ type ChainLink struct {
 
 func (x *ChainLink) Reset() {
 	*x = ChainLink{}
-	mi := &file_granary_v1_wire_proto_msgTypes[3]
+	mi := &file_granary_v1_wire_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +684,7 @@ func (x *ChainLink) String() string {
 func (*ChainLink) ProtoMessage() {}
 
 func (x *ChainLink) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[3]
+	mi := &file_granary_v1_wire_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +697,7 @@ func (x *ChainLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChainLink.ProtoReflect.Descriptor instead.
 func (*ChainLink) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{3}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ChainLink) GetSilo() string {
@@ -661,7 +741,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_granary_v1_wire_proto_msgTypes[4]
+	mi := &file_granary_v1_wire_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +753,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[4]
+	mi := &file_granary_v1_wire_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +766,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{4}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hello) GetClusterId() string {
@@ -718,7 +798,7 @@ type DirectoryEntry struct {
 
 func (x *DirectoryEntry) Reset() {
 	*x = DirectoryEntry{}
-	mi := &file_granary_v1_wire_proto_msgTypes[5]
+	mi := &file_granary_v1_wire_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +810,7 @@ func (x *DirectoryEntry) String() string {
 func (*DirectoryEntry) ProtoMessage() {}
 
 func (x *DirectoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[5]
+	mi := &file_granary_v1_wire_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +823,7 @@ func (x *DirectoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryEntry.ProtoReflect.Descriptor instead.
 func (*DirectoryEntry) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{5}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DirectoryEntry) GetGrainType() string {
@@ -788,7 +868,7 @@ type DirectoryRequest struct {
 
 func (x *DirectoryRequest) Reset() {
 	*x = DirectoryRequest{}
-	mi := &file_granary_v1_wire_proto_msgTypes[6]
+	mi := &file_granary_v1_wire_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +880,7 @@ func (x *DirectoryRequest) String() string {
 func (*DirectoryRequest) ProtoMessage() {}
 
 func (x *DirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[6]
+	mi := &file_granary_v1_wire_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +893,7 @@ func (x *DirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryRequest.ProtoReflect.Descriptor instead.
 func (*DirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{6}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DirectoryRequest) GetOp() DirectoryOp {
@@ -859,7 +939,7 @@ type DirectoryResponse struct {
 
 func (x *DirectoryResponse) Reset() {
 	*x = DirectoryResponse{}
-	mi := &file_granary_v1_wire_proto_msgTypes[7]
+	mi := &file_granary_v1_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +951,7 @@ func (x *DirectoryResponse) String() string {
 func (*DirectoryResponse) ProtoMessage() {}
 
 func (x *DirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[7]
+	mi := &file_granary_v1_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +964,7 @@ func (x *DirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectoryResponse.ProtoReflect.Descriptor instead.
 func (*DirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{7}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DirectoryResponse) GetFound() bool {
@@ -950,7 +1030,7 @@ type NodeMeta struct {
 
 func (x *NodeMeta) Reset() {
 	*x = NodeMeta{}
-	mi := &file_granary_v1_wire_proto_msgTypes[8]
+	mi := &file_granary_v1_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1042,7 @@ func (x *NodeMeta) String() string {
 func (*NodeMeta) ProtoMessage() {}
 
 func (x *NodeMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[8]
+	mi := &file_granary_v1_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1055,7 @@ func (x *NodeMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeMeta.ProtoReflect.Descriptor instead.
 func (*NodeMeta) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{8}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeMeta) GetName() string {
@@ -1050,7 +1130,7 @@ type GatewaysRequest struct {
 
 func (x *GatewaysRequest) Reset() {
 	*x = GatewaysRequest{}
-	mi := &file_granary_v1_wire_proto_msgTypes[9]
+	mi := &file_granary_v1_wire_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1142,7 @@ func (x *GatewaysRequest) String() string {
 func (*GatewaysRequest) ProtoMessage() {}
 
 func (x *GatewaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[9]
+	mi := &file_granary_v1_wire_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1155,7 @@ func (x *GatewaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewaysRequest.ProtoReflect.Descriptor instead.
 func (*GatewaysRequest) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{9}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{10}
 }
 
 // GatewaysResponse lists the cluster's live gateways.
@@ -1091,7 +1171,7 @@ type GatewaysResponse struct {
 
 func (x *GatewaysResponse) Reset() {
 	*x = GatewaysResponse{}
-	mi := &file_granary_v1_wire_proto_msgTypes[10]
+	mi := &file_granary_v1_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1183,7 @@ func (x *GatewaysResponse) String() string {
 func (*GatewaysResponse) ProtoMessage() {}
 
 func (x *GatewaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[10]
+	mi := &file_granary_v1_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1196,7 @@ func (x *GatewaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewaysResponse.ProtoReflect.Descriptor instead.
 func (*GatewaysResponse) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{10}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GatewaysResponse) GetClusterId() string {
@@ -1146,7 +1226,7 @@ type Gateway struct {
 
 func (x *Gateway) Reset() {
 	*x = Gateway{}
-	mi := &file_granary_v1_wire_proto_msgTypes[11]
+	mi := &file_granary_v1_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1238,7 @@ func (x *Gateway) String() string {
 func (*Gateway) ProtoMessage() {}
 
 func (x *Gateway) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_wire_proto_msgTypes[11]
+	mi := &file_granary_v1_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1251,7 @@ func (x *Gateway) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gateway.ProtoReflect.Descriptor instead.
 func (*Gateway) Descriptor() ([]byte, []int) {
-	return file_granary_v1_wire_proto_rawDescGZIP(), []int{11}
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Gateway) GetSilo() string {
@@ -1218,7 +1298,12 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x0fdirectory_reply\x18\x11 \x01(\v2\x1d.granary.v1.DirectoryResponseR\x0edirectoryReply\x12'\n" +
 	"\x05hello\x18\x12 \x01(\v2\x11.granary.v1.HelloR\x05hello\x12 \n" +
 	"\vcancellable\x18\x13 \x01(\bR\vcancellable\x12\x1a\n" +
-	"\bobserver\x18\x14 \x01(\bR\bobserver\"0\n" +
+	"\bobserver\x18\x14 \x01(\bR\bobserver\"\xaf\x01\n" +
+	"\fReminderTick\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
+	"\x15first_tick_unix_nanos\x18\x02 \x01(\x03R\x12firstTickUnixNanos\x125\n" +
+	"\x17current_tick_unix_nanos\x18\x03 \x01(\x03R\x14currentTickUnixNanos\x12!\n" +
+	"\fperiod_nanos\x18\x04 \x01(\x03R\vperiodNanos\"0\n" +
 	"\x06Header\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"g\n" +
@@ -1269,7 +1354,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\bgateways\x18\x02 \x03(\v2\x13.granary.v1.GatewayR\bgateways\"7\n" +
 	"\aGateway\x12\x12\n" +
 	"\x04silo\x18\x01 \x01(\tR\x04silo\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress*\x82\x02\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress*\x9e\x02\n" +
 	"\fEnvelopeKind\x12\x1d\n" +
 	"\x19ENVELOPE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ENVELOPE_KIND_HELLO\x10\x01\x12\x19\n" +
@@ -1279,7 +1364,8 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x17ENVELOPE_KIND_DIRECTORY\x10\x05\x12\x19\n" +
 	"\x15ENVELOPE_KIND_GO_AWAY\x10\x06\x12\x18\n" +
 	"\x14ENVELOPE_KIND_CANCEL\x10\a\x12\x16\n" +
-	"\x12ENVELOPE_KIND_HOME\x10\b*\xaf\x01\n" +
+	"\x12ENVELOPE_KIND_HOME\x10\b\x12\x1a\n" +
+	"\x16ENVELOPE_KIND_REMINDER\x10\t*\xaf\x01\n" +
 	"\vDirectoryOp\x12\x1c\n" +
 	"\x18DIRECTORY_OP_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13DIRECTORY_OP_LOOKUP\x10\x01\x12\x19\n" +
@@ -1308,40 +1394,41 @@ func file_granary_v1_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_granary_v1_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_granary_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_granary_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_granary_v1_wire_proto_goTypes = []any{
 	(EnvelopeKind)(0),         // 0: granary.v1.EnvelopeKind
 	(DirectoryOp)(0),          // 1: granary.v1.DirectoryOp
 	(SiloStatus)(0),           // 2: granary.v1.SiloStatus
 	(*Batch)(nil),             // 3: granary.v1.Batch
 	(*Envelope)(nil),          // 4: granary.v1.Envelope
-	(*Header)(nil),            // 5: granary.v1.Header
-	(*ChainLink)(nil),         // 6: granary.v1.ChainLink
-	(*Hello)(nil),             // 7: granary.v1.Hello
-	(*DirectoryEntry)(nil),    // 8: granary.v1.DirectoryEntry
-	(*DirectoryRequest)(nil),  // 9: granary.v1.DirectoryRequest
-	(*DirectoryResponse)(nil), // 10: granary.v1.DirectoryResponse
-	(*NodeMeta)(nil),          // 11: granary.v1.NodeMeta
-	(*GatewaysRequest)(nil),   // 12: granary.v1.GatewaysRequest
-	(*GatewaysResponse)(nil),  // 13: granary.v1.GatewaysResponse
-	(*Gateway)(nil),           // 14: granary.v1.Gateway
+	(*ReminderTick)(nil),      // 5: granary.v1.ReminderTick
+	(*Header)(nil),            // 6: granary.v1.Header
+	(*ChainLink)(nil),         // 7: granary.v1.ChainLink
+	(*Hello)(nil),             // 8: granary.v1.Hello
+	(*DirectoryEntry)(nil),    // 9: granary.v1.DirectoryEntry
+	(*DirectoryRequest)(nil),  // 10: granary.v1.DirectoryRequest
+	(*DirectoryResponse)(nil), // 11: granary.v1.DirectoryResponse
+	(*NodeMeta)(nil),          // 12: granary.v1.NodeMeta
+	(*GatewaysRequest)(nil),   // 13: granary.v1.GatewaysRequest
+	(*GatewaysResponse)(nil),  // 14: granary.v1.GatewaysResponse
+	(*Gateway)(nil),           // 15: granary.v1.Gateway
 }
 var file_granary_v1_wire_proto_depIdxs = []int32{
 	4,  // 0: granary.v1.Batch.envelopes:type_name -> granary.v1.Envelope
 	0,  // 1: granary.v1.Envelope.kind:type_name -> granary.v1.EnvelopeKind
-	5,  // 2: granary.v1.Envelope.headers:type_name -> granary.v1.Header
-	6,  // 3: granary.v1.Envelope.chain:type_name -> granary.v1.ChainLink
-	9,  // 4: granary.v1.Envelope.directory:type_name -> granary.v1.DirectoryRequest
-	10, // 5: granary.v1.Envelope.directory_reply:type_name -> granary.v1.DirectoryResponse
-	7,  // 6: granary.v1.Envelope.hello:type_name -> granary.v1.Hello
+	6,  // 2: granary.v1.Envelope.headers:type_name -> granary.v1.Header
+	7,  // 3: granary.v1.Envelope.chain:type_name -> granary.v1.ChainLink
+	10, // 4: granary.v1.Envelope.directory:type_name -> granary.v1.DirectoryRequest
+	11, // 5: granary.v1.Envelope.directory_reply:type_name -> granary.v1.DirectoryResponse
+	8,  // 6: granary.v1.Envelope.hello:type_name -> granary.v1.Hello
 	1,  // 7: granary.v1.DirectoryRequest.op:type_name -> granary.v1.DirectoryOp
-	8,  // 8: granary.v1.DirectoryRequest.entries:type_name -> granary.v1.DirectoryEntry
-	8,  // 9: granary.v1.DirectoryResponse.entry:type_name -> granary.v1.DirectoryEntry
-	8,  // 10: granary.v1.DirectoryResponse.rejected:type_name -> granary.v1.DirectoryEntry
-	8,  // 11: granary.v1.DirectoryResponse.winners:type_name -> granary.v1.DirectoryEntry
-	8,  // 12: granary.v1.DirectoryResponse.unplaced:type_name -> granary.v1.DirectoryEntry
+	9,  // 8: granary.v1.DirectoryRequest.entries:type_name -> granary.v1.DirectoryEntry
+	9,  // 9: granary.v1.DirectoryResponse.entry:type_name -> granary.v1.DirectoryEntry
+	9,  // 10: granary.v1.DirectoryResponse.rejected:type_name -> granary.v1.DirectoryEntry
+	9,  // 11: granary.v1.DirectoryResponse.winners:type_name -> granary.v1.DirectoryEntry
+	9,  // 12: granary.v1.DirectoryResponse.unplaced:type_name -> granary.v1.DirectoryEntry
 	2,  // 13: granary.v1.NodeMeta.status:type_name -> granary.v1.SiloStatus
-	14, // 14: granary.v1.GatewaysResponse.gateways:type_name -> granary.v1.Gateway
+	15, // 14: granary.v1.GatewaysResponse.gateways:type_name -> granary.v1.Gateway
 	15, // [15:15] is the sub-list for method output_type
 	15, // [15:15] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
@@ -1360,7 +1447,7 @@ func file_granary_v1_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_granary_v1_wire_proto_rawDesc), len(file_granary_v1_wire_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Runs a local PostgreSQL server for the tests of the PostgreSQL storage
+# provider (silo/storage/pgstore), on Debian or Ubuntu.
+#
+#   scripts/postgres-test.sh up     install the server if missing, start it,
+#                                   create role and database granary_test,
+#                                   and print the DSN on the last line
+#   scripts/postgres-test.sh down   stop the server
+#
+# Then run the tests with the DSN, for example:
+#
+#   export GRANARY_TEST_POSTGRES_DSN=$(scripts/postgres-test.sh up | tail -n1)
+#   go test -race ./silo/storage/pgstore/
+#
+# Progress goes to stderr, the DSN alone to stdout. Needs root, or sudo.
+set -euo pipefail
+
+PORT=5432
+ROLE=granary
+PASSWORD=granary
+DATABASE=granary_test
+DSN="postgres://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DATABASE?sslmode=disable"
+READY_TIMEOUT=60 # seconds
+
+log() { echo "postgres-test: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+# as_root runs a command as root: directly when we are root, else by sudo.
+as_root() {
+	if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# as_postgres runs a command as the postgres user, from / so that it does
+# not complain about a home directory it cannot enter.
+as_postgres() {
+	if [ "$(id -u)" -eq 0 ]; then
+		(cd / && runuser -u postgres -- "$@")
+	else
+		(cd / && sudo -u postgres -- "$@")
+	fi
+}
+
+# psql_admin runs an SQL command as the superuser postgres, over the socket.
+psql_admin() {
+	as_postgres psql -p "$PORT" -X -q -v ON_ERROR_STOP=1 -tA -c "$1"
+}
+
+# server_installed: pg_ctlcluster and some version's server binary exist.
+server_installed() {
+	command -v pg_ctlcluster >/dev/null 2>&1 || return 1
+	compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null
+}
+
+install_server() {
+	log "installing PostgreSQL (apt-get)"
+	as_root apt-get update >&2
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql >&2
+	server_installed || die "PostgreSQL installed, but pg_ctlcluster or the server binary is still missing"
+}
+
+# cluster_on_port prints "version name status" of the cluster on $PORT, if any.
+cluster_on_port() {
+	pg_lsclusters --no-header | awk -v port="$PORT" '$3 == port { print $1, $2, $4; exit }'
+}
+
+# newest_version prints the newest installed server version.
+newest_version() {
+	local dir
+	dir=$(compgen -G '/usr/lib/postgresql/*/bin/postgres' | sort -V | tail -n1)
+	dir=${dir%/bin/postgres}
+	echo "${dir##*/}"
+}
+
+wait_ready() {
+	local i
+	for ((i = 0; i < READY_TIMEOUT; i++)); do
+		if pg_isready -q -h 127.0.0.1 -p "$PORT" -t 1; then
+			return 0
+		fi
+		sleep 1
+	done
+	die "the server on 127.0.0.1:$PORT is not accepting connections after ${READY_TIMEOUT}s"
+}
+
+up() {
+	server_installed || install_server
+	local cluster version name status
+	cluster=$(cluster_on_port)
+	if [ -z "$cluster" ]; then
+		version=$(newest_version)
+		name=main
+		if pg_lsclusters --no-header | awk -v v="$version" '$1 == v && $2 == "main" { found = 1 } END { exit !found }'; then
+			name=granary # main exists, on another port
+		fi
+		log "creating cluster $version/$name on port $PORT"
+		as_root pg_createcluster --port "$PORT" "$version" "$name" >&2
+		cluster=$(cluster_on_port)
+		[ -n "$cluster" ] || die "pg_createcluster made no cluster on port $PORT"
+	fi
+	read -r version name status <<<"$cluster"
+	if [[ $status == online* ]]; then
+		log "cluster $version/$name is already running on port $PORT"
+	else
+		log "starting cluster $version/$name on port $PORT"
+		as_root pg_ctlcluster "$version" "$name" start >&2
+	fi
+	wait_ready
+
+	if [ "$(psql_admin "SELECT 1 FROM pg_roles WHERE rolname = '$ROLE'")" != 1 ]; then
+		log "creating role $ROLE"
+		psql_admin "CREATE ROLE $ROLE LOGIN CREATEDB PASSWORD '$PASSWORD'"
+	else
+		psql_admin "ALTER ROLE $ROLE LOGIN CREATEDB PASSWORD '$PASSWORD'"
+	fi
+	if [ "$(psql_admin "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'")" != 1 ]; then
+		log "creating database $DATABASE"
+		psql_admin "CREATE DATABASE $DATABASE OWNER $ROLE"
+	fi
+	log "ready; export GRANARY_TEST_POSTGRES_DSN='$DSN'"
+	echo "$DSN"
+}
+
+down() {
+	command -v pg_lsclusters >/dev/null 2>&1 || { log "PostgreSQL is not installed"; return 0; }
+	local cluster version name status
+	cluster=$(cluster_on_port)
+	if [ -z "$cluster" ]; then
+		log "no cluster on port $PORT"
+		return 0
+	fi
+	read -r version name status <<<"$cluster"
+	if [[ $status == online* ]]; then
+		log "stopping cluster $version/$name"
+		as_root pg_ctlcluster "$version" "$name" stop >&2
+	else
+		log "cluster $version/$name is not running"
+	fi
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+*)
+	echo "usage: $0 up|down" >&2
+	exit 2
+	;;
+esac

@@ -1,0 +1,216 @@
+package silo
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/granaryio/granary/directory"
+	"github.com/granaryio/granary/grain"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/reminders"
+	"github.com/granaryio/granary/silo/storage"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// reminderMethodName is the name of the runtime's method that delivers a
+// reminder's tick to a grain (grain.Remindable); every grain type has it,
+// and only silos call it.
+const reminderMethodName = "granary.v1.Reminders/ReceiveReminder"
+
+// reminderMethod is the descriptor of that method. Its Index is outside
+// every dispatch table: route and Deliver know it by its address and name.
+var reminderMethod = grain.MethodDesc{
+	Name:        reminderMethodName,
+	FullName:    "/" + reminderMethodName,
+	Index:       -1,
+	Handler:     receiveReminder,
+	NewRequest:  func() proto.Message { return new(granaryv1.ReminderTick) },
+	NewResponse: func() proto.Message { return new(emptypb.Empty) },
+}
+
+// receiveReminder hands a tick to the grain.
+func receiveReminder(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
+	r, ok := impl.(grain.Remindable)
+	if !ok {
+		return nil, status.Errorf(codes.Unimplemented, "granary: %s has a reminder but does not implement grain.Remindable (ReceiveReminder)", ctx.ID())
+	}
+	t := req.(*granaryv1.ReminderTick)
+	st := grain.TickStatus{
+		FirstTick:   time.Unix(0, t.FirstTickUnixNanos),
+		Period:      time.Duration(t.PeriodNanos),
+		CurrentTick: time.Unix(0, t.CurrentTickUnixNanos),
+	}
+	if err := r.ReceiveReminder(ctx, t.Name, st); err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// reminderService is the silo's part of the reminder system: the service
+// that fires the reminders of the ring positions the silo owns, and the
+// goroutines that wait for the grains' answers to its ticks.
+type reminderService struct {
+	s   *Silo
+	svc *reminders.Service
+	min time.Duration
+
+	wg sync.WaitGroup // ticks waiting for their grain
+}
+
+// startReminders starts the reminder service, when configured. Start,
+// before the cluster: the service owns nothing until the silo has a ring.
+func (s *Silo) startReminders() error {
+	rc := s.cfg.Reminders
+	if rc == nil {
+		return nil
+	}
+	r := &reminderService{s: s, min: rc.MinPeriod}
+	if r.min == 0 {
+		r.min = DefaultMinReminderPeriod
+	}
+	svc, err := reminders.New(reminders.Config{
+		Table:           s.reminderTable,
+		Clock:           s.clock,
+		Logger:          s.log,
+		RefreshInterval: rc.RefreshInterval,
+		RetryInterval:   rc.RetryInterval,
+		Fire:            r.fire,
+	})
+	if err != nil {
+		return &ConfigError{Field: "Reminders", Reason: err.Error()}
+	}
+	r.svc = svc
+	s.rem = r
+	svc.Start()
+	if s.cfg.Cluster == nil {
+		svc.SetRanges([]storage.HashRange{{Lo: 0, Hi: math.MaxUint64}})
+	}
+	return nil
+}
+
+// ringChanged gives the service the ranges the silo owns on ring.
+func (r *reminderService) ringChanged(ring *directory.Ring, self string) {
+	arcs := ring.Arcs(self)
+	ranges := make([]storage.HashRange, len(arcs))
+	for i, a := range arcs {
+		ranges[i] = storage.HashRange{Lo: a.Lo, Hi: a.Hi}
+	}
+	r.svc.SetRanges(ranges)
+}
+
+// fire delivers a tick as a call to the grain, activating it wherever it
+// belongs. The reminder service's goroutine; it does not block.
+func (r *reminderService) fire(e storage.ReminderEntry, st grain.TickStatus, done func(error)) {
+	tick := &granaryv1.ReminderTick{
+		Name:                 e.Name,
+		FirstTickUnixNanos:   st.FirstTick.UnixNano(),
+		CurrentTickUnixNanos: st.CurrentTick.UnixNano(),
+		PeriodNanos:          int64(st.Period),
+	}
+	r.wg.Go(func() {
+		_, err := r.s.Invoke(context.Background(), e.Grain, &reminderMethod, tick)
+		if err != nil {
+			r.s.log.Warn("reminder tick failed", zap.Stringer("grain", e.Grain), zap.String("reminder", e.Name), zap.Error(err))
+		}
+		done(err)
+	})
+}
+
+// changed tells the silo that owns id's ring position that id's reminders
+// changed in the table.
+func (s *Silo) remindersChanged(id grain.ID) {
+	h := directory.Position(id)
+	if s.cl == nil {
+		s.rem.svc.Changed(id, h)
+		return
+	}
+	s.cl.remindersChanged(id, h)
+}
+
+// reminderOp checks that a grain may use reminders now.
+func (t *turnCtx) reminderOp() (*reminderService, error) {
+	a := t.c.act
+	r := a.s.rem
+	switch {
+	case r == nil:
+		return nil, status.Errorf(codes.FailedPrecondition, "granary: %s: silo %s runs no reminder service (Config.Reminders)", a.id, a.s.cfg.Name)
+	case t.exec() == nil && !t.c.blocking:
+		return nil, errOffTurn
+	}
+	return r, nil
+}
+
+func (t *turnCtx) RegisterReminder(name string, due, period time.Duration) (grain.Reminder, error) {
+	r, err := t.reminderOp()
+	if err != nil {
+		return grain.Reminder{}, err
+	}
+	a := t.c.act
+	if _, ok := a.impl.(grain.Remindable); !ok {
+		return grain.Reminder{}, status.Errorf(codes.FailedPrecondition, "granary: %s registers reminder %q but does not implement grain.Remindable (ReceiveReminder)", a.id, name)
+	}
+	switch {
+	case name == "":
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: a reminder needs a name", a.id)
+	case due < 0:
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: due time %v is negative", a.id, name, due)
+	case period < r.min:
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: period %v is below the silo's minimum of %v (Reminders.MinPeriod); use a timer for short periods", a.id, name, period, r.min)
+	}
+	e := storage.ReminderEntry{
+		Grain:     a.id,
+		Name:      name,
+		Hash:      directory.Position(a.id),
+		FirstTick: a.s.clock.Now().Add(due),
+		Period:    period,
+	}
+	t.Blocking(func() { e.ETag, err = a.s.reminderTable.UpsertReminder(t, e) })
+	if err != nil {
+		return grain.Reminder{}, storageStatus(err, "registering reminder "+name+" of "+a.id.String())
+	}
+	a.s.remindersChanged(a.id)
+	return grain.Reminder{Name: name, FirstTick: e.FirstTick, Period: period, ETag: e.ETag}, nil
+}
+
+func (t *turnCtx) UnregisterReminder(name string) error {
+	if _, err := t.reminderOp(); err != nil {
+		return err
+	}
+	a := t.c.act
+	var err error
+	t.Blocking(func() { err = a.s.reminderTable.RemoveReminder(t, a.id, name, "") })
+	if err != nil {
+		return storageStatus(err, "removing reminder "+name+" of "+a.id.String())
+	}
+	a.s.remindersChanged(a.id)
+	return nil
+}
+
+func (t *turnCtx) Reminders() ([]grain.Reminder, error) {
+	if _, err := t.reminderOp(); err != nil {
+		return nil, err
+	}
+	a := t.c.act
+	var (
+		es  []storage.ReminderEntry
+		err error
+	)
+	t.Blocking(func() { es, err = a.s.reminderTable.GrainReminders(t, a.id) })
+	if err != nil {
+		return nil, storageStatus(err, "reading the reminders of "+a.id.String())
+	}
+	out := make([]grain.Reminder, len(es))
+	for i, e := range es {
+		out[i] = grain.Reminder{Name: e.Name, FirstTick: e.FirstTick, Period: e.Period, ETag: e.ETag}
+	}
+	return out, nil
+}
+
+// ReminderStats is a snapshot of a silo's reminder service.
+type ReminderStats = reminders.Stats

@@ -1,0 +1,147 @@
+// Package storage defines what keeps grain state and reminders: the
+// Provider and ReminderTable interfaces, their errors, and Memory, an
+// in-memory provider for tests that can fail, delay and block operations.
+// The embedded (bbolt) provider is in storage/boltstore, the PostgreSQL one
+// in storage/pgstore, and the contract every provider meets is the test
+// suite in storage/storagetest.
+//
+// # ETags
+//
+// A state record has an ETag, an opaque version that changes on every
+// write and clear and is never reused for the record. A write or clear
+// names the ETag the writer last saw ("" for no record) and succeeds only
+// if the record still has it; otherwise it fails with ErrETagMismatch and
+// changes nothing. Clearing keeps the record's ETag history: a cleared
+// record reads as not existing, with a new ETag, so a writer holding an
+// ETag from before the clear is refused too.
+//
+// # Errors
+//
+// Providers return ErrETagMismatch and ErrTooLarge (wrapped, with detail)
+// for those cases; a cancelled or expired context's error; and for any
+// failure to reach the store, an error the runtime reports to callers as
+// Unavailable.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+)
+
+var (
+	// ErrETagMismatch: the record's ETag is not the one the write or
+	// clear named; nothing was changed.
+	ErrETagMismatch = errors.New("storage: etag mismatch")
+	// ErrTooLarge: the state is larger than the provider's limit; nothing
+	// was stored.
+	ErrTooLarge = errors.New("storage: state too large")
+	// ErrClosed: the provider was closed.
+	ErrClosed = errors.New("storage: provider closed")
+)
+
+// DefaultMaxStateSize is the largest encoded state a provider stores
+// unless configured otherwise: 4 MiB.
+const DefaultMaxStateSize = 4 << 20
+
+// Record is a stored state record.
+type Record struct {
+	// Data is the encoded state; nil when the record does not exist.
+	Data []byte
+	// ETag is the record's version; "" when there has never been a record.
+	ETag string
+	// Exists is false when there is no record, or it was cleared.
+	Exists bool
+}
+
+// Provider keeps grain state records, one per grain and state name. Its
+// methods may be called from any goroutine, concurrently.
+type Provider interface {
+	// ReadState returns the record of grain id's state name: Record{}
+	// when there has never been one.
+	ReadState(ctx context.Context, id grain.ID, name string) (Record, error)
+	// WriteState stores data as the record if its ETag is etag ("" when
+	// the writer saw no record), and returns the new ETag.
+	WriteState(ctx context.Context, id grain.ID, name string, data []byte, etag string) (newETag string, err error)
+	// ClearState removes the record's data if its ETag is etag, and
+	// returns the record's new ETag. Clearing a record that never existed,
+	// with etag "", succeeds and returns "".
+	ClearState(ctx context.Context, id grain.ID, name string, etag string) (newETag string, err error)
+}
+
+// HashRange is the inclusive range [Lo, Hi] of ring positions. A range that
+// would wrap around the top of the ring is given as two.
+type HashRange struct{ Lo, Hi uint64 }
+
+// Contains reports whether h is in the range.
+func (r HashRange) Contains(h uint64) bool { return r.Lo <= h && h <= r.Hi }
+
+// ReminderEntry is a stored reminder.
+type ReminderEntry struct {
+	Grain grain.ID
+	Name  string
+	// Hash is the grain's ring position, which the silo that owns it
+	// fires the reminder by; the runtime computes it.
+	Hash      uint64
+	FirstTick time.Time
+	Period    time.Duration
+	// ETag is the entry's version: set by the table, ignored on upsert.
+	ETag string
+}
+
+// ReminderTable keeps reminders, one per grain and name. Its methods may be
+// called from any goroutine, concurrently.
+type ReminderTable interface {
+	// UpsertReminder stores r, replacing the grain's reminder of that name
+	// whatever its ETag, and returns the new ETag.
+	UpsertReminder(ctx context.Context, r ReminderEntry) (etag string, err error)
+	// RemoveReminder removes the grain's reminder name if its ETag is etag,
+	// or whatever it is when etag is "". A reminder that does not exist is
+	// not an error; a different ETag is ErrETagMismatch.
+	RemoveReminder(ctx context.Context, id grain.ID, name, etag string) error
+	// GrainReminders returns the grain's reminders, by name.
+	GrainReminders(ctx context.Context, id grain.ID) ([]ReminderEntry, error)
+	// RangeReminders returns the reminders whose Hash is in any of ranges.
+	RangeReminders(ctx context.Context, ranges []HashRange) ([]ReminderEntry, error)
+}
+
+// CheckSize returns an ErrTooLarge error when data is over limit bytes.
+// Providers call it before writing.
+func CheckSize(id grain.ID, name string, data []byte, limit int) error {
+	if len(data) > limit {
+		return fmt.Errorf("%w: %s state %q is %d bytes, over the limit of %d (MaxStateSize)", ErrTooLarge, id, name, len(data), limit)
+	}
+	return nil
+}
+
+// Mismatch returns an ErrETagMismatch error naming the record and both
+// ETags.
+func Mismatch(id grain.ID, name, stored, given string) error {
+	return fmt.Errorf("%w: %s state %q is at version %q, not %q: another activation wrote it", ErrETagMismatch, id, name, stored, given)
+}
+
+// Version helpers: the providers in this module use a record's version
+// number, which starts at 1 and grows by one on every write and clear, as
+// its ETag.
+
+// FormatVersion is the ETag of version v; "" for 0 (no record).
+func FormatVersion(v uint64) string {
+	if v == 0 {
+		return ""
+	}
+	return strconv.FormatUint(v, 10)
+}
+
+// ParseVersion returns the version an ETag names: 0 for "", and ok false
+// for an ETag no version has (which matches no record).
+func ParseVersion(etag string) (v uint64, ok bool) {
+	if etag == "" {
+		return 0, true
+	}
+	v, err := strconv.ParseUint(etag, 10, 64)
+	return v, err == nil && v > 0
+}
