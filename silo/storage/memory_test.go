@@ -69,3 +69,7 @@ func TestMemoryFault(t *testing.T) {
 		t.Fatalf("write after the hook was removed: %v", err)
 	}
 }
+
+func BenchmarkStateWrite(b *testing.B) {
+	storagetest.BenchmarkStateWrite(b, storage.NewMemory(0))
+}

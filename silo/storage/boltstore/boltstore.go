@@ -321,31 +321,7 @@ func (s *Store) WriteState(ctx context.Context, id grain.ID, name string, data [
 	}
 	key := recordKey(id, name)
 	given, ok := storage.ParseVersion(etag)
-	var (
-		version  uint64
-		mismatch error
-	)
-	err := s.update(func(tx *bolt.Tx) error {
-		version, mismatch = 0, nil
-		b := tx.Bucket(bucketState)
-		stored, err := stateVersion(id, name, b.Get(key))
-		if err != nil {
-			return err
-		}
-		if !ok || given != stored {
-			mismatch = storage.Mismatch(id, name, storage.FormatVersion(stored), etag)
-			return nil
-		}
-		version = stored + 1
-		return b.Put(key, encodeState(version, true, data))
-	})
-	if err != nil {
-		return "", s.txErr(err)
-	}
-	if mismatch != nil {
-		return "", mismatch
-	}
-	return storage.FormatVersion(version), nil
+	return s.putState(id, name, key, etag, given, ok, true, data)
 }
 
 // ClearState implements storage.Provider.
@@ -377,6 +353,13 @@ func (s *Store) ClearState(ctx context.Context, id grain.ID, name string, etag s
 		}
 		return "", nil
 	}
+	return s.putState(id, name, key, etag, given, ok, false, nil)
+}
+
+// putState stores the record at key as a new version, with data (exists)
+// or as a tombstone, if it is at version given; ok false (an ETag that
+// names no version) is a mismatch. mu held shared.
+func (s *Store) putState(id grain.ID, name string, key []byte, etag string, given uint64, ok, exists bool, data []byte) (string, error) {
 	var (
 		version  uint64
 		mismatch error
@@ -393,7 +376,7 @@ func (s *Store) ClearState(ctx context.Context, id grain.ID, name string, etag s
 			return nil
 		}
 		version = stored + 1
-		return b.Put(key, encodeState(version, false, nil))
+		return b.Put(key, encodeState(version, exists, data))
 	})
 	if err != nil {
 		return "", s.txErr(err)

@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,26 +224,7 @@ func TestClose(t *testing.T) {
 	if err := s.Close(); !errors.Is(err, storage.ErrClosed) {
 		t.Fatalf("second Close: %v, want ErrClosed", err)
 	}
-	ops := map[string]func() error{
-		"ReadState":  func() error { _, err := s.ReadState(ctx, id, "s"); return err },
-		"WriteState": func() error { _, err := s.WriteState(ctx, id, "s", []byte("y"), etag); return err },
-		"ClearState": func() error { _, err := s.ClearState(ctx, id, "s", etag); return err },
-		"UpsertReminder": func() error {
-			_, err := s.UpsertReminder(ctx, storage.ReminderEntry{Grain: id, Name: "r"})
-			return err
-		},
-		"RemoveReminder": func() error { return s.RemoveReminder(ctx, id, "r", "") },
-		"GrainReminders": func() error { _, err := s.GrainReminders(ctx, id); return err },
-		"RangeReminders": func() error {
-			_, err := s.RangeReminders(ctx, []storage.HashRange{{Lo: 0, Hi: math.MaxUint64}})
-			return err
-		},
-	}
-	for name, op := range ops {
-		if err := op(); !errors.Is(err, storage.ErrClosed) {
-			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
-		}
-	}
+	storagetest.WantClosed(t, s, id, etag)
 }
 
 // TestCloseDuringOperations: operations racing Close either complete or
@@ -612,38 +592,31 @@ func TestRemoveReminderMismatch(t *testing.T) {
 	}
 }
 
+// BenchmarkStateWrite: grains' read-modify-writes of their own 100-byte
+// states through the store, one writer and 64.
 func BenchmarkStateWrite(b *testing.B) {
-	data := bytes.Repeat([]byte("granary!"), 13)[:100]
-	b.Run("sequential", func(b *testing.B) {
-		s := openStore(b, 0)
-		ctx := context.Background()
-		id := grain.NewID("bench.Grain", "0")
-		etag := ""
-		b.ReportAllocs()
-		for b.Loop() {
-			var err error
-			if etag, err = s.WriteState(ctx, id, "s", data, etag); err != nil {
-				b.Fatal(err)
+	storagetest.BenchmarkStateWrite(b, openStore(b, 0))
+}
+
+// BenchmarkStateWriteRaw is the baseline: the same writes as bare bbolt
+// puts, Update for one writer and Batch for many, as the store commits.
+func BenchmarkStateWriteRaw(b *testing.B) {
+	s := openStore(b, 0)
+	bucket := []byte("bench")
+	if err := s.db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bucket); return err }); err != nil {
+		b.Fatal(err)
+	}
+	var writers atomic.Int64
+	storagetest.BenchmarkWrites(b, func(b *testing.B, w int) func([]byte) error {
+		key := []byte(fmt.Sprint(w))
+		return func(data []byte) error {
+			put := func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put(key, data) }
+			if writers.Add(1) == 1 {
+				defer writers.Add(-1)
+				return s.db.Update(put)
 			}
+			defer writers.Add(-1)
+			return s.db.Batch(put)
 		}
-	})
-	b.Run("writers=64", func(b *testing.B) {
-		s := openStore(b, 0)
-		ctx := context.Background()
-		var next atomic.Int64
-		procs := runtime.GOMAXPROCS(0)
-		b.SetParallelism((64 + procs - 1) / procs) // 64 goroutines when GOMAXPROCS divides 64
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			id := grain.NewID("bench.Grain", fmt.Sprint(next.Add(1)))
-			etag := ""
-			for pb.Next() {
-				var err error
-				if etag, err = s.WriteState(ctx, id, "s", data, etag); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
 	})
 }

@@ -2,64 +2,32 @@ package pgstore
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
-	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/storage/storagetest"
 )
 
-// BenchmarkStateWrite: writers each read-modify-write their own grain's
-// 100-byte state, with the ETag of their previous write: one writer, and
-// 64 sharing the store's pool (pgxpool's default size).
+// BenchmarkStateWrite: grains' read-modify-writes of their own 100-byte
+// states through the store, one writer and 64 sharing the store's pool
+// (pgxpool's default size).
 func BenchmarkStateWrite(b *testing.B) {
-	s := openStore(b, Config{})
-	b.Run("sequential", func(b *testing.B) { benchmarkWriters(b, s, 1) })
-	b.Run("writers=64", func(b *testing.B) { benchmarkWriters(b, s, 64) })
+	storagetest.BenchmarkStateWrite(b, openStore(b, Config{}))
 }
 
-var benchRun atomic.Int64
-
-func benchmarkWriters(b *testing.B, s *Store, writers int) {
+// BenchmarkStateWriteRaw is the baseline: the same writes as a bare
+// UPDATE of the row, through the same pool, without the version check.
+func BenchmarkStateWriteRaw(b *testing.B) {
+	s := openStore(b, Config{})
 	ctx := context.Background()
-	run := benchRun.Add(1)
-	ids := make([]grain.ID, writers)
-	etags := make([]string, writers)
-	for w := range writers {
-		ids[w] = grain.NewID("bench.G", fmt.Sprintf("%d-%d", run, w))
-		e, err := s.WriteState(ctx, ids[w], "s", make([]byte, 100), "")
-		if err != nil {
+	storagetest.BenchmarkWrites(b, func(b *testing.B, w int) func([]byte) error {
+		id := fmt.Sprintf("raw/%d", w)
+		if _, err := s.pool.Exec(ctx, `INSERT INTO granary_state (service_id, grain_id, state_name, version, data) VALUES ($1, $2, 's', 1, '') ON CONFLICT DO NOTHING`, s.service, id); err != nil {
 			b.Fatal(err)
 		}
-		etags[w] = e
-	}
-	var (
-		next   atomic.Int64 // writes started
-		wg     sync.WaitGroup
-		failed atomic.Pointer[error]
-	)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for w := range writers {
-		wg.Go(func() {
-			data := make([]byte, 100)
-			etag := etags[w]
-			for n := uint64(0); next.Add(1) <= int64(b.N); n++ {
-				binary.LittleEndian.PutUint64(data, n) // the modification
-				e, err := s.WriteState(ctx, ids[w], "s", data, etag)
-				if err != nil {
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-				etag = e
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	if err := failed.Load(); err != nil {
-		b.Fatal(*err)
-	}
+		return func(data []byte) error {
+			_, err := s.pool.Exec(ctx, `UPDATE granary_state SET data = $3, version = version + 1 WHERE service_id = $1 AND grain_id = $2 AND state_name = 's'`, s.service, id, data)
+			return err
+		}
+	})
 }

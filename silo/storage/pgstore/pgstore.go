@@ -80,6 +80,7 @@ type Store struct {
 	service      string
 	maxStateSize int
 	closed       atomic.Bool
+	commits      committer // state writes, in group commits
 }
 
 var (
@@ -136,6 +137,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	s.commits = committer{s: s, slots: int(s.pool.Config().MaxConns)}
 	return s, nil
 }
 
@@ -171,6 +173,7 @@ func (s *Store) Close() {
 	if s.closed.Swap(true) {
 		return
 	}
+	s.commits.drains.Wait()
 	if s.ownPool {
 		s.pool.Close()
 	}

@@ -382,29 +382,7 @@ func TestClosed(t *testing.T) {
 			}
 			s.Close()
 			s.Close() // idempotent
-			ops := map[string]func() error{
-				"ReadState": func() error { _, err := s.ReadState(ctx, id, "s"); return err },
-				"WriteState": func() error {
-					_, err := s.WriteState(ctx, id, "s", []byte("y"), e)
-					return err
-				},
-				"ClearState": func() error { _, err := s.ClearState(ctx, id, "s", e); return err },
-				"UpsertReminder": func() error {
-					_, err := s.UpsertReminder(ctx, storage.ReminderEntry{Grain: id, Name: "r"})
-					return err
-				},
-				"RemoveReminder": func() error { return s.RemoveReminder(ctx, id, "r", "") },
-				"GrainReminders": func() error { _, err := s.GrainReminders(ctx, id); return err },
-				"RangeReminders": func() error {
-					_, err := s.RangeReminders(ctx, []storage.HashRange{{Lo: 0, Hi: math.MaxUint64}})
-					return err
-				},
-			}
-			for name, op := range ops {
-				if err := op(); !errors.Is(err, storage.ErrClosed) {
-					t.Errorf("%s after Close: %v, want ErrClosed", name, err)
-				}
-			}
+			storagetest.WantClosed(t, s, id, e)
 		})
 	}
 	// Close leaves a Config.Pool open.

@@ -17,7 +17,8 @@ WHERE service_id = $1 AND grain_id = $2 AND state_name = $3`
 	stateVersionSQL = `SELECT version FROM granary_state
 WHERE service_id = $1 AND grain_id = $2 AND state_name = $3`
 	insertStateSQL = `INSERT INTO granary_state (service_id, grain_id, state_name, version, data)
-VALUES ($1, $2, $3, 1, $4) ON CONFLICT DO NOTHING`
+VALUES ($1, $2, $3, 1, $4) ON CONFLICT DO NOTHING
+RETURNING version`
 	// updateStateSQL writes data, or clears the record when data is NULL.
 	updateStateSQL = `UPDATE granary_state SET data = $4, version = version + 1
 WHERE service_id = $1 AND grain_id = $2 AND state_name = $3 AND version = $5
@@ -58,14 +59,7 @@ func (s *Store) WriteState(ctx context.Context, id grain.ID, name string, data [
 	}
 	op := func() string { return fmt.Sprintf("write %s state %q", id, name) }
 	if etag == "" {
-		tag, err := s.pool.Exec(ctx, insertStateSQL, s.service, id.String(), name, data)
-		if err != nil {
-			return "", s.fail(ctx, op(), err)
-		}
-		if tag.RowsAffected() == 1 {
-			return formatVersion(1), nil
-		}
-		return "", s.mismatch(ctx, op(), id, name, etag)
+		return s.commit(ctx, op, &writeOp{ctx: ctx, insert: true, grainID: id.String(), name: name, data: data}, id, etag)
 	}
 	return s.update(ctx, op, id, name, data, etag)
 }
@@ -99,13 +93,18 @@ func (s *Store) update(ctx context.Context, op func() string, id grain.ID, name 
 		// Names no version, so matches no record.
 		return "", s.mismatch(ctx, op(), id, name, etag)
 	}
-	var version int64
-	err := s.pool.QueryRow(ctx, updateStateSQL, s.service, id.String(), name, data, int64(v)).Scan(&version)
+	return s.commit(ctx, op, &writeOp{ctx: ctx, grainID: id.String(), name: name, data: data, version: int64(v)}, id, etag)
+}
+
+// commit runs a write through the group committer and returns the
+// record's new ETag.
+func (s *Store) commit(ctx context.Context, op func() string, w *writeOp, id grain.ID, etag string) (string, error) {
+	version, matched, err := s.commits.do(w)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return "", s.mismatch(ctx, op(), id, name, etag)
 	case err != nil:
 		return "", s.fail(ctx, op(), err)
+	case !matched:
+		return "", s.mismatch(ctx, op(), id, w.name, etag)
 	}
 	return formatVersion(version), nil
 }

@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -436,6 +437,8 @@ func reminderRemove(t *testing.T, tab storage.ReminderTable) {
 	}
 }
 
+func hr(lo, hi uint64) storage.HashRange { return storage.HashRange{Lo: lo, Hi: hi} }
+
 func reminderRanges(t *testing.T, tab storage.ReminderTable) {
 	ctx := ctxOf(t)
 	hashes := []uint64{0, 1, 1 << 62, 1<<63 - 1, 1 << 63, 1<<63 + 1, math.MaxUint64 - 1, math.MaxUint64}
@@ -452,13 +455,13 @@ func reminderRanges(t *testing.T, tab storage.ReminderTable) {
 		name   string
 		ranges []storage.HashRange
 	}{
-		{"all", []storage.HashRange{{0, math.MaxUint64}}},
+		{"all", []storage.HashRange{hr(0, math.MaxUint64)}},
 		{"none", nil},
-		{"bottom", []storage.HashRange{{0, 0}}},
-		{"top", []storage.HashRange{{math.MaxUint64, math.MaxUint64}}},
-		{"wrapped", []storage.HashRange{{1<<63 + 1, math.MaxUint64}, {0, 1}}},
-		{"middle", []storage.HashRange{{1<<63 - 1, 1 << 63}}},
-		{"several", []storage.HashRange{{1, 1 << 62}, {math.MaxUint64 - 1, math.MaxUint64 - 1}}},
+		{"bottom", []storage.HashRange{hr(0, 0)}},
+		{"top", []storage.HashRange{hr(math.MaxUint64, math.MaxUint64)}},
+		{"wrapped", []storage.HashRange{hr(1<<63+1, math.MaxUint64), hr(0, 1)}},
+		{"middle", []storage.HashRange{hr(1<<63-1, 1<<63)}},
+		{"several", []storage.HashRange{hr(1, 1<<62), hr(math.MaxUint64-1, math.MaxUint64-1)}},
 	}
 	for _, tc := range cases {
 		got, err := tab.RangeReminders(ctx, tc.ranges)
@@ -486,6 +489,36 @@ func reminderRanges(t *testing.T, tab storage.ReminderTable) {
 		slices.Sort(gotMine)
 		if !slices.Equal(gotMine, want) {
 			t.Fatalf("%s: RangeReminders(%v) hashes %v, want %v", tc.name, tc.ranges, gotMine, want)
+		}
+	}
+}
+
+// Store is a provider that keeps reminders too, as those of this module do.
+type Store interface {
+	storage.Provider
+	storage.ReminderTable
+}
+
+// WantClosed checks that every operation of s, a closed store, fails with
+// an error wrapping storage.ErrClosed. id and etag are a record it held.
+func WantClosed(t *testing.T, s Store, id grain.ID, etag string) {
+	t.Helper()
+	ctx := ctxOf(t)
+	ops := map[string]func() error{
+		"ReadState":  func() error { _, err := s.ReadState(ctx, id, "s"); return err },
+		"WriteState": func() error { _, err := s.WriteState(ctx, id, "s", []byte("y"), etag); return err },
+		"ClearState": func() error { _, err := s.ClearState(ctx, id, "s", etag); return err },
+		"UpsertReminder": func() error {
+			_, err := s.UpsertReminder(ctx, storage.ReminderEntry{Grain: id, Name: "r"})
+			return err
+		},
+		"RemoveReminder": func() error { return s.RemoveReminder(ctx, id, "r", "") },
+		"GrainReminders": func() error { _, err := s.GrainReminders(ctx, id); return err },
+		"RangeReminders": func() error { _, err := s.RangeReminders(ctx, []storage.HashRange{hr(0, math.MaxUint64)}); return err },
+	}
+	for _, name := range slices.Sorted(maps.Keys(ops)) {
+		if err := ops[name](); !errors.Is(err, storage.ErrClosed) {
+			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 		}
 	}
 }
