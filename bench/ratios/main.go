@@ -38,6 +38,8 @@ var pairs = []struct {
 	{"Throughput/groups=1", "BaselineGoroutinePerGroup/groups=1", 1},
 	{"Throughput/groups=1000", "BaselineGoroutinePerGroup/groups=1000", 1},
 	{"Throughput/groups=100000", "BaselineGoroutinePerGroup/groups=100000", 1},
+	{"StateWrite/sequential", "StateWriteRaw/sequential", 0},
+	{"StateWrite/writers=64", "StateWriteRaw/writers=64", 0},
 	{"Throughput/groups=1", "GoroutinePerRun/Throughput/groups=1", 0},
 	{"Throughput/groups=1000", "GoroutinePerRun/Throughput/groups=1000", 0},
 	{"Throughput/groups=100000", "GoroutinePerRun/Throughput/groups=100000", 0},
