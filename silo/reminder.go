@@ -61,6 +61,13 @@ type reminderService struct {
 	min time.Duration
 
 	wg sync.WaitGroup // ticks waiting for their grain
+
+	// The service is given the silo's ranges only once the silo takes
+	// calls: a tick fired before would fail. mu orders the hand-overs.
+	mu     sync.Mutex
+	live   bool
+	ranges []storage.HashRange // the latest ranges, held until live
+	have   bool
 }
 
 // startReminders starts the reminder service, when configured. Start,
@@ -89,9 +96,31 @@ func (s *Silo) startReminders() error {
 	s.rem = r
 	svc.Start()
 	if s.cfg.Cluster == nil {
-		svc.SetRanges([]storage.HashRange{{Lo: 0, Hi: math.MaxUint64}})
+		r.setRanges([]storage.HashRange{{Lo: 0, Hi: math.MaxUint64}})
 	}
 	return nil
+}
+
+// setRanges gives the service the ranges the silo owns now, or keeps them
+// for goLive.
+func (r *reminderService) setRanges(rs []storage.HashRange) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ranges, r.have = rs, true
+	if r.live {
+		r.svc.SetRanges(rs)
+	}
+}
+
+// goLive hands the service the ranges kept until the silo took calls.
+// Start, once the silo is ready.
+func (r *reminderService) goLive() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live = true
+	if r.have {
+		r.svc.SetRanges(r.ranges)
+	}
 }
 
 // ringChanged gives the service the ranges the silo owns on ring.
@@ -101,7 +130,7 @@ func (r *reminderService) ringChanged(ring *directory.Ring, self string) {
 	for i, a := range arcs {
 		ranges[i] = storage.HashRange{Lo: a.Lo, Hi: a.Hi}
 	}
-	r.svc.SetRanges(ranges)
+	r.setRanges(ranges)
 }
 
 // fire delivers a tick as a call to the grain, activating it wherever it

@@ -9,6 +9,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/storage"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 )
 
@@ -109,6 +110,34 @@ func TestReminderSurvivesRestart(t *testing.T) {
 	w.waitTicks(t, "kept", "r", 2)
 	if st := s2.Stats().Reminders; st.Owned != 1 {
 		t.Fatalf("restarted silo owns %d reminders, want 1", st.Owned)
+	}
+}
+
+// A tick that falls due while no silo runs fires as soon as the restarted
+// silo takes calls: not while it starts, where the call would fail and the
+// tick be lost until the next period.
+func TestReminderDueAtRestart(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	m := storage.NewMemory(0)
+	w := newRegisterWorld()
+	cfg := func(c *Config) {
+		withReminders(m)(c)
+		c.Clock = clock
+	}
+	s, err := startStateSilo(t, w, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remind(t, s, "due", "r", time.Hour, 24*time.Hour)
+	stopSilo(t, s)
+	clock.Advance(time.Hour) // the tick is due now, and no silo runs
+	s2 := newStateSilo(t, w, cfg)
+	tk := w.waitTicks(t, "due", "r", 1)[0]
+	if !tk.st.CurrentTick.Equal(tk.st.FirstTick) {
+		t.Fatalf("tick %+v: want the first", tk.st)
+	}
+	if st := s2.Stats().Reminders; st.Failures != 0 {
+		t.Fatalf("%d ticks failed", st.Failures)
 	}
 }
 

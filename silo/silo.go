@@ -243,6 +243,9 @@ func (s *Silo) Start(ctx context.Context) error {
 		}
 	}
 	s.ready.Store(true)
+	if s.rem != nil {
+		s.rem.goLive()
+	}
 	if s.gw != nil {
 		if err := s.startGateway(); err != nil {
 			return fail(err)
