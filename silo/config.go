@@ -92,8 +92,8 @@ type Config struct {
 	// DataDir is the directory of the embedded store (a bbolt file named
 	// EmbeddedStoreFile), which a silo alone opens as its default provider
 	// when Storage has none and a state or the reminder service needs it.
-	// It is made if missing. The file is locked: one silo per directory.
-	// Default "": no embedded store.
+	// It is made if missing. The file is locked: one silo per directory. A
+	// silo in a cluster refuses it. Default "": no embedded store.
 	DataDir string
 	// Reminders, when set, runs the reminder service: see RemindersConfig.
 	// Nil (the default): grains cannot register reminders.
@@ -207,6 +207,9 @@ func (c *Config) validate() error {
 		if err := c.Gateway.validate(); err != nil {
 			return err
 		}
+	}
+	if c.Cluster != nil && c.DataDir != "" {
+		return bad("DataDir", "the embedded store is for a silo alone: an activation may move to any silo of a cluster, so the cluster's silos must share their storage (Storage[%q], such as a pgstore.Store)", grain.DefaultStorage)
 	}
 	if c.Reminders != nil {
 		if err := c.Reminders.validate(); err != nil {

@@ -314,6 +314,11 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	case id.Key == "":
 		refuse(codes.InvalidArgument, "granary: calling a %s grain with an empty key", id.Type)
 		return
+	case env.Method == reminderMethodName && !env.Observer:
+		// The runtime's own method: only the silo that owns a reminder
+		// calls it, and other silos take it only from silos.
+		refuse(codes.PermissionDenied, "granary: %s is the runtime's method; clients cannot call it", reminderMethodName)
+		return
 	}
 	var m *grain.MethodDesc
 	if env.Observer {

@@ -180,7 +180,7 @@ func storageStatus(err error, what string) error {
 	switch {
 	case errors.Is(err, storage.ErrETagMismatch):
 		c = codes.FailedPrecondition
-	case errors.Is(err, storage.ErrTooLarge):
+	case errors.Is(err, storage.ErrTooLarge), errors.Is(err, storage.ErrInvalid):
 		c = codes.InvalidArgument
 	case errors.Is(err, context.DeadlineExceeded):
 		c = codes.DeadlineExceeded

@@ -216,3 +216,17 @@ func TestStateSizeLimit(t *testing.T) {
 		t.Fatalf("after the refused write: %v, %v; want the value stored before", r, err)
 	}
 }
+
+// A silo in a cluster refuses DataDir: an activation may move to any
+// silo, so a store of its own would split the grains' state and reminders.
+func TestStateDataDirRefusedInCluster(t *testing.T) {
+	cfg := DefaultConfig()
+	cc := DefaultClusterConfig()
+	cc.Membership.ClusterID = "test"
+	cfg.Cluster = &cc
+	cfg.DataDir = t.TempDir()
+	var ce *ConfigError
+	if _, err := New(cfg); !errors.As(err, &ce) || ce.Field != "DataDir" {
+		t.Fatalf("a cluster silo with DataDir: %v, want a DataDir config error", err)
+	}
+}

@@ -56,9 +56,13 @@ func (s *schedule) get(id grain.ID, name string) *reminder { return s.byGrain[id
 // ticks next at its first tick at or after now; a known one whose first
 // tick or period changed takes its new schedule from now (or, while
 // running, when its done comes); a known one with the same schedule keeps
-// it. It reports whether e was scheduled: false when its period is not
-// positive, in which case a known reminder of that name is removed.
-func (s *schedule) upsert(e storage.ReminderEntry, now time.Time) bool {
+// it. fresh says e was read because its grain just registered or changed
+// it: then a first tick that came due since (the notice and the read take
+// a moment; a due time of 0 is due at once) fires now, late, instead of
+// being skipped as a tick missed before this silo owned the reminder
+// would be. It reports whether e was scheduled: false when its period is
+// not positive, in which case a known reminder of that name is removed.
+func (s *schedule) upsert(e storage.ReminderEntry, now time.Time, fresh bool) bool {
 	r := s.get(e.Grain, e.Name)
 	if e.Period <= 0 {
 		if r != nil {
@@ -67,7 +71,7 @@ func (s *schedule) upsert(e storage.ReminderEntry, now time.Time) bool {
 		return false
 	}
 	if r == nil {
-		r = &reminder{e: e, idx: -1, due: nextAtOrAfter(e.FirstTick, e.Period, now)}
+		r = &reminder{e: e, idx: -1, due: firstDue(e, now, fresh)}
 		names := s.byGrain[e.Grain]
 		if names == nil {
 			names = make(map[string]*reminder, 1)
@@ -82,13 +86,22 @@ func (s *schedule) upsert(e storage.ReminderEntry, now time.Time) bool {
 		r.dropped = false
 		s.owned++
 	}
-	same := r.e.FirstTick.Equal(e.FirstTick) && r.e.Period == e.Period
+	sameFirst := r.e.FirstTick.Equal(e.FirstTick)
+	same := sameFirst && r.e.Period == e.Period
 	r.e = e
 	if !same && !r.running {
-		r.due = nextAtOrAfter(e.FirstTick, e.Period, now)
+		r.due = firstDue(e, now, fresh && !sameFirst) // a new period alone replays no tick
 		s.heap.fix(r)
 	}
 	return true
+}
+
+// firstDue is when a reminder read at now ticks first: see upsert.
+func firstDue(e storage.ReminderEntry, now time.Time, fresh bool) time.Time {
+	if fresh && !e.FirstTick.After(now) && now.Sub(e.FirstTick) < e.Period {
+		return e.FirstTick
+	}
+	return nextAtOrAfter(e.FirstTick, e.Period, now)
 }
 
 // remove unschedules r: at once when waiting; when running, its done will

@@ -121,12 +121,12 @@ func TestSchedule(t *testing.T) {
 	s := newSchedule()
 	id := grain.NewID("test.G", "a")
 	e := storage.ReminderEntry{Grain: id, Name: "r", FirstTick: epoch.Add(time.Minute), Period: time.Minute, ETag: "1"}
-	if !s.upsert(e, epoch) || s.owned != 1 {
+	if !s.upsert(e, epoch, false) || s.owned != 1 {
 		t.Fatalf("upsert: owned %d", s.owned)
 	}
 	bad := e
 	bad.Name, bad.Period = "bad", 0
-	if s.upsert(bad, epoch) || s.owned != 1 || s.get(id, "bad") != nil {
+	if s.upsert(bad, epoch, false) || s.owned != 1 || s.get(id, "bad") != nil {
 		t.Fatalf("a reminder with period 0 was scheduled")
 	}
 	if due, ok := s.next(); !ok || !due.Equal(e.FirstTick) {
@@ -146,7 +146,7 @@ func TestSchedule(t *testing.T) {
 	if s.owned != 0 || !r.dropped || s.get(id, "r") != r {
 		t.Fatalf("remove while running: owned %d, dropped %v", s.owned, r.dropped)
 	}
-	s.upsert(e, epoch.Add(2*time.Minute)) // back, while the tick runs
+	s.upsert(e, epoch.Add(2*time.Minute), false) // back, while the tick runs
 	if s.owned != 1 || r.dropped {
 		t.Fatalf("added back: owned %d, dropped %v", s.owned, r.dropped)
 	}

@@ -449,7 +449,7 @@ func (s *Service) rangeLoaded(rs []storage.HashRange, es []storage.ReminderEntry
 		if !contains(scope, e.Hash) {
 			continue
 		}
-		if !s.upsert(e, now) {
+		if !s.upsert(e, now, false) {
 			continue
 		}
 		s.sched.get(e.Grain, e.Name).seen = seq
@@ -477,7 +477,7 @@ func (s *Service) grainLoaded(id grain.ID, hash uint64, es []storage.ReminderEnt
 	now := s.clock.Now()
 	keep := make(map[string]bool, len(es))
 	for _, e := range es {
-		if e.Grain == id && contains(s.ranges, e.Hash) && s.upsert(e, now) {
+		if e.Grain == id && contains(s.ranges, e.Hash) && s.upsert(e, now, true) {
 			keep[e.Name] = true
 		}
 	}
@@ -489,8 +489,8 @@ func (s *Service) grainLoaded(id grain.ID, hash uint64, es []storage.ReminderEnt
 }
 
 // upsert schedules e, and logs it when it cannot be. Loop only.
-func (s *Service) upsert(e storage.ReminderEntry, now time.Time) bool {
-	if s.sched.upsert(e, now) {
+func (s *Service) upsert(e storage.ReminderEntry, now time.Time, fresh bool) bool {
+	if s.sched.upsert(e, now, fresh) {
 		return true
 	}
 	s.log.Warn("reminders: ignoring a reminder whose period is not positive",

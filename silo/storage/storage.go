@@ -17,8 +17,8 @@
 //
 // # Errors
 //
-// Providers return ErrETagMismatch and ErrTooLarge (wrapped, with detail)
-// for those cases; a cancelled or expired context's error; and for any
+// Providers return ErrETagMismatch, ErrTooLarge and ErrInvalid (wrapped,
+// with detail) for those cases; a cancelled or expired context's error; and for any
 // failure to reach the store, an error the runtime reports to callers as
 // Unavailable.
 package storage
@@ -42,6 +42,9 @@ var (
 	ErrTooLarge = errors.New("storage: state too large")
 	// ErrClosed: the provider was closed.
 	ErrClosed = errors.New("storage: provider closed")
+	// ErrInvalid: the store cannot hold this grain ID or name (say, a NUL
+	// byte where the store keeps text); trying again cannot succeed.
+	ErrInvalid = errors.New("storage: grain ID or name the store cannot hold")
 )
 
 // DefaultMaxStateSize is the largest encoded state a provider stores

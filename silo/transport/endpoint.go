@@ -490,7 +490,7 @@ func (ep *endpoint) deliver(env *granaryv1.Envelope) {
 		!ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME):
 		ep.t.h.Deliver(ep.peer, env, Responder{ep: ep, id: env.CallId})
 	case k == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY,
-		!ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
+		!ep.dialed && (k == granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL || k == granaryv1.EnvelopeKind_ENVELOPE_KIND_REMINDER):
 		ep.t.h.Deliver(ep.peer, env, Responder{})
 	case ep.dialed && k == granaryv1.EnvelopeKind_ENVELOPE_KIND_GO_AWAY:
 		// The peer is shutting down: no new call goes to it, the answer

@@ -218,7 +218,7 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 // checkName refuses names with the key separator in them.
 func checkName(what, name string) error {
 	if strings.IndexByte(name, 0) >= 0 {
-		return fmt.Errorf("boltstore: %s name %q contains a NUL byte", what, name)
+		return fmt.Errorf("boltstore: %w: %s name %q contains a NUL byte", storage.ErrInvalid, what, name)
 	}
 	return nil
 }

@@ -173,7 +173,7 @@ func (s *Store) Close() {
 	if s.closed.Swap(true) {
 		return
 	}
-	s.commits.drains.Wait()
+	s.commits.close()
 	if s.ownPool {
 		s.pool.Close()
 	}

@@ -46,6 +46,9 @@ func (s *Store) UpsertReminder(ctx context.Context, r storage.ReminderEntry) (st
 	if err := s.check("upsert reminder"); err != nil {
 		return "", err
 	}
+	if err := checkText(r.Grain, r.Name); err != nil {
+		return "", err
+	}
 	op := func() string { return fmt.Sprintf("upsert %s reminder %q", r.Grain, r.Name) }
 	firstTick, err := encodeTime(r.FirstTick)
 	if err != nil {
@@ -63,6 +66,9 @@ func (s *Store) UpsertReminder(ctx context.Context, r storage.ReminderEntry) (st
 // RemoveReminder implements storage.ReminderTable.
 func (s *Store) RemoveReminder(ctx context.Context, id grain.ID, name, etag string) error {
 	if err := s.check("remove reminder"); err != nil {
+		return err
+	}
+	if err := checkText(id, name); err != nil {
 		return err
 	}
 	op := func() string { return fmt.Sprintf("remove %s reminder %q", id, name) }
@@ -97,6 +103,9 @@ func (s *Store) RemoveReminder(ctx context.Context, id grain.ID, name, etag stri
 // GrainReminders implements storage.ReminderTable.
 func (s *Store) GrainReminders(ctx context.Context, id grain.ID) ([]storage.ReminderEntry, error) {
 	if err := s.check("read reminders"); err != nil {
+		return nil, err
+	}
+	if err := checkText(id, ""); err != nil {
 		return nil, err
 	}
 	op := func() string { return fmt.Sprintf("read %s reminders", id) }

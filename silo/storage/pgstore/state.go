@@ -30,6 +30,9 @@ func (s *Store) ReadState(ctx context.Context, id grain.ID, name string) (storag
 	if err := s.check("read state"); err != nil {
 		return storage.Record{}, err
 	}
+	if err := checkText(id, name); err != nil {
+		return storage.Record{}, err
+	}
 	var (
 		version int64
 		data    []byte
@@ -51,6 +54,9 @@ func (s *Store) WriteState(ctx context.Context, id grain.ID, name string, data [
 	if err := s.check("write state"); err != nil {
 		return "", err
 	}
+	if err := checkText(id, name); err != nil {
+		return "", err
+	}
 	if err := storage.CheckSize(id, name, data, s.maxStateSize); err != nil {
 		return "", fmt.Errorf("pgstore: %w", err)
 	}
@@ -59,7 +65,7 @@ func (s *Store) WriteState(ctx context.Context, id grain.ID, name string, data [
 	}
 	op := func() string { return fmt.Sprintf("write %s state %q", id, name) }
 	if etag == "" {
-		return s.commit(ctx, op, &writeOp{ctx: ctx, insert: true, grainID: id.String(), name: name, data: data}, id, etag)
+		return s.commit(ctx, op, &writeOp{insert: true, grainID: id.String(), name: name, data: data}, id, etag)
 	}
 	return s.update(ctx, op, id, name, data, etag)
 }
@@ -67,6 +73,9 @@ func (s *Store) WriteState(ctx context.Context, id grain.ID, name string, data [
 // ClearState implements storage.Provider.
 func (s *Store) ClearState(ctx context.Context, id grain.ID, name string, etag string) (string, error) {
 	if err := s.check("clear state"); err != nil {
+		return "", err
+	}
+	if err := checkText(id, name); err != nil {
 		return "", err
 	}
 	op := func() string { return fmt.Sprintf("clear %s state %q", id, name) }
@@ -93,13 +102,13 @@ func (s *Store) update(ctx context.Context, op func() string, id grain.ID, name 
 		// Names no version, so matches no record.
 		return "", s.mismatch(ctx, op(), id, name, etag)
 	}
-	return s.commit(ctx, op, &writeOp{ctx: ctx, grainID: id.String(), name: name, data: data, version: int64(v)}, id, etag)
+	return s.commit(ctx, op, &writeOp{grainID: id.String(), name: name, data: data, version: int64(v)}, id, etag)
 }
 
 // commit runs a write through the group committer and returns the
 // record's new ETag.
 func (s *Store) commit(ctx context.Context, op func() string, w *writeOp, id grain.ID, etag string) (string, error) {
-	version, matched, err := s.commits.do(w)
+	version, matched, err := s.commits.do(ctx, w)
 	switch {
 	case err != nil:
 		return "", s.fail(ctx, op(), err)
