@@ -28,7 +28,10 @@
 //     DeadlineExceeded, Canceled (the caller gave up), Unavailable (the
 //     silo is stopping or unreachable), Aborted (deadlock),
 //     ResourceExhausted (a call chain too deep), FailedPrecondition (a
-//     Context or Future used off its turn) and Internal (panic).
+//     Context or Future used off its turn; a state write whose ETag is
+//     stale), DataLoss (a stored state that no longer decodes) and
+//     Internal (panic). A state read or write that cannot reach its store
+//     is Unavailable.
 //   - A context derived from a grain's Context (context.WithTimeout and
 //     the like) may be passed to calls; it carries the call chain, and it
 //     ends when the method returns.

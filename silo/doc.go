@@ -28,6 +28,11 @@
 //     its outcome is dropped, never executed.
 //   - A panic in grain code returns Internal to its caller and deactivates
 //     the activation; the silo keeps serving.
+//   - A type's persistent states (grain.WithState) are read before
+//     OnActivate, from the providers Config.Storage names (or the embedded
+//     store under Config.DataDir); a read that fails fails the activation.
+//     Reminders (Config.Reminders) fire as requests of their grain from the
+//     silo that owns its ring position, activating it where it belongs.
 //   - Stop deactivates every activation, running OnDeactivate, then stops
 //     the scheduler; it waits for every goroutine the silo started.
 //
