@@ -2,7 +2,6 @@ package reminders
 
 import (
 	"cmp"
-	"math"
 	"slices"
 
 	"github.com/granaryio/granary/silo/storage"
@@ -13,31 +12,9 @@ import (
 // another's Hi). The functions below take and return sets in normal form,
 // except normalize, which makes one. They are pure.
 
-// normalize returns rs as a set in normal form: sorted, overlapping and
-// adjacent ranges merged, and ranges with Lo > Hi dropped. rs is not
-// modified.
-func normalize(rs []storage.HashRange) []storage.HashRange {
-	out := make([]storage.HashRange, 0, len(rs))
-	for _, r := range rs {
-		if r.Lo <= r.Hi {
-			out = append(out, r)
-		}
-	}
-	slices.SortFunc(out, func(a, b storage.HashRange) int { return cmp.Compare(a.Lo, b.Lo) })
-	n := 0
-	for _, r := range out {
-		if n > 0 && (out[n-1].Hi == math.MaxUint64 || out[n-1].Hi+1 >= r.Lo) {
-			out[n-1].Hi = max(out[n-1].Hi, r.Hi)
-			continue
-		}
-		out[n] = r
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	return out[:n]
-}
+// normalize returns rs as a set in normal form; see
+// storage.NormalizeRanges.
+func normalize(rs []storage.HashRange) []storage.HashRange { return storage.NormalizeRanges(rs) }
 
 // contains reports whether h is in the set rs.
 func contains(rs []storage.HashRange, h uint64) bool {

@@ -24,9 +24,12 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -82,6 +85,32 @@ type HashRange struct{ Lo, Hi uint64 }
 
 // Contains reports whether h is in the range.
 func (r HashRange) Contains(h uint64) bool { return r.Lo <= h && h <= r.Hi }
+
+// NormalizeRanges returns rs as a set in normal form: sorted, with
+// overlapping and adjacent ranges merged and empty ones (Lo > Hi) dropped;
+// nil when none is left. rs is not modified.
+func NormalizeRanges(rs []HashRange) []HashRange {
+	out := make([]HashRange, 0, len(rs))
+	for _, r := range rs {
+		if r.Lo <= r.Hi {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b HashRange) int { return cmp.Compare(a.Lo, b.Lo) })
+	n := 0
+	for _, r := range out {
+		if n > 0 && (out[n-1].Hi == math.MaxUint64 || out[n-1].Hi+1 >= r.Lo) {
+			out[n-1].Hi = max(out[n-1].Hi, r.Hi)
+			continue
+		}
+		out[n] = r
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	return out[:n]
+}
 
 // ReminderEntry is a stored reminder.
 type ReminderEntry struct {

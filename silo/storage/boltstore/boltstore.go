@@ -2,14 +2,12 @@ package boltstore
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -557,7 +555,7 @@ func (s *Store) RangeReminders(ctx context.Context, ranges []storage.HashRange) 
 		return nil, err
 	}
 	defer s.mu.RUnlock()
-	ranges = mergeRanges(ranges)
+	ranges = storage.NormalizeRanges(ranges)
 	var out []storage.ReminderEntry
 	err := s.db.View(func(tx *bolt.Tx) error {
 		prim := tx.Bucket(bucketReminders)
@@ -591,23 +589,3 @@ func (s *Store) RangeReminders(ctx context.Context, ranges []storage.HashRange) 
 	return out, nil
 }
 
-// mergeRanges returns ranges sorted and with overlapping ones merged,
-// dropping empty ones (Lo > Hi).
-func mergeRanges(ranges []storage.HashRange) []storage.HashRange {
-	rs := make([]storage.HashRange, 0, len(ranges))
-	for _, r := range ranges {
-		if r.Lo <= r.Hi {
-			rs = append(rs, r)
-		}
-	}
-	slices.SortFunc(rs, func(a, b storage.HashRange) int { return cmp.Compare(a.Lo, b.Lo) })
-	out := rs[:0]
-	for _, r := range rs {
-		if n := len(out); n > 0 && r.Lo <= out[n-1].Hi {
-			out[n-1].Hi = max(out[n-1].Hi, r.Hi)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}

@@ -1,12 +1,10 @@
 package pgstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/granaryio/granary/grain"
@@ -196,21 +194,7 @@ func decodeHash(v int64) uint64 { return uint64(v) ^ 1<<63 }
 // ranges of encoded hashes, for rangeRemindersSQL: lo[i] to hi[i]
 // inclusive. Empty ranges (Lo > Hi) are dropped.
 func mergeRanges(ranges []storage.HashRange) (lo, hi []int64) {
-	rs := make([]storage.HashRange, 0, len(ranges))
-	for _, r := range ranges {
-		if r.Lo <= r.Hi {
-			rs = append(rs, r)
-		}
-	}
-	slices.SortFunc(rs, func(a, b storage.HashRange) int { return cmp.Compare(a.Lo, b.Lo) })
-	var merged []storage.HashRange
-	for _, r := range rs {
-		if n := len(merged); n > 0 && (merged[n-1].Hi == math.MaxUint64 || r.Lo <= merged[n-1].Hi+1) {
-			merged[n-1].Hi = max(merged[n-1].Hi, r.Hi)
-			continue
-		}
-		merged = append(merged, r)
-	}
+	merged := storage.NormalizeRanges(ranges)
 	for _, r := range merged {
 		lo = append(lo, encodeHash(r.Lo))
 		hi = append(hi, encodeHash(r.Hi))
