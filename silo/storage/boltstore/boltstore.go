@@ -588,4 +588,3 @@ func (s *Store) RangeReminders(ctx context.Context, ranges []storage.HashRange) 
 	}
 	return out, nil
 }
-
