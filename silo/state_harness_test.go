@@ -185,7 +185,7 @@ func newStateSilo(t *testing.T, w *registerWorld, tweak func(*Config), opts ...g
 	return s
 }
 
-func startStateSilo(t *testing.T, w *registerWorld, tweak func(*Config), opts ...grain.RegisterOption) (*Silo, error) {
+func startStateSilo(t testing.TB, w *registerWorld, tweak func(*Config), opts ...grain.RegisterOption) (*Silo, error) {
 	t.Helper()
 	cfg := DefaultConfig()
 	if tweak != nil {
