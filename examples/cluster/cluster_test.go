@@ -75,15 +75,55 @@ type child struct {
 	member       string // from its ready line
 }
 
-// startChild starts the program as silo name, with the lan profile. If
-// the test fails, its stdout and the notable lines of its log are logged.
-func startChild(t *testing.T, bin, name, clusterID, gossip, grpc string, seeds []string) *child {
+// startChild starts the program as silo name, with the lan profile and
+// the extra arguments given. If the test fails, its stdout and the
+// notable lines of its log are logged.
+func startChild(t *testing.T, bin, name, clusterID, gossip, grpc string, seeds []string, extra ...string) *child {
 	t.Helper()
+	args := []string{"-name", name, "-cluster", clusterID,
+		"-gossip", gossip, "-grpc", grpc, "-seeds", strings.Join(seeds, ","), "-profile", "lan"}
 	return &child{
-		Child: proctest.Start(t, bin, name, false, notableLogs, "-name", name, "-cluster", clusterID,
-			"-gossip", gossip, "-grpc", grpc, "-seeds", strings.Join(seeds, ","), "-profile", "lan"),
+		Child:  proctest.Start(t, bin, name, false, notableLogs, append(args, extra...)...),
 		gossip: gossip, grpc: grpc,
 	}
+}
+
+// startCluster starts clusterSilos children, "a", "b" and so on, as a
+// cluster on loopback, child i with the extra arguments extra(i) (nil:
+// none), and waits within ctx for their ready lines. It returns them in
+// order of their names, and by member ID.
+//
+// Each silo picks its own ports (a port picked ahead and handed over
+// could be taken meanwhile by another test). The first founds the
+// cluster; the others join through it, once its ready line names its
+// gossip address.
+func startCluster(t *testing.T, ctx context.Context, bin, clusterID string, extra func(i int) []string) ([]*child, map[string]*child) {
+	t.Helper()
+	children := make([]*child, clusterSilos)
+	var seeds []string
+	byMember := map[string]*child{}
+	for i := range children {
+		var args []string
+		if extra != nil {
+			args = extra(i)
+		}
+		children[i] = startChild(t, bin, string(rune('a'+i)), clusterID, "127.0.0.1:0", "127.0.0.1:0", seeds, args...)
+		if i == 0 {
+			if err := children[0].waitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+			seeds = []string{children[0].gossip}
+		}
+	}
+	for _, c := range children {
+		if c.member == "" {
+			if err := c.waitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		byMember[c.member] = c
+	}
+	return children, byMember
 }
 
 // notableLogs returns the lines of a child's log that say something went
@@ -126,6 +166,20 @@ func (c *child) terminate(ctx context.Context) error {
 		return fmt.Errorf("silo %s: %w", c.Name, err)
 	}
 	return c.WaitExit(ctx, "stopped member="+c.member)
+}
+
+// terminateSurvivors stops the children but the killed one (a member ID)
+// gracefully, all at once, and waits within ctx for each to exit cleanly.
+func terminateSurvivors(ctx context.Context, children []*child, killed string) error {
+	var stopping sync.WaitGroup
+	errs := make([]error, len(children))
+	for i, c := range children {
+		if c.member != killed {
+			stopping.Go(func() { errs[i] = c.terminate(ctx) })
+		}
+	}
+	stopping.Wait()
+	return errors.Join(errs...)
 }
 
 // startCaller starts the test's own silo in the cluster: it hosts no grain
@@ -301,33 +355,12 @@ func TestClusterSurvivesKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*defaultTestTimeout)
 	defer cancel()
 
-	// Each silo picks its own ports (a port picked ahead and handed over
-	// could be taken meanwhile by another test). The first founds the
-	// cluster; the others join through it, once its ready line names its
-	// gossip address.
 	clusterID := proctest.ClusterID("cluster-test")
 	readyCtx, readyCancel := context.WithTimeout(ctx, defaultTestTimeout)
 	defer readyCancel()
-	children := make([]*child, clusterSilos)
-	var seeds []string
-	byMember := map[string]*child{}
-	for i := range children {
-		children[i] = startChild(t, bin, string(rune('a'+i)), clusterID, "127.0.0.1:0", "127.0.0.1:0", seeds)
-		if i == 0 {
-			if err := children[0].waitReady(readyCtx); err != nil {
-				t.Fatal(err)
-			}
-			seeds = []string{children[0].gossip}
-		}
-	}
+	children, byMember := startCluster(t, readyCtx, bin, clusterID, nil)
 	var gossip []string
 	for _, c := range children {
-		if c.member == "" {
-			if err := c.waitReady(readyCtx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		byMember[c.member] = c
 		gossip = append(gossip, c.gossip)
 	}
 	s, logs := startCaller(t, readyCtx, clusterID, gossip)
@@ -451,15 +484,7 @@ func TestClusterSurvivesKill(t *testing.T) {
 	// The survivors stop gracefully and exit 0, then the test's silo.
 	stopCtx, stopCancel := context.WithTimeout(ctx, exitTimeout)
 	defer stopCancel()
-	var stopping sync.WaitGroup
-	stopErrs := make([]error, len(children))
-	for i, c := range children {
-		if c.member != victim {
-			stopping.Go(func() { stopErrs[i] = c.terminate(stopCtx) })
-		}
-	}
-	stopping.Wait()
-	if err := errors.Join(stopErrs...); err != nil {
+	if err := terminateSurvivors(stopCtx, children, victim); err != nil {
 		t.Error(err)
 	}
 	if err := s.Stop(stopCtx); err != nil {

@@ -23,12 +23,39 @@
 // lists none founds a cluster. Listing every silo on each, itself
 // included, lets them start in any order.
 //
+// The counts live in memory, each as long as its activation: a counter
+// activated again after its silo died starts from zero. With -postgres
+// they are persistent state in PostgreSQL instead (silo/storage/pgstore),
+// in a database every silo of the cluster names, read when a counter
+// activates and written on every Add, so a counter activated again on a
+// survivor goes on from its stored count. -service separates the rows of
+// clusters that share a database; every silo of one cluster gives the same
+// (default "cluster-example"). For example, with the local server of
+// scripts/postgres-test.sh, add to each of the three commands above
+//
+//	-postgres 'postgres://granary:granary@127.0.0.1:5432/granary_test?sslmode=disable'
+//
 // On stdout the program prints machine-readable lines, for scripts and
 // the tests:
 //
 //	ready member=<member ID> grpc=<host:port> gossip=<host:port>
-//	drive ok=<n> failed=<n> silos=<member ID>:<n>,... [err=<last error>]
+//	drive ok=<n> failed=<n> silos=<member ID>:<n>,... lost=<n> [err=<last error>]
 //	stopped member=<member ID>
+//
+// A drive line counts the calls of the last second: those that succeeded,
+// those that failed, and the successful ones by the silo that answered;
+// err quotes the last failure. lost counts from the driver's start. The
+// driver adds 1 per call and tracks, per counter, the Adds it sent, the
+// Adds acknowledged and the last count acknowledged. If the counter
+// forgets no acknowledged Add, a reply's count is at least one more than
+// both the Adds acknowledged before it and the last count acknowledged
+// (more when a failed Add was counted anyway) and, when the count started
+// from zero and this driver alone adds to it, at most the Adds sent: a
+// count above that is logged, once. lost is the number of replies whose
+// count fell below the lower bound: a count that went back, an
+// acknowledged Add forgotten. With -postgres it stays 0 when a silo dies;
+// in memory it need not, as every later reply of a counter that started
+// again from zero counts.
 //
 // Its logs go to stderr.
 package main
@@ -53,12 +80,22 @@ import (
 	clusterpb "github.com/granaryio/granary/proto/examples/cluster"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/membership"
+	"github.com/granaryio/granary/silo/storage"
+	"github.com/granaryio/granary/silo/storage/pgstore"
 	"go.uber.org/zap"
 )
 
 // stopTimeout bounds the graceful stop after SIGTERM or SIGINT: past it
 // the silo is closed at once and the program exits with an error.
 const stopTimeout = 10 * time.Second
+
+// storeOpenTimeout bounds opening the PostgreSQL store: connecting (which
+// pgstore bounds by its ConnectTimeout, 10 s by default) and creating or
+// migrating its tables.
+const storeOpenTimeout = 20 * time.Second
+
+// defaultService is the default of -service.
+const defaultService = "cluster-example"
 
 // options are the program's flags.
 type options struct {
@@ -69,6 +106,10 @@ type options struct {
 	seeds   []string // gossip addresses to join through
 	drive   int      // counters to call in a loop; 0 calls none
 	profile string   // failure-detection profile: "lan" or "local"
+	// postgres is the DSN of the PostgreSQL database that keeps the
+	// counts; "" keeps them in memory.
+	postgres string
+	service  string // the pgstore service ID of the counts' rows
 }
 
 func main() {
@@ -104,6 +145,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&seeds, "seeds", "", "comma-separated gossip `addresses` of silos to join through; none founds a cluster")
 	fs.IntVar(&o.drive, "drive", 0, "after joining, call `n` counters in a loop and print a summary every second")
 	fs.StringVar(&o.profile, "profile", "lan", "failure-detection `profile`: lan (dead in ~2.5 s) or local (~1 s, loopback tests)")
+	fs.StringVar(&o.postgres, "postgres", "", "keep the counts in the PostgreSQL database this `DSN` names, shared by every silo of the cluster; empty keeps them in memory")
+	fs.StringVar(&o.service, "service", defaultService, "with -postgres, the service `ID` that separates this cluster's counts from others' in the database")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -121,9 +164,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// run starts a silo that hosts Counter grains and joins the cluster,
-// prints the ready line, drives counters if asked to, and stops the silo
-// gracefully when ctx ends.
+// run opens the counts' store if o names one, starts a silo that hosts
+// Counter grains and joins the cluster, prints the ready line, drives
+// counters if asked to, and stops the silo gracefully when ctx ends, then
+// closes the store.
 func run(ctx context.Context, o options, stdout io.Writer) error {
 	cfg, err := siloConfig(o)
 	if err != nil {
@@ -138,14 +182,27 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	defer func() { _ = logger.Sync() }() // syncing stderr may fail; nothing to do about it
 	cfg.Logger = logger
 
+	persistent := o.postgres != ""
+	if persistent {
+		openCtx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+		store, err := pgstore.Open(openCtx, pgstore.Config{DSN: o.postgres, ServiceID: o.service})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("opening the counts' store: %w", err)
+		}
+		// Deferred before the silo's Close, so run after it: the store
+		// closes once the silo, and every write of its counters, has
+		// stopped.
+		defer store.Close()
+		cfg.Storage = map[string]storage.Provider{grain.DefaultStorage: store}
+		logger.Info("counts kept in PostgreSQL", zap.String("service", o.service))
+	}
+
 	s, err := silo.New(cfg)
 	if err != nil {
 		return err
 	}
-	// A counter reports the member ID of the silo it runs on. Counters
-	// activate only once Start has joined the cluster, when Member is set.
-	newCounter := func(grain.ID) clusterpb.CounterGrain { return &counter{silo: s.Member()} }
-	if err := clusterpb.RegisterCounterGrain(s, newCounter); err != nil {
+	if err := registerCounter(s, persistent); err != nil {
 		return err
 	}
 	// Start returns once the silo has joined through a seed (it retries
@@ -158,7 +215,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "ready member=%s grpc=%s gossip=%s\n", s.Member(), grpcAddr, gossip)
 
 	if o.drive > 0 {
-		drive(ctx, s, o.drive, stdout)
+		drive(ctx, s, o.drive, stdout, logger)
 	}
 	<-ctx.Done()
 
@@ -219,9 +276,27 @@ func splitPort(flagName, addr string) (host string, port int, err error) {
 	return host, port, nil
 }
 
-// counter implements the cluster.Counter grain. Its fields are touched
-// only by its activation's turns, which never overlap, so it needs no
-// lock.
+// countState declares a counter's persistent count, kept by the silo's
+// default storage provider (the PostgreSQL store of -postgres).
+var countState = grain.NewStateSpec[*clusterpb.CounterState]("count", "")
+
+// registerCounter registers the Counter grain type on s, with its count
+// persistent state if persistent (s then needs a default storage
+// provider), else in memory.
+func registerCounter(s *silo.Silo, persistent bool) error {
+	// A counter reports the member ID of the silo it runs on. Counters
+	// activate only once Start has joined the cluster, when Member is set.
+	if !persistent {
+		newCounter := func(grain.ID) clusterpb.CounterGrain { return &counter{silo: s.Member()} }
+		return clusterpb.RegisterCounterGrain(s, newCounter)
+	}
+	newCounter := func(grain.ID) clusterpb.CounterGrain { return &storedCounter{silo: s.Member()} }
+	return clusterpb.RegisterCounterGrain(s, newCounter, grain.WithState(countState))
+}
+
+// counter implements the cluster.Counter grain with its count in memory.
+// Its fields are touched only by its activation's turns, which never
+// overlap, so it needs no lock.
 type counter struct {
 	clusterpb.UnimplementedCounterGrain
 
@@ -237,6 +312,45 @@ func (c *counter) Add(ctx grain.Context, req *clusterpb.AddRequest) (*clusterpb.
 	return &clusterpb.AddReply{Value: c.value, Silo: c.silo, Activation: ctx.ActivationID()}, nil
 }
 
+// storedCounter implements the cluster.Counter grain with its count
+// persistent state (countState), read before the activation starts and
+// written on every Add. Like counter, it needs no lock.
+type storedCounter struct {
+	clusterpb.UnimplementedCounterGrain
+
+	silo  string // the member ID of the silo this activation runs on
+	state *grain.State[*clusterpb.CounterState]
+}
+
+var (
+	_ clusterpb.CounterGrain = (*storedCounter)(nil)
+	_ grain.Activator        = (*storedCounter)(nil)
+)
+
+// OnActivate takes the count the runtime read from storage.
+func (c *storedCounter) OnActivate(ctx grain.Context) error {
+	c.state = countState.Of(ctx)
+	return nil
+}
+
+// Add adds to the count, writes it, and says where it ran. If the write
+// fails, the count stays as it was and the activation deactivates: the
+// write may have been stored anyway, or another activation of the
+// counter (a transient duplicate) may have written since this one read,
+// so this one's count and ETag can no longer be trusted, and the next
+// call reads them again.
+func (c *storedCounter) Add(ctx grain.Context, req *clusterpb.AddRequest) (*clusterpb.AddReply, error) {
+	v := c.state.Value()
+	old := v.Value
+	v.Value += req.GetDelta()
+	if err := c.state.Write(ctx); err != nil {
+		v.Value = old
+		ctx.DeactivateOnIdle()
+		return nil, err
+	}
+	return &clusterpb.AddReply{Value: v.Value, Silo: c.silo, Activation: ctx.ActivationID()}, nil
+}
+
 const (
 	// driveCallTimeout bounds each call of the driver, so a call stuck
 	// on a dead silo counts as failed rather than stalling the loop.
@@ -248,16 +362,23 @@ const (
 	driveBackoff = 50 * time.Millisecond
 )
 
-// driveStats counts the calls of one report interval.
+// driveStats counts the calls of one report interval, and the lost
+// replies of every interval so far.
 type driveStats struct {
 	ok, failed int
 	silos      map[string]int // successful calls per answering member ID
+	lost       int            // since the driver started: see counterTally.ack
 	lastErr    error
+}
+
+// next returns the stats of the next interval, which carry lost over.
+func (d *driveStats) next() driveStats {
+	return driveStats{silos: map[string]int{}, lost: d.lost}
 }
 
 // line is the summary printed for the interval, for example
 //
-//	drive ok=120 failed=0 silos=a-1f3e:40,b-77c0:80
+//	drive ok=120 failed=0 silos=a-1f3e:40,b-77c0:80 lost=0
 func (d *driveStats) line() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "drive ok=%d failed=%d silos=", d.ok, d.failed)
@@ -267,20 +388,45 @@ func (d *driveStats) line() string {
 		}
 		fmt.Fprintf(&b, "%s:%d", id, d.silos[id])
 	}
+	fmt.Fprintf(&b, " lost=%d", d.lost)
 	if d.lastErr != nil {
 		b.WriteString(" err=" + strconv.Quote(d.lastErr.Error()))
 	}
 	return b.String()
 }
 
+// counterTally is what the driver knows of one counter's count: how many
+// Adds of 1 it sent, how many of them were acknowledged, and the count of
+// the last acknowledged one.
+type counterTally struct {
+	sent, acked, last int64
+}
+
+// ack records the reply to the Add sent last, whose count is value. If
+// the counter forgot no acknowledged Add, the count is above both the
+// Adds acknowledged before and the count of the last acknowledged reply:
+// lost reports a count below that. If the count started from zero and
+// this driver alone adds to it, the count is at most the Adds sent: over
+// reports a count above that, which another driver, counts left from an
+// earlier run, or an Add counted twice would explain.
+func (c *counterTally) ack(value int64) (lost, over bool) {
+	lost, over = value < max(c.acked, c.last)+1, value > c.sent
+	c.acked++
+	c.last = value
+	return lost, over
+}
+
 // drive calls counters "counter-0" to "counter-<n-1>" in turn, one call
 // at a time through caller, until ctx ends, and writes a summary line to
-// stdout every driveReportInterval.
-func drive(ctx context.Context, caller grain.Caller, n int, stdout io.Writer) {
+// stdout every driveReportInterval. It logs, once, a count above the Adds
+// it sent.
+func drive(ctx context.Context, caller grain.Caller, n int, stdout io.Writer, logger *zap.Logger) {
 	refs := make([]clusterpb.CounterRef, n)
 	for i := range refs {
 		refs[i] = clusterpb.NewCounterRef(caller, fmt.Sprintf("counter-%d", i))
 	}
+	tallies := make([]counterTally, n)
+	warned := false
 	tick := time.NewTicker(driveReportInterval)
 	defer tick.Stop()
 	stats := driveStats{silos: map[string]int{}}
@@ -290,10 +436,11 @@ func drive(ctx context.Context, caller grain.Caller, n int, stdout io.Writer) {
 			return
 		case <-tick.C:
 			fmt.Fprintln(stdout, stats.line())
-			stats = driveStats{silos: map[string]int{}}
+			stats = stats.next()
 		default:
 		}
 		callCtx, cancel := context.WithTimeout(ctx, driveCallTimeout)
+		tallies[i].sent++
 		reply, err := refs[i].Add(callCtx, &clusterpb.AddRequest{Delta: 1})
 		cancel()
 		if err != nil {
@@ -307,6 +454,16 @@ func drive(ctx context.Context, caller grain.Caller, n int, stdout io.Writer) {
 		}
 		stats.ok++
 		stats.silos[reply.GetSilo()]++
+		lost, over := tallies[i].ack(reply.GetValue())
+		if lost {
+			stats.lost++
+		}
+		if over && !warned {
+			warned = true
+			logger.Warn("a count is above the Adds this driver sent it: another driver adds to the counters too, "+
+				"their counts are left from an earlier run (the same -postgres and -service), or an Add was counted twice",
+				zap.String("counter", refs[i].ID().Key), zap.Int64("count", reply.GetValue()), zap.Int64("sent", tallies[i].sent))
+		}
 	}
 }
 

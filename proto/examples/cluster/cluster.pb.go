@@ -137,6 +137,52 @@ func (x *AddReply) GetActivation() uint64 {
 	return 0
 }
 
+// CounterState is a Counter's persistent state.
+type CounterState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The count.
+	Value         int64 `protobuf:"varint,1,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterState) Reset() {
+	*x = CounterState{}
+	mi := &file_examples_cluster_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterState) ProtoMessage() {}
+
+func (x *CounterState) ProtoReflect() protoreflect.Message {
+	mi := &file_examples_cluster_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterState.ProtoReflect.Descriptor instead.
+func (*CounterState) Descriptor() ([]byte, []int) {
+	return file_examples_cluster_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CounterState) GetValue() int64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 var File_examples_cluster_cluster_proto protoreflect.FileDescriptor
 
 const file_examples_cluster_cluster_proto_rawDesc = "" +
@@ -150,7 +196,9 @@ const file_examples_cluster_cluster_proto_rawDesc = "" +
 	"\x04silo\x18\x02 \x01(\tR\x04silo\x12\x1e\n" +
 	"\n" +
 	"activation\x18\x03 \x01(\x04R\n" +
-	"activation2@\n" +
+	"activation\"$\n" +
+	"\fCounterState\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\x03R\x05value2@\n" +
 	"\aCounter\x12-\n" +
 	"\x03Add\x12\x13.cluster.AddRequest\x1a\x11.cluster.AddReply\x1a\x06\xca\xda\x18\x020\x01B?Z=github.com/granaryio/granary/proto/examples/cluster;clusterpbb\x06proto3"
 
@@ -166,10 +214,11 @@ func file_examples_cluster_cluster_proto_rawDescGZIP() []byte {
 	return file_examples_cluster_cluster_proto_rawDescData
 }
 
-var file_examples_cluster_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_examples_cluster_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_examples_cluster_cluster_proto_goTypes = []any{
-	(*AddRequest)(nil), // 0: cluster.AddRequest
-	(*AddReply)(nil),   // 1: cluster.AddReply
+	(*AddRequest)(nil),   // 0: cluster.AddRequest
+	(*AddReply)(nil),     // 1: cluster.AddReply
+	(*CounterState)(nil), // 2: cluster.CounterState
 }
 var file_examples_cluster_cluster_proto_depIdxs = []int32{
 	0, // 0: cluster.Counter.Add:input_type -> cluster.AddRequest
@@ -192,7 +241,7 @@ func file_examples_cluster_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_examples_cluster_cluster_proto_rawDesc), len(file_examples_cluster_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

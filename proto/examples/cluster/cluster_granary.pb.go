@@ -22,13 +22,20 @@ const CounterGrainType = "cluster.Counter"
 // valid until they return. Embed UnimplementedCounterGrain to fail the
 // methods not written yet with codes.Unimplemented.
 //
-// Counter is a grain holding one in-memory count, keyed by the counter's
-// name. The count lives only as long as the activation: when the silo that
-// runs it dies, the next call activates the counter again elsewhere,
-// starting from zero.
+// Counter is a grain holding one count, keyed by the counter's name. The
+// example keeps the count in memory unless told to persist it. In memory
+// it lives only as long as the activation: when the silo that runs it
+// dies, the next call activates the counter again elsewhere, starting from
+// zero. Persistent (a CounterState, in a store every silo of the cluster
+// shares), it is read before the activation starts and written on every
+// Add, so the counter activated again elsewhere goes on from the last
+// count written: no Add that returned is forgotten.
 type CounterGrain interface {
 	// Add adds delta to the count and returns the new count, with the silo
-	// and activation that ran the call.
+	// and activation that ran the call. A persistent count is written before
+	// Add returns; if the write fails, the count stays as it was, the
+	// activation deactivates (the next call reads the stored count again)
+	// and Add returns the store's error.
 	Add(ctx grain.Context, req *AddRequest) (*AddReply, error)
 }
 
@@ -74,7 +81,10 @@ func (r CounterRef) ID() grain.ID {
 }
 
 // Add adds delta to the count and returns the new count, with the silo
-// and activation that ran the call.
+// and activation that ran the call. A persistent count is written before
+// Add returns; if the write fails, the count stays as it was, the
+// activation deactivates (the next call reads the stored count again)
+// and Add returns the store's error.
 //
 // Add calls cluster.Counter.Add on r's grain and waits for the reply. req
 // belongs to the callee once passed: do not change it afterwards.
