@@ -171,6 +171,9 @@ func (m *Memory) checkLocked(id grain.ID, name string, r memRecord, etag string)
 
 // UpsertReminder implements ReminderTable.
 func (m *Memory) UpsertReminder(ctx context.Context, r ReminderEntry) (string, error) {
+	if err := CheckID(r.Grain); err != nil {
+		return "", err
+	}
 	if err := m.enter(ctx, OpUpsertReminder, r.Grain); err != nil {
 		return "", err
 	}

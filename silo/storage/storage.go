@@ -150,6 +150,17 @@ func CheckSize(id grain.ID, name string, data []byte, limit int) error {
 	return nil
 }
 
+// CheckID returns an ErrInvalid error for a grain ID that does not read
+// back from its string form (an empty type or key, or a type with a '/'):
+// stores that keep IDs as text refuse it rather than hold a row no read
+// can decode. The runtime makes no such IDs.
+func CheckID(id grain.ID) error {
+	if back, err := grain.ParseID(id.String()); err != nil || back != id {
+		return fmt.Errorf("%w: grain ID %q does not read back (type %q, key %q)", ErrInvalid, id, id.Type, id.Key)
+	}
+	return nil
+}
+
 // Mismatch returns an ErrETagMismatch error naming the record and both
 // ETags.
 func Mismatch(id grain.ID, name, stored, given string) error {

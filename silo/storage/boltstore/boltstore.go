@@ -454,6 +454,9 @@ func (s *Store) UpsertReminder(ctx context.Context, e storage.ReminderEntry) (st
 	if err := checkName("reminder", e.Name); err != nil {
 		return "", err
 	}
+	if err := storage.CheckID(e.Grain); err != nil {
+		return "", fmt.Errorf("boltstore: %w", err)
+	}
 	key := recordKey(e.Grain, e.Name)
 	var version uint64
 	err := s.update(func(tx *bolt.Tx) error {

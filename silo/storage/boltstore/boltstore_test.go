@@ -592,7 +592,7 @@ func TestRemoveReminderMismatch(t *testing.T) {
 	}
 }
 
-// BenchmarkStateWrite: grains' read-modify-writes of their own 100-byte
+// BenchmarkStateWrite: grains' writes, each with the last ETag, of their own 100-byte
 // states through the store, one writer and 64.
 func BenchmarkStateWrite(b *testing.B) {
 	storagetest.BenchmarkStateWrite(b, openStore(b, 0))

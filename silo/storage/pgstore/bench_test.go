@@ -8,7 +8,7 @@ import (
 	"github.com/granaryio/granary/silo/storage/storagetest"
 )
 
-// BenchmarkStateWrite: grains' read-modify-writes of their own 100-byte
+// BenchmarkStateWrite: grains' writes, each with the last ETag, of their own 100-byte
 // states through the store, one writer and 64 sharing the store's pool
 // (pgxpool's default size).
 func BenchmarkStateWrite(b *testing.B) {

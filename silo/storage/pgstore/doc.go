@@ -35,6 +35,15 @@
 // Every operation runs on the context it is given, so an unreachable or
 // silent server fails it when the context ends; new connections are also
 // bounded by Config.ConnectTimeout. Errors begin with "pgstore:" and wrap
-// storage.ErrETagMismatch, storage.ErrTooLarge, storage.ErrClosed, the
-// context's error or the driver's.
+// storage.ErrETagMismatch, storage.ErrTooLarge, storage.ErrClosed,
+// storage.ErrInvalid (a grain ID or name that is not valid UTF-8 without
+// NUL bytes, a grain ID that does not read back, a reminder's first tick
+// outside the years 1678 to 2262), the context's error or the driver's.
+//
+// # Privileges
+//
+// Open creates and migrates the tables when they are missing or older,
+// which needs the CREATE privilege on the schema; on a database whose
+// schema is current it needs only rights on the tables and the sequence
+// granary_reminder_version.
 package pgstore

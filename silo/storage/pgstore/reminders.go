@@ -47,6 +47,9 @@ func (s *Store) UpsertReminder(ctx context.Context, r storage.ReminderEntry) (st
 	if err := checkText(r.Grain, r.Name); err != nil {
 		return "", err
 	}
+	if err := storage.CheckID(r.Grain); err != nil {
+		return "", fmt.Errorf("pgstore: %w", err)
+	}
 	op := func() string { return fmt.Sprintf("upsert %s reminder %q", r.Grain, r.Name) }
 	firstTick, err := encodeTime(r.FirstTick)
 	if err != nil {
@@ -216,7 +219,7 @@ func encodeTime(t time.Time) (*int64, error) {
 		return nil, nil
 	}
 	if t.Before(minTime) || t.After(maxTime) {
-		return nil, fmt.Errorf("first tick %v is outside the years 1678 to 2262 that the table holds", t)
+		return nil, fmt.Errorf("%w: first tick %v is outside the years 1678 to 2262 that the table holds", storage.ErrInvalid, t)
 	}
 	ns := t.UnixNano()
 	return &ns, nil

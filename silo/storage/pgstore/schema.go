@@ -53,12 +53,21 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `
-CREATE TABLE IF NOT EXISTS granary_schema (
+		// CREATE ... IF NOT EXISTS needs the CREATE privilege even when
+		// the table exists: look first, so a role with rights on the
+		// tables alone can open a database whose schema is current.
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('granary_schema') IS NOT NULL`).Scan(&exists); err != nil {
+			return fmt.Errorf("look for granary_schema: %w", err)
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, `
+CREATE TABLE granary_schema (
 	version    integer PRIMARY KEY,
 	applied_at timestamptz NOT NULL DEFAULT now()
 )`); err != nil {
-			return fmt.Errorf("create granary_schema: %w", err)
+				return fmt.Errorf("create granary_schema: %w", err)
+			}
 		}
 		var current int
 		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM granary_schema`).Scan(&current); err != nil {

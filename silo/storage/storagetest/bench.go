@@ -65,7 +65,7 @@ func runWriters(b *testing.B, writers int, writer Writer) {
 var benchRun atomic.Int64
 
 // BenchmarkStateWrite benchmarks p's WriteState as grains use it: each
-// writer read-modify-writes its own grain's state with the ETag of its
+// writer writes its own grain's state, changed, with the ETag of its
 // previous write.
 func BenchmarkStateWrite(b *testing.B, p storage.Provider) {
 	BenchmarkWrites(b, func(b *testing.B, w int) func([]byte) error {

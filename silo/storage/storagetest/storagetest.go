@@ -402,6 +402,16 @@ func reminderUpsert(t *testing.T, tab storage.ReminderTable) {
 	if other, err := tab.GrainReminders(ctx, newID(t)); err != nil || len(other) != 0 {
 		t.Fatalf("another grain's reminders = %v, %v", other, err)
 	}
+	// An ID that would not read back is refused, not stored where it
+	// would spoil every read of its range.
+	for _, bad := range []grain.ID{{Type: "storagetest.Grain"}, {Type: "a/b", Key: "k"}, {Key: "k"}} {
+		if _, err := tab.UpsertReminder(ctx, entry(bad, "r", 42)); !errors.Is(err, storage.ErrInvalid) {
+			t.Fatalf("UpsertReminder of grain %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if _, err := tab.RangeReminders(ctx, []storage.HashRange{hr(0, math.MaxUint64)}); err != nil {
+		t.Fatalf("RangeReminders after the refused upserts: %v", err)
+	}
 }
 
 func reminderRemove(t *testing.T, tab storage.ReminderTable) {
