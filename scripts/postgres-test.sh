@@ -22,6 +22,10 @@ DATABASE=granary_test
 DSN="postgres://$ROLE:$PASSWORD@127.0.0.1:$PORT/$DATABASE?sslmode=disable"
 READY_TIMEOUT=60 # seconds
 
+# A locale that every Debian has: the package's postinst and
+# pg_createcluster fail under a LANG or LC_ALL naming one not generated.
+export LC_ALL=C.UTF-8 LANG=C.UTF-8
+
 log() { echo "postgres-test: $*" >&2; }
 die() { log "$*"; exit 1; }
 
