@@ -54,7 +54,7 @@ func (s *StateSpec[T]) ProviderName() string { return s.provider }
 // Bind makes the state object of one activation over store. Runtimes only.
 func (s *StateSpec[T]) Bind(store StateStore) BoundState {
 	st := &State[T]{spec: s, store: store}
-	st.reset()
+	st.value = st.newValue()
 	return st
 }
 
@@ -213,8 +213,6 @@ func (s *State[T]) Clear(ctx context.Context) error {
 	s.value, s.etag, s.exists = s.newValue(), etag, false
 	return nil
 }
-
-func (s *State[T]) reset() { s.value = s.newValue() }
 
 // newValue makes an empty T; T is a pointer to a generated message.
 func (s *State[T]) newValue() T {

@@ -24,6 +24,7 @@ import (
 	"github.com/granaryio/granary/silo/storage/pgstore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // The linearizability checks record the operations of concurrent clients
@@ -124,7 +125,7 @@ var registerModel = porcupine.Model{
 			byKey[k] = append(byKey[k], op)
 		}
 		var ps [][]porcupine.Operation
-		for _, k := range sortedKeys(byKey) {
+		for _, k := range slices.Sorted(maps.Keys(byKey)) {
 			ps = append(ps, byKey[k])
 		}
 		return ps
@@ -300,7 +301,7 @@ func newWriteLog(p storage.Provider) *writeLog {
 
 func (l *writeLog) WriteState(ctx context.Context, id grain.ID, name string, data []byte, etag string) (string, error) {
 	var st probe.RegisterState
-	if err := unmarshal(data, &st); err == nil {
+	if err := proto.Unmarshal(data, &st); err == nil {
 		l.mu.Lock()
 		l.values[st.Value] = true
 		l.mu.Unlock()

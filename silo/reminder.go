@@ -66,8 +66,7 @@ type reminderService struct {
 	// calls: a tick fired before would fail. mu orders the hand-overs.
 	mu     sync.Mutex
 	live   bool
-	ranges []storage.HashRange // the latest ranges, held until live
-	have   bool
+	ranges []storage.HashRange // the latest ranges, held until live; nil until the first
 }
 
 // startReminders starts the reminder service, when configured. Start,
@@ -106,7 +105,7 @@ func (s *Silo) startReminders() error {
 func (r *reminderService) setRanges(rs []storage.HashRange) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ranges, r.have = rs, true
+	r.ranges = rs // never nil: ringChanged and startReminders make them
 	if r.live {
 		r.svc.SetRanges(rs)
 	}
@@ -118,7 +117,7 @@ func (r *reminderService) goLive() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.live = true
-	if r.have {
+	if r.ranges != nil {
 		r.svc.SetRanges(r.ranges)
 	}
 }

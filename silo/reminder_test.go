@@ -214,8 +214,10 @@ func TestReminderOwnerKilled(t *testing.T) {
 	// Keys owned by each silo, so the one killed owns one.
 	owners := map[string]string{}
 	ring := tc.silo("a").cl.dir.Ring()
-	for i := 0; len(owners) < 3; i++ {
-		key := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+	for _, key := range keys("k", 200) {
+		if len(owners) == 3 {
+			break
+		}
 		owner := ring.OwnerOf(grain.NewID(probe.RegisterGrainType, key))
 		if _, ok := owners[owner]; !ok {
 			owners[owner] = key

@@ -2,6 +2,8 @@ package silo
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,11 +42,10 @@ func TestStateSurvivesSiloKillPostgres(t *testing.T) {
 	ctx := testCtx(t)
 	// Find keys that activate on b, and store a value in each.
 	want := map[string]int64{}
-	for i := 0; len(want) < 3; i++ {
-		if i > 200 {
-			t.Fatal("no key placed on b in 200 tries")
+	for i, key := range keys("k", 200) {
+		if len(want) == 3 {
+			break
 		}
-		key := "k" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 		r, err := reg(tc.silo("a"), key).Set(ctx, &probe.RegisterOp{Value: int64(100 + i)})
 		if err != nil {
 			t.Fatal(err)
@@ -53,8 +54,11 @@ func TestStateSurvivesSiloKillPostgres(t *testing.T) {
 			want[key] = r.Value
 		}
 	}
+	if len(want) < 3 {
+		t.Fatalf("%d of 200 keys placed on b, want 3", len(want))
+	}
 	tc.kill("b")
-	for _, key := range sortedKeys(want) {
+	for _, key := range slices.Sorted(maps.Keys(want)) {
 		var r *probe.RegisterReply
 		waitFor(t, key+" to answer from a survivor", func() bool {
 			c, cancel := context.WithTimeout(ctx, time.Second)

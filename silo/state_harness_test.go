@@ -3,7 +3,6 @@ package silo
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/granaryio/granary/proto/probe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // registerState is the Register probe's persistent state.
@@ -220,14 +218,3 @@ func wantCode(t testing.TB, err error, c codes.Code, what string) {
 		t.Fatalf("%s: err = %v, want code %v", what, err, c)
 	}
 }
-
-func sortedKeys[M ~map[string]V, V any](m M) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
-
-func unmarshal(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }

@@ -10,6 +10,7 @@ import (
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/storage"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 func memoryStore(m *storage.Memory) func(*Config) {
@@ -165,7 +166,7 @@ func TestStateConcurrentActivationsOneWins(t *testing.T) {
 		t.Fatalf("stored record %+v, %v; want the winner's, at %q", rec, err, won.Etag)
 	}
 	var st probe.RegisterState
-	if err := unmarshal(rec.Data, &st); err != nil || st.Value != won.Value {
+	if err := proto.Unmarshal(rec.Data, &st); err != nil || st.Value != won.Value {
 		t.Fatalf("stored value %d, want the winner's %d", st.Value, won.Value)
 	}
 }
