@@ -65,6 +65,9 @@ type activationRec struct {
 	idleSince    time.Time // when the collector last saw it touched
 	timers       []*grainTimer
 	ticksRunning int // interleaving timer ticks, which bypass the gate
+	// calls counts the requests offered to the activation; sampled is
+	// calls as HotGrains last saw it (hotMu held too).
+	calls, sampled uint64
 	log          *zap.Logger
 }
 
@@ -76,6 +79,7 @@ func (s *Silo) newActivation(id grain.ID, typ *grainType) *activationRec {
 		actID: s.nextActID.Add(1),
 		group: s.pool.NewGroup(id.String()),
 	}
+	a.calls = 1 // the request that makes it, queued without submit
 	a.gate.Reentrant = typ.opts.Reentrant
 	a.gate.ChainReentrant = typ.opts.CallChainReentrant
 	return a
@@ -108,6 +112,7 @@ func (a *activationRec) start() error {
 func (a *activationRec) submit(c *call) (start, retry bool) {
 	c.act = a
 	a.mu.Lock()
+	a.calls++
 	switch {
 	case a.state == dead:
 		a.mu.Unlock()

@@ -217,6 +217,9 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	if s.gw != nil && mcfg.GatewayAddr == "" {
 		mcfg.GatewayAddr = s.gw.addr
 	}
+	if mcfg.AdminAddr == "" {
+		mcfg.AdminAddr = s.cfg.AdminAddr
+	}
 	if mcfg.GRPCAddr == "" {
 		if mcfg.GRPCAddr, err = advertisedAddr(cl.lis.Addr(), mcfg); err != nil {
 			return err

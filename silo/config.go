@@ -2,6 +2,7 @@ package silo
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/granaryio/granary/activation"
@@ -64,6 +65,12 @@ type Config struct {
 	// OutgoingFilters run around every call sent through this silo's
 	// callers, the first outermost.
 	OutgoingFilters []grain.OutgoingFilter
+
+	// AdminAddr is where the silo's admin HTTP server (package
+	// silo/admin) is reached, host:port: gossiped to the cluster, so that
+	// one silo's admin server can ask the others', and shown in Info.
+	// Default "": none.
+	AdminAddr string
 
 	// Logger receives the silo's logs; grain loggers derive from it.
 	// Default: a no-op logger.
@@ -189,6 +196,11 @@ func (c *Config) validate() error {
 		return bad("MaxCallChain", "%d must be at least 1", c.MaxCallChain)
 	case c.StopDeactivationTimeout <= 0:
 		return bad("StopDeactivationTimeout", "%v must be positive", c.StopDeactivationTimeout)
+	}
+	if c.AdminAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
+			return bad("AdminAddr", "%q is not host:port: %v", c.AdminAddr, err)
+		}
 	}
 	for typ, tc := range c.Types {
 		if tc.CollectionAge < 0 {

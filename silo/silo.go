@@ -72,6 +72,12 @@ type Silo struct {
 	nextActID atomic.Uint64
 	live      atomic.Int64 // activations in the catalog
 
+	// startedAt is when Start began; up is set when Start has returned.
+	startedAt atomic.Pointer[time.Time]
+	up        atomic.Bool
+	// hotMu serialises HotGrains, which owns activationRec.sampled.
+	hotMu sync.Mutex
+
 	// closed ends when the silo closes; sleeping turns watch it.
 	closed   context.Context
 	closeNow context.CancelFunc
@@ -108,6 +114,9 @@ type grainType struct {
 	// string key hashes several times faster than a grain.ID.
 	acts sync.Map // key -> *activationRec
 	sets sync.Map // key -> *workerSet, for a stateless worker
+	// live counts the type's activations from their start to their
+	// removal from the catalog.
+	live atomic.Int64
 }
 
 // New validates cfg and makes a silo. Register grain types, then Start it.
@@ -208,6 +217,8 @@ func (s *Silo) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	startedAt := s.clock.Now()
+	s.startedAt.Store(&startedAt)
 	if err := s.openStorage(); err != nil {
 		return err
 	}
@@ -251,6 +262,7 @@ func (s *Silo) Start(ctx context.Context) error {
 			return fail(err)
 		}
 	}
+	s.up.Store(true)
 	s.log.Info("silo started", zap.Int("grain_types", len(s.types)))
 	return nil
 }
@@ -467,6 +479,7 @@ func (s *Silo) removeActivation(a *activationRec) {
 	if !removed {
 		return
 	}
+	a.typ.live.Add(-1)
 	if s.cl != nil && a.registered.Load() {
 		s.cl.dir.Unregister(a.id, directory.Entry{Silo: s.cl.self, Activation: a.actID})
 	}
@@ -551,6 +564,7 @@ func (s *Silo) unreserve() {
 // activated starts a new activation, which the caller counted in live. In
 // a cluster it first registers in the directory; see cluster.register.
 func (s *Silo) activated(a *activationRec) {
+	a.typ.live.Add(1)
 	if s.cl != nil && a.set == nil {
 		s.cl.register(a)
 		return

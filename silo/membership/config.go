@@ -75,6 +75,10 @@ type Config struct {
 	// clients, host:port, gossiped in the metadata so that clients learn
 	// every gateway from any one. Empty: no gateway.
 	GatewayAddr string
+	// AdminAddr is where the silo's admin HTTP server listens, host:port,
+	// gossiped so that any silo's admin server can reach the others'.
+	// Empty: none.
+	AdminAddr string
 
 	// Roles and Types (the grain types this silo hosts) are gossiped in
 	// the metadata for placement. Each entry non-empty and unique. With
@@ -260,6 +264,11 @@ func (c *Config) validate() error {
 	}
 	if err := checkHostPort(c.GRPCAddr); err != "" {
 		return bad("GRPCAddr", "%s", err)
+	}
+	if c.AdminAddr != "" {
+		if err := checkHostPort(c.AdminAddr); err != "" {
+			return bad("AdminAddr", "%s", err)
+		}
 	}
 	if c.GatewayAddr != "" {
 		if err := checkHostPort(c.GatewayAddr); err != "" {

@@ -55,8 +55,9 @@ type HubMember struct {
 var _ Service = (*HubMember)(nil)
 
 // Member returns a new member of h, not yet started. Only cfg's Name,
-// ClusterID, GRPCAddr, GatewayAddr, Roles and Types are used; Start checks that Name is
-// set and that the metadata would fit memberlist's limit. Its ID, Name
+// ClusterID, GRPCAddr, GatewayAddr, AdminAddr, Roles and Types are used;
+// Start checks that Name is set and that the metadata would fit
+// memberlist's limit. Its ID, Name
 // plus "-" and a sequence number, is fixed now, so a test can Partition
 // or Hold it before Start. onEvent may be nil.
 func (h *Hub) Member(cfg Config, onEvent func(Event)) *HubMember {
@@ -73,6 +74,7 @@ func (h *Hub) Member(cfg Config, onEvent func(Event)) *HubMember {
 			GossipAddr:  "hub:" + strconv.Itoa(h.seq),
 			GRPCAddr:    cfg.GRPCAddr,
 			GatewayAddr: cfg.GatewayAddr,
+			AdminAddr:   cfg.AdminAddr,
 			Roles:       slices.Clone(cfg.Roles),
 			Types:       slices.Clone(cfg.Types),
 			Status:      StatusJoining,

@@ -28,7 +28,7 @@ var (
 	ErrMetaTooLarge = errors.New("membership: node metadata too large")
 	// ErrImmutable is wrapped by the error Update returns when its function
 	// changes a field that identifies the member (ID, Name, GossipAddr,
-	// GRPCAddr, GatewayAddr) or sets StatusDead, which only the membership layer reports.
+	// GRPCAddr, GatewayAddr, AdminAddr) or sets StatusDead, which only the membership layer reports.
 	ErrImmutable = errors.New("membership: field may not change")
 )
 
@@ -132,9 +132,12 @@ type Member struct {
 	// GatewayAddr is where the silo's gateway listens for external
 	// clients, host:port, or "" when it serves none.
 	GatewayAddr string
-	Roles       []string
-	Types       []string // grain types hosted
-	Status      Status
+	// AdminAddr is where the silo's admin HTTP server listens, host:port,
+	// or "" when it serves none.
+	AdminAddr string
+	Roles     []string
+	Types     []string // grain types hosted
+	Status    Status
 	// Load, as last gossiped: activations in the catalog and turns queued.
 	Activations, Queued uint64
 }
@@ -204,6 +207,7 @@ func encodeMeta(m *Member, cluster uint64) ([]byte, error) {
 		Name:           m.Name,
 		GrpcAddress:    m.GRPCAddr,
 		GatewayAddress: m.GatewayAddr,
+		AdminAddress:   m.AdminAddr,
 		Roles:          m.Roles,
 		GrainTypes:     m.Types,
 		Status:         m.Status.Proto(),
@@ -218,7 +222,7 @@ func encodeMeta(m *Member, cluster uint64) ([]byte, error) {
 	if len(b) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("%w: %d bytes, over memberlist's limit of %d: %d grain types take %d bytes and %d roles %d (name %d, addresses %d); host fewer or shorter grain types or roles",
 			ErrMetaTooLarge, len(b), memberlist.MetaMaxSize,
-			len(m.Types), stringsSize(m.Types), len(m.Roles), stringsSize(m.Roles), len(m.Name), len(m.GRPCAddr)+len(m.GatewayAddr))
+			len(m.Types), stringsSize(m.Types), len(m.Roles), stringsSize(m.Roles), len(m.Name), len(m.GRPCAddr)+len(m.GatewayAddr)+len(m.AdminAddr))
 	}
 	return b, nil
 }
@@ -260,6 +264,7 @@ func decodeMeta(id string, meta []byte, cluster uint64) (Member, error) {
 		Name:        pb.GetName(),
 		GRPCAddr:    pb.GetGrpcAddress(),
 		GatewayAddr: pb.GetGatewayAddress(),
+		AdminAddr:   pb.GetAdminAddress(),
 		Roles:       pb.GetRoles(),
 		Types:       pb.GetGrainTypes(),
 		Status:      st,
@@ -284,6 +289,8 @@ func applyUpdate(cur Member, fn func(*Member)) (Member, error) {
 		return cur, fmt.Errorf("%w: GRPCAddr", ErrImmutable)
 	case next.GatewayAddr != cur.GatewayAddr:
 		return cur, fmt.Errorf("%w: GatewayAddr", ErrImmutable)
+	case next.AdminAddr != cur.AdminAddr:
+		return cur, fmt.Errorf("%w: AdminAddr", ErrImmutable)
 	case next.Status == StatusDead:
 		return cur, fmt.Errorf("%w: Status may not be set to dead", ErrImmutable)
 	case next.Status < StatusJoining || next.Status > StatusDead:

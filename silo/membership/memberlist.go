@@ -101,6 +101,7 @@ func New(cfg Config, onEvent func(Event)) (*Memberlist, error) {
 			Name:        cfg.Name,
 			GRPCAddr:    cfg.GRPCAddr,
 			GatewayAddr: cfg.GatewayAddr,
+			AdminAddr:   cfg.AdminAddr,
 			Roles:       cfg.Roles,
 			Types:       cfg.Types,
 			Status:      StatusJoining,

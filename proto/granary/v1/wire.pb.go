@@ -1024,8 +1024,11 @@ type NodeMeta struct {
 	// Where the silo's gateway listens for external clients; empty when it
 	// serves none.
 	GatewayAddress string `protobuf:"bytes,9,opt,name=gateway_address,json=gatewayAddress,proto3" json:"gateway_address,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Where the silo's admin HTTP server (health, metrics, the operators'
+	// API) listens; empty when it serves none.
+	AdminAddress  string `protobuf:"bytes,10,opt,name=admin_address,json=adminAddress,proto3" json:"admin_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeMeta) Reset() {
@@ -1117,6 +1120,13 @@ func (x *NodeMeta) GetClusterHash() uint64 {
 func (x *NodeMeta) GetGatewayAddress() string {
 	if x != nil {
 		return x.GatewayAddress
+	}
+	return ""
+}
+
+func (x *NodeMeta) GetAdminAddress() string {
+	if x != nil {
+		return x.AdminAddress
 	}
 	return ""
 }
@@ -1335,7 +1345,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x05entry\x18\x02 \x01(\v2\x1a.granary.v1.DirectoryEntryR\x05entry\x126\n" +
 	"\brejected\x18\x03 \x03(\v2\x1a.granary.v1.DirectoryEntryR\brejected\x124\n" +
 	"\awinners\x18\x04 \x03(\v2\x1a.granary.v1.DirectoryEntryR\awinners\x126\n" +
-	"\bunplaced\x18\x05 \x03(\v2\x1a.granary.v1.DirectoryEntryR\bunplaced\"\xae\x02\n" +
+	"\bunplaced\x18\x05 \x03(\v2\x1a.granary.v1.DirectoryEntryR\bunplaced\"\xd3\x02\n" +
 	"\bNodeMeta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12\x14\n" +
@@ -1346,7 +1356,9 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\vactivations\x18\x06 \x01(\x04R\vactivations\x12\x16\n" +
 	"\x06queued\x18\a \x01(\x04R\x06queued\x12!\n" +
 	"\fcluster_hash\x18\b \x01(\x06R\vclusterHash\x12'\n" +
-	"\x0fgateway_address\x18\t \x01(\tR\x0egatewayAddress\"\x11\n" +
+	"\x0fgateway_address\x18\t \x01(\tR\x0egatewayAddress\x12#\n" +
+	"\radmin_address\x18\n" +
+	" \x01(\tR\fadminAddress\"\x11\n" +
 	"\x0fGatewaysRequest\"b\n" +
 	"\x10GatewaysResponse\x12\x1d\n" +
 	"\n" +
