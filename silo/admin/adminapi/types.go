@@ -26,7 +26,7 @@ type SiloReport struct {
 	Status  string    `json:"status"`
 	Started time.Time `json:"started"`
 	// UptimeSeconds is the time since Started, as the silo measured it.
-	UptimeSeconds float64 `json:"uptime_seconds"`
+	UptimeSeconds float64   `json:"uptime_seconds"`
 	Addresses     Addresses `json:"addresses"`
 	// Load.
 	Activations  int `json:"activations"`

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/granaryio/granary/silo/admin/adminapi"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0 // the command did what it was asked
+	exitFailure = 1 // the admin API failed or could not be reached
+	exitUsage   = 2 // bad flags or arguments
+)
+
+// Defaults of the global flags.
+const (
+	defaultAdmin   = "localhost:8080"
+	defaultTimeout = 10 * time.Second
+	adminEnv       = "GRANARY_ADMIN"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+}
+
+// run runs granaryctl with args, writing to stdout and stderr, and returns
+// its exit code. getenv reads the environment.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	root := newRootCmd(getenv)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetContext(ctx)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	var f *failure
+	if errors.As(err, &f) {
+		fmt.Fprintf(stderr, "granaryctl: %v\n", err)
+		return exitFailure
+	}
+	fmt.Fprintf(stderr, "granaryctl: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+	return exitUsage
+}
+
+// A failure is an error of the admin API or of reaching it, as opposed to a
+// usage error: run exits with exitFailure for it.
+type failure struct{ err error }
+
+func (f *failure) Error() string { return f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// options are the global flags, resolved by the root command's
+// PersistentPreRunE before any subcommand runs.
+type options struct {
+	getenv func(string) string
+	admin  string
+	// adminFrom names where admin came from, for error messages: the
+	// flag, or the environment variable.
+	adminFrom string
+	timeout   time.Duration
+	output    string
+}
+
+// Output formats of --output.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+// newRootCmd returns the granaryctl command tree. getenv reads the
+// environment (GRANARY_ADMIN).
+func newRootCmd(getenv func(string) string) *cobra.Command {
+	o := &options{getenv: getenv}
+	root := &cobra.Command{
+		Use:   "granaryctl",
+		Short: "Inspect and operate a Granary cluster through a silo's admin API",
+		Long: `granaryctl speaks to the admin HTTP API of one silo, which answers for
+the whole cluster: it gathers the other members' reports, looks grains up
+in the directory and forwards requests to the silo concerned.`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return o.resolve(cmd) },
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	flags := root.PersistentFlags()
+	flags.StringVar(&o.admin, "admin", defaultAdmin,
+		"admin address of a silo: host:port or an http(s) URL (env "+adminEnv+")")
+	flags.DurationVar(&o.timeout, "timeout", defaultTimeout, "how long to wait for the admin API's answer")
+	flags.StringVarP(&o.output, "output", "o", outputTable, "output format: table or json")
+
+	root.AddCommand(
+		newStatusCmd(o),
+		newSilosCmd(o),
+		newGrainsCmd(o),
+		newLookupCmd(o),
+		newDeactivateCmd(o),
+		newDrainCmd(o),
+	)
+	return root
+}
+
+// resolve applies the environment to the flags not given and checks them.
+func (o *options) resolve(cmd *cobra.Command) error {
+	o.adminFrom = "--admin"
+	if !cmd.Flags().Changed("admin") {
+		if env := o.getenv(adminEnv); env != "" {
+			o.admin, o.adminFrom = env, adminEnv
+		}
+	}
+	if o.timeout <= 0 {
+		return fmt.Errorf("--timeout %v: must be positive", o.timeout)
+	}
+	if o.output != outputTable && o.output != outputJSON {
+		return fmt.Errorf("--output %q: want table or json", o.output)
+	}
+	if _, err := adminapi.NewClient(o.admin, nil); err != nil {
+		return fmt.Errorf("%s: %w", o.adminFrom, err)
+	}
+	return nil
+}
+
+// call runs f with a client of the admin API and a context bounded by
+// --timeout, and turns its error into a failure naming the admin address.
+func (o *options) call(cmd *cobra.Command, f func(ctx context.Context, c *adminapi.Client) error) error {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	defer transport.CloseIdleConnections()
+	c, err := adminapi.NewClient(o.admin, &http.Client{Transport: transport})
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.adminFrom, err)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	defer cancel()
+	err = f(ctx, c)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return &failure{fmt.Errorf("admin %s: no answer within --timeout %v: %w", c.URL(), o.timeout, err)}
+	default:
+		return &failure{fmt.Errorf("admin %s: %w", c.URL(), err)}
+	}
+}
+
+// printJSON writes v as indented JSON to the command's output.
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
