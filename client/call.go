@@ -21,8 +21,12 @@ var _ grain.Caller = (*Client)(nil)
 // earliest of ctx's, the call options' timeout, the method's timeout
 // option and the client's call timeout; the grain's context carries it.
 // When ctx ends first, Invoke returns its error at once and the grain's
-// context is cancelled.
+// context is cancelled. The outgoing filters (WithOutgoingFilters) run
+// around the call, and Invoke awaits the Pending they return.
 func (c *Client) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
+	if len(c.o.outgoing) > 0 {
+		return c.filtered(ctx, id, m, req, opts).Await(ctx)
+	}
 	p, err := c.start(ctx, id, m, req, opts, false)
 	if p == nil {
 		return nil, err
@@ -62,6 +66,15 @@ var timerPool = sync.Pool{New: func() any {
 // Pending. When ctx ends before the reply, the call fails with ctx's
 // error and the grain's context is cancelled.
 func (c *Client) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
+	if len(c.o.outgoing) > 0 {
+		return c.filtered(ctx, id, m, req, opts)
+	}
+	return c.startAsync(ctx, id, m, req, opts)
+}
+
+// startAsync sends a call whose context and deadline settle it even if
+// nobody awaits it.
+func (c *Client) startAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
 	p, err := c.start(ctx, id, m, req, opts, true)
 	if p == nil {
 		return grain.Failed(err)
@@ -117,11 +130,8 @@ type sentTo struct {
 // ending, or its deadline, settles the call even if nobody awaits it (an
 // asynchronous call); otherwise the caller waits for both.
 func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption, watch bool) (*pcall, error) {
-	switch {
-	case m == nil:
-		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %s without a method", id)
-	case id.Type == "" || id.Key == "":
-		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %q, which is not a grain", id.String())
+	if err := checkCall(id, m); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, contextError(ctx)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/granaryio/granary/grain"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -28,6 +29,7 @@ type options struct {
 	dialOptions  []grpc.DialOption
 	lookupHost   func(host string) ([]string, error)
 	gatewayRetry time.Duration
+	outgoing     []grain.OutgoingFilter
 }
 
 func defaultOptions() options {
@@ -110,6 +112,17 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
 }
 
+// WithOutgoingFilters adds filters that run around every call the client
+// sends, with the contract of a silo's OutgoingFilters (see
+// grain.OutgoingFilter): in the order given, the first outermost, on the
+// caller's goroutine, when the call is sent. They may add headers with
+// grain.WithHeader, refuse the call by returning grain.Failed, or wrap the
+// Pending to see the reply; a synchronous Invoke awaits the Pending they
+// return. Calls with no method or no grain fail before any filter runs.
+func WithOutgoingFilters(fs ...grain.OutgoingFilter) Option {
+	return func(o *options) { o.outgoing = append(o.outgoing, fs...) }
+}
+
 // ConfigError names the option that Dial refused.
 type ConfigError struct {
 	Option string
@@ -133,6 +146,11 @@ func (o *options) validate() error {
 	if o.dnsSeed != "" {
 		if host, port, err := net.SplitHostPort(o.dnsSeed); err != nil || host == "" || port == "" {
 			return bad("WithGatewayDNS", "%q is not host:port", o.dnsSeed)
+		}
+	}
+	for i, f := range o.outgoing {
+		if f == nil {
+			return bad("WithOutgoingFilters", "filter %d is nil", i)
 		}
 	}
 	switch {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/granaryio/granary/grain"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -16,6 +18,11 @@ import (
 
 // KeyHeader is the request metadata key that carries the grain key.
 const KeyHeader = "granary-key"
+
+// traceMetadata lists the request metadata that a call carries on to the
+// grain as call headers of the same names: the W3C Trace Context
+// traceparent and tracestate, and the W3C Baggage baggage.
+var traceMetadata = [...]string{"traceparent", "tracestate", "baggage"}
 
 // ErrKeyField is wrapped by the error Register returns when a request
 // message marks a field with the key option that cannot carry the key.
@@ -38,6 +45,12 @@ type serviceLister interface {
 // or already served by s, and on a method whose descriptor is incomplete.
 // log receives the package's few messages; nil discards them. Call it
 // before s serves, as grpc requires of every registration.
+//
+// A call carries the request metadata traceparent, tracestate and
+// baggage (W3C Trace Context and Baggage) on to the grain as call headers
+// of the same names, which grain.Header reads: a client with
+// OpenTelemetry propagation sends them, so its span parents the grain's
+// server span when the silo traces calls (package silo/tracing).
 func Register(s grpc.ServiceRegistrar, c grain.Caller, types []*grain.ServiceDesc, log *zap.Logger) error {
 	if c == nil {
 		return errors.New("grpcapi: Register without a grain.Caller")
@@ -194,7 +207,7 @@ func (m *method) call(ctx context.Context, req proto.Message) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	reply, err := m.c.Invoke(ctx, grain.NewID(m.typ, key), m.desc, req)
+	reply, err := m.c.Invoke(withTraceHeaders(ctx), grain.NewID(m.typ, key), m.desc, req)
 	if err != nil {
 		return nil, m.status(err)
 	}
@@ -217,4 +230,23 @@ func (m *method) status(err error) error {
 	m.log.Warn("grain call failed with an error that carries no gRPC status",
 		zap.String("method", m.desc.FullName), zap.Error(err))
 	return status.Error(codes.Unknown, err.Error())
+}
+
+// withTraceHeaders returns ctx with the traceMetadata of the incoming
+// request as call headers. A key sent several times becomes one header,
+// its values joined with commas as the W3C formats allow (tracestate and
+// baggage are comma-separated lists); traceparent takes its first value.
+// Any goroutine.
+func withTraceHeaders(ctx context.Context) context.Context {
+	for _, k := range traceMetadata {
+		vs := metadata.ValueFromIncomingContext(ctx, k)
+		switch {
+		case len(vs) == 0:
+		case len(vs) == 1 || k == "traceparent":
+			ctx = grain.WithHeader(ctx, k, vs[0])
+		default:
+			ctx = grain.WithHeader(ctx, k, strings.Join(vs, ","))
+		}
+	}
+	return ctx
 }
