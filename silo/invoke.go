@@ -166,7 +166,16 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 		if ctx == context.Context(from) {
 			c.cancel, c.headers = p.cancel, p.headers
 		} else {
-			if ctx.Done() != nil {
+			// A context derived by WithValue or WithHeader ends when the
+			// turn does: watch the turn's cancellation then. Watching the
+			// derived context would start a goroutine (the context package
+			// cannot hook a value context over a turn) that reads the
+			// turn's context after the turn has ended.
+			switch d := ctx.Done(); {
+			case d == nil:
+			case d == from.Done():
+				c.cancel = p.cancel
+			default:
 				c.cancel = ctx
 			}
 			c.headers = ctx.Value(headerCtxKey)

@@ -1,0 +1,41 @@
+package silo
+
+import (
+	"context"
+	"testing"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+	"google.golang.org/protobuf/proto"
+)
+
+// A grain may call with a context derived from its own by WithValue or
+// WithHeader, which add no cancellation of their own. Such a context's
+// Done is the turn's; the call must watch the turn's cancellation, not
+// the derived context: watching that one starts a goroutine (the context
+// package finds no way to hook a value context over a turn) that reads
+// the turn's context after the turn ended and its record was reused.
+func TestCallWithValueDerivedContext(t *testing.T) {
+	pass := func(ctx context.Context, target grain.ID, m *grain.MethodDesc, req proto.Message, next grain.Send) grain.Pending {
+		return next(ctx, req)
+	}
+	type key struct{}
+	h := newHarness(t, harnessOpt{cfg: func(c *Config) { c.OutgoingFilters = []grain.OutgoingFilter{pass} }})
+	h.script("derived", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		for i := range 20 {
+			var dctx context.Context = context.WithValue(ctx, key{}, i)
+			if i%2 == 1 {
+				dctx = grain.WithHeader(ctx, "k", "v")
+			}
+			if _, err := probe.NewProbeRef(ctx.Caller(), "callee").Call(dctx, &probe.Request{}); err != nil {
+				return nil, err
+			}
+		}
+		return &probe.Reply{}, nil
+	})
+	for range 50 {
+		if _, err := h.probe("caller").Call(testCtx(t), &probe.Request{Tag: "derived"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
