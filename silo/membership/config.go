@@ -146,7 +146,8 @@ type Config struct {
 	// merges partitions after they heal. 0 disables it (not advised).
 	PushPullInterval time.Duration
 	// TCPTimeout bounds a stream connection: a join, a push/pull, a TCP
-	// fallback probe. A join attempt per seed can take this long.
+	// fallback probe. A join attempt per seed can take this long, and so
+	// can announcing a graceful leave.
 	TCPTimeout time.Duration
 
 	// LeavePropagateDelay is how long Leave keeps gossiping after the

@@ -111,14 +111,17 @@ func (m *Memberlist) observeLeaveIntent(b []byte) {
 }
 
 // announceLeaveLocked gossips the leave intent, then memberlist's leave,
-// then waits LeavePropagateDelay for the retransmissions. ctx's deadline,
-// or TCPTimeout without one, bounds the announcement. lifeMu held.
+// then waits LeavePropagateDelay for the retransmissions. TCPTimeout, or
+// ctx's deadline if sooner, bounds the announcement. lifeMu held.
 func (m *Memberlist) announceLeaveLocked(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("membership: leave: not announced: %w", err)
 	}
+	// The announcement gets at most a TCPTimeout, however long ctx
+	// allows: when every silo stops at once, no one is left to take the
+	// news, and waiting for them would spend a whole shutdown budget.
 	deadline := time.Now().Add(m.cfg.TCPTimeout)
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	m.mu.Lock()
