@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 )
 
 // An Exec is the worker goroutine running a turn. The pool passes it to
@@ -30,7 +31,8 @@ type Exec struct {
 	res        resumer  // the continuation turn of this goroutine's waits
 	schedTick  uint32   // findRunnable calls, to look at the global queue first now and then
 	nextStreak int      // groups taken from next in a row
-	rng        uint64   // xorshift state for victim choice
+	rng        uint64   // xorshift state for victim choice and sample gaps
+	sampleIn   uint32   // turns until the next timed one (turnstats.go)
 }
 
 // random returns a pseudo-random number: xorshift64, cheap and private to
@@ -54,6 +56,7 @@ type frame struct {
 func newExec(p *Pool) *Exec {
 	e := &Exec{pool: p, wake: make(chan struct{}, 1), rng: rand.Uint64() | 1}
 	e.res.e = e
+	e.sampleIn = e.nextSampleGap()
 	return e
 }
 
@@ -363,10 +366,18 @@ func (e *Exec) runBatchFrom(g *Group, f *frame, i, k int) (next int, waited, sto
 			g.batchPos.Store(int32(next))
 		}
 		f.ahead = next
+		var start time.Time
+		sampled := e.sampleTurn()
+		if sampled {
+			start = pool.now()
+		}
 		inRun = true
 		t.Task.Run(e)
 		inRun = false
 		t.Task.Done(e, nil)
+		if sampled {
+			e.endSample(start, waits)
+		}
 		if e.waits != waits {
 			return next + 1, true, false
 		}
@@ -376,6 +387,15 @@ func (e *Exec) runBatchFrom(g *Group, f *frame, i, k int) (next int, waited, sto
 
 // runTurn runs one turn and reports how it ended. Token holder only.
 func (e *Exec) runTurn(g *Group, t Turn) {
+	if e.sampleTurn() {
+		start, waits := e.pool.now(), e.waits
+		err := e.call(g, t)
+		t.Task.Done(e, err)
+		if err == nil {
+			e.endSample(start, waits)
+		}
+		return
+	}
 	err := e.call(g, t)
 	t.Task.Done(e, err)
 }

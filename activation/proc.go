@@ -43,6 +43,7 @@ type proc struct {
 	curGroup atomic.Pointer[Group]
 	steals   atomic.Uint64
 	handoffs atomic.Uint64
+	turnTime turnTimes // sampled turn durations (turnstats.go)
 
 	// Written by the monitor, read by the owner and thieves.
 	preempt   atomic.Bool // the current run is past its quantum

@@ -14,6 +14,10 @@ type Stats struct {
 	Handoffs         uint64 // processors handed on by a turn that waited
 	HandOns          uint64 // processors taken from a long turn by the monitor
 	LongTurnWarnings uint64 // long turns logged
+
+	// TurnTime is the distribution of turn durations, sampled: about one
+	// turn in TurnSampleEvery per worker is timed (see TurnHistogram).
+	TurnTime TurnHistogram
 }
 
 // Stats returns the pool's counters. Any goroutine.
@@ -26,6 +30,7 @@ func (p *Pool) Stats() Stats {
 		HandOns:          p.handon.Load(),
 		LongTurnWarnings: p.warned.Load(),
 		QueuedGroups:     int(p.gqlen.Load()),
+		TurnTime:         newTurnHistogram(),
 	}
 	if p.inbox.Load() != nil {
 		s.QueuedGroups++
@@ -33,6 +38,7 @@ func (p *Pool) Stats() Stats {
 	for _, pp := range *p.allp.Load() {
 		s.Steals += pp.steals.Load()
 		s.Handoffs += pp.handoffs.Load()
+		s.TurnTime.add(&pp.turnTime)
 		s.QueuedGroups += int(pp.runqtail.Load() - pp.runqhead.Load())
 		if pp.next.Load() != nil {
 			s.QueuedGroups++

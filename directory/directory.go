@@ -182,11 +182,14 @@ type Directory struct {
 	// of its recovery window, oldest first; see recoveringLocked. mu.
 	recovering []recovery
 
-	forwarded atomic.Uint64
-	refused   atomic.Uint64
-	handedOff atomic.Uint64
-	dropped   atomic.Uint64
-	lost      atomic.Uint64
+	lookups       atomic.Uint64
+	cacheHits     atomic.Uint64
+	remoteLookups atomic.Uint64
+	forwarded     atomic.Uint64
+	refused       atomic.Uint64
+	handedOff     atomic.Uint64
+	dropped       atomic.Uint64
+	lost          atomic.Uint64
 }
 
 // New returns the directory of silo self, which talks to other silos
@@ -228,11 +231,22 @@ func (d *Directory) Owner(id grain.ID) string { return d.ring.Load().OwnerOf(id)
 // CachedLookup answers without a message: from the own partition when this
 // silo owns id (authoritative: false means id has no activation), else
 // from the cache (false means unknown). Any goroutine.
+//
+// Only a CachedLookup that finds an entry counts in Stats.Lookups: one
+// that misses is left to the Lookup its caller makes next, which counts.
 func (d *Directory) CachedLookup(id grain.ID) (Entry, bool) {
 	if e, ok, owner, _ := d.lookupOwned(id); owner == d.self {
+		if ok {
+			d.lookups.Add(1)
+		}
 		return e, ok
 	}
-	return d.cache.Get(id)
+	e, ok := d.cache.Get(id)
+	if ok {
+		d.lookups.Add(1)
+		d.cacheHits.Add(1)
+	}
+	return e, ok
 }
 
 // lookupOwned returns id's owner in the current view and, when that is
@@ -299,15 +313,18 @@ func (d *Directory) Lookup(id grain.ID, done func(e Entry, found bool, err error
 		done(Entry{}, false, invalid("Lookup of the zero grain ID"))
 		return
 	}
+	d.lookups.Add(1)
 	e, ok, owner, recovering := d.lookupOwned(id)
 	switch {
 	case owner == "":
 		done(Entry{}, false, ErrNoSilos)
 	case owner != d.self:
 		if e, ok := d.cache.Get(id); ok {
+			d.cacheHits.Add(1)
 			done(e, true, nil)
 			return
 		}
+		d.remoteLookups.Add(1)
 		d.askOwner(owner, id, done)
 	case recovering:
 		done(Entry{}, false, errRecovering(id))
@@ -447,6 +464,13 @@ type Stats struct {
 	Dropped      uint64  // handoff entries lost: send failed, no owner, hop bound, dead silo
 	Lost         uint64  // own activations reported to Config.Lost
 	Retrying     int     // own activations whose registration waits to be sent again
+
+	// Lookups counts the lookups this silo made: each Lookup, and each
+	// CachedLookup that found an entry. LookupCacheHits counts those the
+	// lookup cache answered, RemoteLookups those sent to the owning silo;
+	// the own partition answered the rest, or they failed at once (no
+	// silos on the ring, or the grain's entry still on its way here).
+	Lookups, LookupCacheHits, RemoteLookups uint64
 }
 
 // Stats returns a snapshot of the directory's state. Any goroutine.
@@ -456,17 +480,20 @@ func (d *Directory) Stats() Stats {
 	entries, dead, retrying := d.part.Len(), len(d.dead), len(d.retry)
 	d.mu.Unlock()
 	return Stats{
-		Entries:      entries,
-		CacheEntries: d.cache.Len(),
-		Silos:        ring.Len(),
-		Share:        ring.Share(d.self),
-		DeadSilos:    dead,
-		Forwarded:    d.forwarded.Load(),
-		Refused:      d.refused.Load(),
-		HandedOff:    d.handedOff.Load(),
-		Retrying:     retrying,
-		Dropped:      d.dropped.Load(),
-		Lost:         d.lost.Load(),
+		Entries:         entries,
+		CacheEntries:    d.cache.Len(),
+		Silos:           ring.Len(),
+		Share:           ring.Share(d.self),
+		DeadSilos:       dead,
+		Forwarded:       d.forwarded.Load(),
+		Refused:         d.refused.Load(),
+		HandedOff:       d.handedOff.Load(),
+		Retrying:        retrying,
+		Dropped:         d.dropped.Load(),
+		Lost:            d.lost.Load(),
+		Lookups:         d.lookups.Load(),
+		LookupCacheHits: d.cacheHits.Load(),
+		RemoteLookups:   d.remoteLookups.Load(),
 	}
 }
 

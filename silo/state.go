@@ -67,6 +67,7 @@ func (s *Silo) openStorage() error {
 			s.reminderTable = tab
 		}
 	}
+	s.countStateOps()
 	return nil
 }
 

@@ -43,6 +43,8 @@ type endpoint struct {
 	err     error    // why the endpoint broke; nothing is queued after
 	frames  [][]byte // full frames waiting for the writer, oldest first
 	cur     []byte   // the frame being filled
+	envs    []int    // the number of envelopes in each of frames
+	curEnvs int      // the number of envelopes in cur
 	queued  int      // bytes in frames and cur
 	spare   [][]byte // sent frames, for reuse
 	spacec  chan struct{}
@@ -60,7 +62,8 @@ type endpoint struct {
 	// dialCancel ends a dial in progress.
 	dialCancel context.CancelFunc
 
-	rx granaryv1.Envelope // the reader's, reused for each envelope it decodes
+	rx     granaryv1.Envelope // the reader's, reused for each envelope it decodes
+	rxEnvs uint64             // envelopes decoded since countReceived; the reader's
 
 	// deliverMu is held by the reader while it delivers a frame, and
 	// stopped is set under it when the reader is to deliver nothing more:
@@ -214,12 +217,14 @@ func (ep *endpoint) enqueue(b []byte, deadline time.Time, id uint64, p *pendingC
 func (ep *endpoint) appendLocked(b []byte) {
 	if len(ep.cur) > 0 && len(ep.cur)+len(b) > ep.t.cfg.MaxBatchBytes {
 		ep.frames = append(ep.frames, ep.cur)
-		ep.cur = nil
+		ep.envs = append(ep.envs, ep.curEnvs)
+		ep.cur, ep.curEnvs = nil, 0
 	}
 	if ep.cur == nil {
 		ep.cur = ep.newBufLocked()
 	}
 	ep.cur = append(ep.cur, b...)
+	ep.curEnvs++
 	ep.queued += len(b)
 }
 
@@ -264,17 +269,19 @@ func (ep *endpoint) newBufLocked() []byte {
 	return make([]byte, 0, 4096)
 }
 
-// take removes every queued frame for the writer and wakes senders waiting
-// for room. Writer only.
-func (ep *endpoint) take(out [][]byte) [][]byte {
+// take removes every queued frame for the writer, with the number of
+// envelopes in each, and wakes senders waiting for room. Writer only.
+func (ep *endpoint) take(out [][]byte, envs []int) ([][]byte, []int) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	out = append(out, ep.frames...)
+	envs = append(envs, ep.envs...)
 	clear(ep.frames)
-	ep.frames = ep.frames[:0]
+	ep.frames, ep.envs = ep.frames[:0], ep.envs[:0]
 	if len(ep.cur) > 0 {
 		out = append(out, ep.cur)
-		ep.cur = nil
+		envs = append(envs, ep.curEnvs)
+		ep.cur, ep.curEnvs = nil, 0
 	}
 	ep.queued = 0
 	if ep.waiting {
@@ -287,7 +294,7 @@ func (ep *endpoint) take(out [][]byte) [][]byte {
 		close(ep.flushc)
 		ep.flushc = nil
 	}
-	return out
+	return out, envs
 }
 
 // sendFinished reports whether the writer, having written everything, is
@@ -337,6 +344,7 @@ func (ep *endpoint) writeLoop() {
 		return
 	}
 	var batch [][]byte
+	var envs []int
 	for {
 		select {
 		case <-ep.wake:
@@ -348,7 +356,7 @@ func (ep *endpoint) writeLoop() {
 			// writer woken by the first envelope of a burst would
 			// otherwise send it alone, a frame (and a syscall) each.
 			runtime.Gosched()
-			batch = ep.take(batch[:0])
+			batch, envs = ep.take(batch[:0], envs[:0])
 			if len(batch) == 0 {
 				if ep.sendFinished() {
 					if err := ep.conn.CloseSend(); err != nil {
@@ -358,11 +366,12 @@ func (ep *endpoint) writeLoop() {
 				}
 				break
 			}
-			for _, f := range batch {
+			for i, f := range batch {
 				if err := ep.conn.Send(f); err != nil {
 					ep.fail(status.Errorf(codes.Unavailable, "granary: stream to silo %s broke: %v", ep.peer, err))
 					return
 				}
+				ep.t.stats.sent(len(f), envs[i])
 			}
 			ep.recycle(batch)
 			clear(batch)
@@ -394,6 +403,9 @@ func (ep *endpoint) connect() bool {
 	bp, _, err := encodeEnvelope(hello)
 	if err == nil {
 		err = conn.Send(*bp)
+		if err == nil {
+			t.stats.sent(len(*bp), 1)
+		}
 		putScratch(bp)
 	}
 	ep.mu.Lock()
@@ -438,8 +450,17 @@ func (ep *endpoint) readLoop() {
 			return
 		}
 		ep.deliverFrame(f)
+		ep.countReceived(len(f))
 		ep.deliverMu.Unlock()
 	}
+}
+
+// countReceived counts a frame of n bytes the reader has delivered, and
+// the envelopes deliverOne decoded from it. The reader goroutine only (or
+// serve, before it starts the reader).
+func (ep *endpoint) countReceived(n int) {
+	ep.t.stats.received(n, ep.rxEnvs)
+	ep.rxEnvs = 0
 }
 
 // stopDelivering waits for the frame the reader is delivering, if any,
@@ -468,6 +489,7 @@ func (ep *endpoint) deliverFrame(f []byte) {
 // deliverOne decodes one envelope into ep.rx and routes it. The reader
 // goroutine only (or serve, before it starts the reader).
 func (ep *endpoint) deliverOne(b []byte) {
+	ep.rxEnvs++
 	proto.Reset(&ep.rx)
 	if err := proto.Unmarshal(b, &ep.rx); err != nil {
 		ep.malformed(b, err)
@@ -577,6 +599,7 @@ func (ep *endpoint) fail(err error) {
 	conn, dialCancel := ep.conn, ep.dialCancel
 	close(ep.done)
 	ep.frames, ep.cur, ep.spare, ep.queued = nil, nil, nil, 0
+	ep.envs, ep.curEnvs = nil, 0
 	ep.mu.Unlock()
 	if dialCancel != nil {
 		dialCancel()

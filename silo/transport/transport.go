@@ -103,6 +103,8 @@ type Transport struct {
 	// of dialled and accepted streams) and the sweeper.
 	wg        sync.WaitGroup
 	stopSweep chan struct{}
+
+	stats counters // bytes, frames and envelopes sent and received
 }
 
 // peer is another silo this one may call.
@@ -533,6 +535,8 @@ func (t *Transport) serve(conn Conn, ended <-chan struct{}) error {
 	for _, b := range rest {
 		ep.deliverOne(b) // the reader has not started: ep.rx is free
 	}
+	ep.rxEnvs++ // the hello
+	ep.countReceived(len(f))
 	proto.Reset(&ep.rx)
 	go func() {
 		defer t.wg.Done()
@@ -631,24 +635,4 @@ func (t *Transport) Close() error {
 	}
 	t.wg.Wait()
 	return nil
-}
-
-// Stats is a snapshot of the transport's counters.
-type Stats struct {
-	Peers   int // known peers
-	Streams int // streams up, both directions
-	Pending int // calls waiting for a response
-}
-
-// Stats returns the transport's counters. Any goroutine.
-func (t *Transport) Stats() Stats {
-	t.mu.Lock()
-	st := Stats{Peers: len(t.peers)}
-	eps := t.endpointsLocked()
-	t.mu.Unlock()
-	st.Streams = len(eps)
-	for _, ep := range eps {
-		st.Pending += ep.pendingCount()
-	}
-	return st
 }

@@ -1,0 +1,117 @@
+package transport
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+)
+
+func TestBatchBucket(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{
+		{0, 0}, {1, 0}, {2, 1}, {3, 2}, {4, 2}, {5, 3}, {8, 3}, {9, 4},
+		{512, 9}, {513, 10}, {1024, 10}, {1025, batchBounds}, {1 << 20, batchBounds},
+	} {
+		if got := batchBucket(tc.n); got != tc.want {
+			t.Errorf("batchBucket(%d) = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+}
+
+// waitStats polls until cond holds for the two transports' stats: the
+// counters of a frame are added after its envelopes are delivered.
+func waitStats(t *testing.T, p *pair, cond func(a, b Stats) bool) (Stats, Stats) {
+	t.Helper()
+	deadline := time.Now().Add(defaultTestTimeout)
+	for {
+		a, b := p.a.Stats(), p.b.Stats()
+		if cond(a, b) {
+			return a, b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats never settled:\na: %+v\nb: %+v", a, b)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func sum(xs []uint64) (n uint64) {
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+func TestStatsCountCalls(t *testing.T) {
+	p := newPair(t, nil)
+	const n = 20
+	for i := range n {
+		if r := wait(t, call(p.a, "b", fmt.Sprint(i), time.Time{})); r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	a, b := waitStats(t, p, func(a, b Stats) bool { return a.EnvelopesReceived == n })
+	// a dialled b: a sent the hello and the requests, one frame each, as
+	// each call waited for its answer; b sent the responses.
+	for _, c := range []struct {
+		what      string
+		got, want uint64
+	}{
+		{"a's envelopes sent", a.EnvelopesSent, n + 1},
+		{"b's envelopes received", b.EnvelopesReceived, n + 1},
+		{"b's envelopes sent", b.EnvelopesSent, n},
+		{"a's batches sent", a.BatchesSent, n + 1},
+		{"a's one-envelope batches", a.BatchSizes[0], n + 1},
+		{"b's batches received", b.BatchesReceived, n + 1},
+		{"b's batches sent", b.BatchesSent, n},
+		{"a's batches received", a.BatchesReceived, n},
+		{"b's bytes received", b.BytesReceived, a.BytesSent},
+		{"a's bytes received", a.BytesReceived, b.BytesSent},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.what, c.got, c.want)
+		}
+	}
+	if a.BytesSent <= n || b.BytesSent <= n {
+		t.Errorf("bytes sent: a %d, b %d; want more than one a frame", a.BytesSent, b.BytesSent)
+	}
+	if len(a.BatchBounds) != batchBounds || len(a.BatchSizes) != batchBounds+1 || a.BatchBounds[batchBounds-1] != 1024 {
+		t.Errorf("batch histogram shape: bounds %v, %d counts", a.BatchBounds, len(a.BatchSizes))
+	}
+}
+
+func TestStatsCountBatches(t *testing.T) {
+	p := newPair(t, nil)
+	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
+		t.Fatal(r.err)
+	}
+	// With b's reader held, the in-memory stream fills and a's writer
+	// coalesces what is queued behind it.
+	release := p.holdB()
+	const n = 2000
+	for i := range n {
+		env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY, Payload: []byte(fmt.Sprint(i))}
+		if err := p.a.Send("b", env, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release()
+	const total = n + 2 // the hello and the warm-up call
+	a, b := waitStats(t, p, func(a, b Stats) bool { return b.EnvelopesReceived == total })
+	if a.EnvelopesSent != total {
+		t.Errorf("a sent %d envelopes, want %d", a.EnvelopesSent, total)
+	}
+	if a.BatchesSent != b.BatchesReceived || a.BytesSent != b.BytesReceived {
+		t.Errorf("a sent %d batches of %d bytes; b received %d of %d", a.BatchesSent, a.BytesSent, b.BatchesReceived, b.BytesReceived)
+	}
+	if sum(a.BatchSizes) != a.BatchesSent {
+		t.Errorf("batch sizes %v add up to %d, want %d", a.BatchSizes, sum(a.BatchSizes), a.BatchesSent)
+	}
+	if a.BatchesSent >= total {
+		t.Errorf("%d batches for %d envelopes: none coalesced", a.BatchesSent, total)
+	}
+	if sum(a.BatchSizes[1:]) == 0 {
+		t.Errorf("no batch of more than one envelope: %v", a.BatchSizes)
+	}
+}
