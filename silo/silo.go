@@ -77,6 +77,8 @@ type Silo struct {
 	up        atomic.Bool
 	// hotMu serialises HotGrains, which owns activationRec.sampled.
 	hotMu sync.Mutex
+	// filterChain is the chain of Config.IncomingFilters, or nil for none.
+	filterChain grain.Invocation
 
 	// closed ends when the silo closes; sleeping turns watch it.
 	closed   context.Context
@@ -143,6 +145,7 @@ func New(cfg Config) (*Silo, error) {
 		emptyc:   make(chan struct{}),
 	}
 	s.epoch, s.realClock = s.clock.Now(), realClock
+	s.filterChain = chainIncoming(cfg.IncomingFilters)
 	s.closed, s.closeNow = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -424,9 +427,13 @@ type ClusterStats struct {
 	InFlight  int64           // requests from or forwarded to other silos, unanswered
 }
 
-// Stats returns the silo's counters. Any goroutine.
+// Stats returns the silo's counters. Any goroutine; until Start has
+// returned, only Activations.
 func (s *Silo) Stats() Stats {
 	st := Stats{Activations: int(s.live.Load())}
+	if !s.up.Load() && !s.stopping.Load() {
+		return st // Start is still setting up what the rest reads
+	}
 	if s.pool != nil {
 		st.Scheduler = s.pool.Stats()
 	}

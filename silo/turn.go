@@ -92,23 +92,42 @@ func (c *call) Done(e *activation.Exec, err error) {
 
 // dispatch runs the method through the incoming filters.
 func (s *Silo) dispatch(ctx *turnCtx, c *call) (proto.Message, error) {
-	impl := c.act.impl
-	if len(s.cfg.IncomingFilters) == 0 {
-		return c.method.Handler(impl, ctx, c.req)
+	if s.filterChain == nil {
+		return c.method.Handler(c.act.impl, ctx, c.req)
 	}
-	var next func(i int) grain.Invocation
-	next = func(i int) grain.Invocation {
-		if i == len(s.cfg.IncomingFilters) {
-			return func(ctx grain.Context, req proto.Message) (proto.Message, error) {
-				return c.method.Handler(impl, ctx, req)
-			}
-		}
-		return func(ctx grain.Context, req proto.Message) (proto.Message, error) {
-			return s.cfg.IncomingFilters[i](ctx, c.method, req, next(i+1))
-		}
-	}
-	return next(0)(ctx, c.req)
+	return s.filterChain(ctx, c.req)
 }
+
+// chainIncoming builds the incoming filters' chain once, so a call
+// through it allocates nothing: each link finds the call it runs for from
+// the Context it is handed, the turn's own or a filter's wrapper of it.
+func chainIncoming(filters []grain.IncomingFilter) grain.Invocation {
+	if len(filters) == 0 {
+		return nil
+	}
+	chain := func(ctx grain.Context, req proto.Message) (proto.Message, error) {
+		t := turnOf(ctx)
+		if t == nil {
+			return nil, errForeignContext
+		}
+		return t.c.method.Handler(t.c.act.impl, ctx, req)
+	}
+	for i := len(filters) - 1; i >= 0; i-- {
+		f, next := filters[i], chain
+		chain = func(ctx grain.Context, req proto.Message) (proto.Message, error) {
+			t := turnOf(ctx)
+			if t == nil {
+				return nil, errForeignContext
+			}
+			return f(ctx, t.c.method, req, next)
+		}
+	}
+	return chain
+}
+
+// errForeignContext fails a request whose incoming filter handed on a
+// Context that is neither the grain's nor derived from it.
+var errForeignContext = status.Error(codes.Internal, "granary: an incoming filter handed on a Context that does not hold the grain's: pass the Context it was given, or one that wraps it")
 
 // turnName names the turn in the scheduler's warnings and stats.
 func (c *call) turnName() string {
