@@ -1,0 +1,230 @@
+// The Granary dashboard: renders the cluster report of the silo that
+// serves this page, live. Reports come from the event stream; when the
+// stream fails, the page polls the report instead and tries the stream
+// again now and then. Every text from a report goes in through
+// textContent, never as HTML.
+'use strict';
+
+(function () {
+  const STREAM_URL = 'api/v1/cluster/sse';
+  const REPORT_URL = 'api/v1/cluster';
+  const POLL_MS = 2000;
+  // While polling, the stream is tried again after this many polls.
+  const POLLS_BEFORE_STREAM_RETRY = 15;
+
+  // el makes an element with a class and a text, both optional.
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  // cell makes a table cell; num aligns it as a number.
+  function cell(text, num) {
+    return el('td', num ? 'num' : '', text);
+  }
+
+  // fill replaces the rows of the table with id by rows, or by one row
+  // saying empty when there are none.
+  function fill(id, rows, empty) {
+    const table = document.getElementById(id);
+    const body = table.tBodies[0];
+    if (rows.length === 0) {
+      const td = el('td', 'empty', empty);
+      td.colSpan = table.tHead.rows[0].cells.length;
+      const tr = el('tr');
+      tr.appendChild(td);
+      body.replaceChildren(tr);
+      return;
+    }
+    body.replaceChildren(...rows);
+  }
+
+  function row(cells) {
+    const tr = el('tr');
+    for (const c of cells) tr.appendChild(c);
+    return tr;
+  }
+
+  function rate(x) {
+    if (!x) return '0';
+    return x >= 100 ? x.toFixed(0) : x.toFixed(1);
+  }
+
+  function duration(seconds) {
+    let s = Math.max(0, Math.floor(seconds || 0));
+    const d = Math.floor(s / 86400);
+    s -= d * 86400;
+    const h = Math.floor(s / 3600);
+    s -= h * 3600;
+    const m = Math.floor(s / 60);
+    s -= m * 60;
+    if (d > 0) return d + 'd ' + h + 'h';
+    if (h > 0) return h + 'h ' + m + 'm';
+    if (m > 0) return m + 'm ' + s + 's';
+    return s + 's';
+  }
+
+  function clock(t) {
+    const d = t instanceof Date ? t : new Date(t);
+    return isNaN(d) ? '' : d.toLocaleTimeString();
+  }
+
+  // badge shows a silo's status in its colour.
+  function badge(status) {
+    const known = ['joining', 'active', 'shutting-down', 'stopped'];
+    const kind = known.includes(status) ? status : 'unknown';
+    return el('span', 'badge badge-' + kind, status || 'unknown');
+  }
+
+  function addresses(a) {
+    const list = el('span', 'addresses');
+    const parts = [['gossip', a.gossip], ['grpc', a.grpc], ['gateway', a.gateway], ['admin', a.admin]];
+    for (const [label, addr] of parts) {
+      if (!addr) continue;
+      const item = el('span', 'address');
+      item.appendChild(el('span', 'address-label', label));
+      item.appendChild(document.createTextNode(' ' + addr));
+      list.appendChild(item);
+    }
+    return list;
+  }
+
+  function renderSilos(report) {
+    const rows = (report.silos || []).map(function (s) {
+      const status = el('td');
+      status.appendChild(badge(s.status));
+      const addr = el('td');
+      addr.appendChild(addresses(s.addresses || {}));
+      const tr = row([
+        cell(s.name), cell(s.member || '—'), status,
+        cell(s.activations, true), cell(s.queued_turns, true),
+        cell(duration(s.uptime_seconds), true), addr,
+      ]);
+      tr.dataset.silo = s.name;
+      if (s.member === report.asked || (!s.member && s.name === report.asked)) tr.className = 'asked';
+      return tr;
+    });
+    fill('silos', rows, 'no silo reported');
+
+    const down = report.unreachable || [];
+    document.getElementById('unreachable').hidden = down.length === 0;
+    fill('unreachable', down.map(function (u) {
+      const tr = row([cell(u.member), cell(u.admin || '—'), cell(u.error)]);
+      tr.dataset.member = u.member;
+      return tr;
+    }), '');
+  }
+
+  function renderTypes(report) {
+    fill('types', (report.types || []).map(function (t) {
+      const errors = cell(rate(t.error_rate), true);
+      if (t.error_rate > 0) errors.classList.add('bad');
+      return row([cell(t.type), cell(t.activations, true), cell(rate(t.call_rate), true), errors]);
+    }), 'no grain types registered');
+  }
+
+  function renderHot(report) {
+    fill('hot', (report.hot || []).map(function (h) {
+      return row([cell(h.grain), cell(h.silo), cell(rate(h.call_rate), true)]);
+    }), 'no calls in the last interval');
+  }
+
+  function renderErrors(report) {
+    fill('errors', (report.errors || []).map(function (e) {
+      return row([
+        cell(clock(e.time)), cell(e.grain), cell(e.method),
+        el('td', 'code', e.code), el('td', 'message', e.message), cell(e.silo || ''),
+      ]);
+    }), 'no recent errors');
+  }
+
+  function renderTotals(report) {
+    let activations = 0;
+    let calls = 0;
+    let errors = 0;
+    for (const s of report.silos || []) activations += s.activations || 0;
+    for (const t of report.types || []) {
+      calls += t.call_rate || 0;
+      errors += t.error_rate || 0;
+    }
+    document.getElementById('total-silos').textContent = String((report.silos || []).length);
+    document.getElementById('total-activations').textContent = String(activations);
+    document.getElementById('total-calls').textContent = rate(calls);
+    document.getElementById('total-errors').textContent = rate(errors);
+  }
+
+  function render(report) {
+    document.getElementById('asked').textContent = report.asked || '—';
+    document.getElementById('updated').textContent = clock(new Date());
+    document.title = 'Granary · ' + (report.asked || location.host);
+    renderTotals(report);
+    renderSilos(report);
+    renderTypes(report);
+    renderHot(report);
+    renderErrors(report);
+    showProblem('');
+  }
+
+  function setFeed(state) {
+    const feed = document.getElementById('feed');
+    feed.textContent = state;
+    feed.className = 'badge badge-feed-' + state;
+  }
+
+  function showProblem(text) {
+    const p = document.getElementById('problem');
+    p.textContent = text;
+    p.hidden = !text;
+  }
+
+  // The feed: the event stream, or polling while the stream fails.
+  let stream = null;
+  let polls = 0;
+
+  function startStream() {
+    if (!window.EventSource) {
+      poll();
+      return;
+    }
+    stream = new EventSource(STREAM_URL);
+    stream.onmessage = function (ev) {
+      setFeed('live');
+      try {
+        render(JSON.parse(ev.data));
+      } catch (err) {
+        showProblem('bad report from the event stream: ' + err.message);
+      }
+    };
+    stream.onerror = function () {
+      stream.close();
+      stream = null;
+      polls = 0;
+      poll();
+    };
+  }
+
+  async function poll() {
+    setFeed('polling');
+    try {
+      const resp = await fetch(REPORT_URL, { cache: 'no-store', headers: { Accept: 'application/json' } });
+      const body = await resp.json().catch(function () { return null; });
+      if (!resp.ok) {
+        throw new Error(resp.status + ' ' + ((body && body.message) || resp.statusText));
+      }
+      render(body);
+    } catch (err) {
+      setFeed('offline');
+      showProblem('cannot reach ' + REPORT_URL + ': ' + err.message);
+    }
+    polls++;
+    if (polls >= POLLS_BEFORE_STREAM_RETRY && window.EventSource) {
+      startStream();
+      return;
+    }
+    setTimeout(poll, POLL_MS);
+  }
+
+  startStream();
+})();

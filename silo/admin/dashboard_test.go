@@ -1,0 +1,260 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/admin/adminapi"
+)
+
+// browserTimeout bounds the browser test as a whole: starting Chromium
+// under the race detector on a small machine takes seconds.
+const browserTimeout = 90 * time.Second
+
+// chromiumPath returns the Chromium to drive: GRANARY_CHROMIUM, as
+// scripts/chromium.sh prints it, or one on PATH. Without one the test is
+// skipped, or fails when GRANARY_TEST_CHROMIUM_REQUIRED=1.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GRANARY_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome-stable", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	const why = "no Chromium: set GRANARY_CHROMIUM or run scripts/chromium.sh"
+	if os.Getenv("GRANARY_TEST_CHROMIUM_REQUIRED") == "1" {
+		t.Fatal(why + " (GRANARY_TEST_CHROMIUM_REQUIRED=1)")
+	}
+	t.Skip(why)
+	return ""
+}
+
+// startLoad calls probe grains through the silos until the returned func
+// is called, which waits for it: a few hot keys often, more keys now and
+// then, and a call that fails every so often.
+func startLoad(c *testCluster) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	names := c.names()
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
+		defer cancel()
+		tk := time.NewTicker(2 * time.Millisecond) // paces the load; nothing waits on it
+		defer tk.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+			}
+			sl := c.node(names[i%len(names)]).sl
+			key := []string{"cart", "cart", "cart", "inventory", "inventory", "session"}[i%6]
+			if i%10 == 9 {
+				key = fmt.Sprintf("user-%d", i%40)
+			}
+			req := &probe.Request{}
+			if i%25 == 24 {
+				req = &probe.Request{Tag: "fail", Text: "out of stock"}
+			}
+			// Failures are part of the load; the test looks at the page.
+			probe.NewProbeRef(sl, key).Call(ctx, req)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// TestDashboardInBrowser loads the dashboard of a three-silo cluster in
+// headless Chromium and waits until its silos table lists all three, then
+// saves a screenshot (to GRANARY_DASHBOARD_SCREENSHOT when set). The page
+// must write no error to its console.
+func TestDashboardInBrowser(t *testing.T) {
+	execPath := chromiumPath(t)
+	c := newTestClusterWith(t, nodeOptions{sampleInterval: 250 * time.Millisecond}, "a", "b", "c")
+	stopLoad := startLoad(c)
+	defer stopLoad()
+
+	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
+	defer cancel()
+	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
+		chromedp.ExecPath(execPath),
+		chromedp.NoSandbox, // Chromium refuses to run as root with its sandbox
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1400, 1000),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	tab, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	defer func() {
+		// Close the browser and wait for its process to end before the
+		// cluster stops and goleak looks.
+		closeCtx, cancelClose := context.WithTimeout(tab, 20*time.Second)
+		defer cancelClose()
+		if err := chromedp.Cancel(closeCtx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("closing the browser: %v", err)
+		}
+	}()
+
+	// Collect what the page writes to its console: a script error, a
+	// refused resource or a policy violation shows there.
+	consoleCtx, stopConsole := context.WithCancel(tab)
+	var (
+		mu       sync.Mutex
+		problems []string
+		readers  sync.WaitGroup
+	)
+	messages := chromedp.Console(consoleCtx)
+	readers.Go(func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException || m.Type == chromedp.ConsoleWarning {
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf("%s: %s (%s:%d)", m.Type, m.Text, m.URL, m.Line))
+				mu.Unlock()
+			}
+		}
+	})
+	defer func() {
+		stopConsole()
+		readers.Wait()
+	}()
+
+	url := "http://" + c.node("a").srv.Addr() + "/"
+	if err := chromedp.Do(tab, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("loading %s: %v", url, err)
+	}
+	// Three rows, one per silo, each naming its silo.
+	const silosShown = `(() => {
+		const rows = document.querySelectorAll('#silos tbody tr[data-silo]');
+		const names = Array.from(rows, r => r.dataset.silo).sort().join(',');
+		return names === 'a,b,c' ? names : '';
+	})()`
+	if _, err := chromedp.Run(tab, chromedp.Poll[string](silosShown, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		t.Fatalf("waiting for the silos table to list a, b and c: %v", err)
+	}
+	// The load shows, live over the stream: hot grains, a call rate, and
+	// the failed calls.
+	const loadShown = `(() => {
+		const hot = document.querySelectorAll('#hot tbody tr td.num').length;
+		const errors = document.querySelectorAll('#errors tbody tr td.code').length;
+		const calls = parseFloat(document.getElementById('total-calls').textContent);
+		const feed = document.getElementById('feed').textContent;
+		return hot > 0 && errors > 0 && calls > 0 && feed === 'live';
+	})()`
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](loadShown, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		t.Fatalf("waiting for hot grains, call rates and errors over the live feed: %v", err)
+	}
+	statuses, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll('#silos tbody tr .badge'), b => b.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(statuses, []string{"active", "active", "active"}) {
+		t.Errorf("status badges %v, want three active", statuses)
+	}
+
+	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := os.Getenv("GRANARY_DASHBOARD_SCREENSHOT")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the dashboard: %s", path)
+
+	// A silo whose admin server stops moves to the unreachable list.
+	if err := c.node("c").srv.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const cUnreachable = `(() => {
+		const silos = Array.from(document.querySelectorAll('#silos tbody tr[data-silo]'), r => r.dataset.silo).join(',');
+		const down = document.querySelectorAll('#unreachable tbody tr[data-member]').length;
+		return silos === 'a,b' && down === 1 && !document.getElementById('unreachable').hidden;
+	})()`
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](cUnreachable, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		t.Fatalf("waiting for c to show as unreachable: %v", err)
+	}
+
+	// Behind a proxy that serves the dashboard under a path prefix and
+	// refuses the event stream, the page polls the report instead.
+	proxy := pollingProxy(t, c.node("a").srv.Addr())
+	if err := chromedp.Do(tab, chromedp.Navigate(proxy+"/granary/")); err != nil {
+		t.Fatalf("loading the dashboard through the proxy: %v", err)
+	}
+	const polled = `(() => {
+		const silos = Array.from(document.querySelectorAll('#silos tbody tr[data-silo]'), r => r.dataset.silo).join(',');
+		return silos === 'a,b' && document.getElementById('feed').textContent === 'polling';
+	})()`
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](polled, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		t.Fatalf("waiting for the page to poll through the proxy: %v", err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		// The proxy's refusal of the stream is the one error expected.
+		t.Logf("the page's console: %s", p)
+		if !strings.Contains(p, "sse") {
+			t.Errorf("the page's console: %s", p)
+		}
+	}
+}
+
+// pollingProxy serves the admin server at addr under the path /granary/,
+// except its event stream, which it refuses. It returns the proxy's URL.
+func pollingProxy(t *testing.T, addr string) string {
+	t.Helper()
+	target := &url.URL{Scheme: "http", Host: addr}
+	transport := &http.Transport{}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.URL.Path = strings.TrimPrefix(r.In.URL.Path, "/granary")
+		},
+		Transport: transport,
+	}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/granary/"+strings.TrimPrefix(adminapi.PathEvents, "/"):
+			http.Error(w, "no event streams through this proxy", http.StatusNotFound)
+		case strings.HasPrefix(r.URL.Path, "/granary/"):
+			rp.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(func() {
+		proxy.Close()
+		transport.CloseIdleConnections()
+	})
+	return proxy.URL
+}
