@@ -76,6 +76,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/granaryio/granary/examples/cluster/counter"
 	"github.com/granaryio/granary/grain"
 	clusterpb "github.com/granaryio/granary/proto/examples/cluster"
 	"github.com/granaryio/granary/silo"
@@ -276,79 +277,15 @@ func splitPort(flagName, addr string) (host string, port int, err error) {
 	return host, port, nil
 }
 
-// countState declares a counter's persistent count, kept by the silo's
-// default storage provider (the PostgreSQL store of -postgres).
-var countState = grain.NewStateSpec[*clusterpb.CounterState]("count", "")
+// countState is the counters' persistent count (counter.State), for the
+// tests that read it from the store.
+var countState = counter.State
 
 // registerCounter registers the Counter grain type on s, with its count
 // persistent state if persistent (s then needs a default storage
-// provider), else in memory.
+// provider), else in memory: see package counter.
 func registerCounter(s *silo.Silo, persistent bool) error {
-	// A counter reports the member ID of the silo it runs on. Counters
-	// activate only once Start has joined the cluster, when Member is set.
-	if !persistent {
-		newCounter := func(grain.ID) clusterpb.CounterGrain { return &counter{silo: s.Member()} }
-		return clusterpb.RegisterCounterGrain(s, newCounter)
-	}
-	newCounter := func(grain.ID) clusterpb.CounterGrain { return &storedCounter{silo: s.Member()} }
-	return clusterpb.RegisterCounterGrain(s, newCounter, grain.WithState(countState))
-}
-
-// counter implements the cluster.Counter grain with its count in memory.
-// Its fields are touched only by its activation's turns, which never
-// overlap, so it needs no lock.
-type counter struct {
-	clusterpb.UnimplementedCounterGrain
-
-	silo  string // the member ID of the silo this activation runs on
-	value int64
-}
-
-var _ clusterpb.CounterGrain = (*counter)(nil)
-
-// Add adds to the count and says where it ran.
-func (c *counter) Add(ctx grain.Context, req *clusterpb.AddRequest) (*clusterpb.AddReply, error) {
-	c.value += req.GetDelta()
-	return &clusterpb.AddReply{Value: c.value, Silo: c.silo, Activation: ctx.ActivationID()}, nil
-}
-
-// storedCounter implements the cluster.Counter grain with its count
-// persistent state (countState), read before the activation starts and
-// written on every Add. Like counter, it needs no lock.
-type storedCounter struct {
-	clusterpb.UnimplementedCounterGrain
-
-	silo  string // the member ID of the silo this activation runs on
-	state *grain.State[*clusterpb.CounterState]
-}
-
-var (
-	_ clusterpb.CounterGrain = (*storedCounter)(nil)
-	_ grain.Activator        = (*storedCounter)(nil)
-)
-
-// OnActivate takes the count the runtime read from storage.
-func (c *storedCounter) OnActivate(ctx grain.Context) error {
-	c.state = countState.Of(ctx)
-	return nil
-}
-
-// Add adds to the count, writes it, and says where it ran. If the write
-// fails, the count stays as it was and the activation deactivates: the
-// write may have been stored anyway, or another activation of the
-// counter (a transient duplicate) may have written since this one read,
-// so this one's count and ETag can no longer be trusted, and the next
-// call reads them again.
-func (c *storedCounter) Add(ctx grain.Context, req *clusterpb.AddRequest) (*clusterpb.AddReply, error) {
-	v := c.state.Value()
-	old := v.Value
-	v.Value += req.GetDelta()
-	if err := c.state.Write(ctx); err != nil {
-		v.Value = old
-		ctx.DeactivateOnIdle()
-		return nil, err
-	}
-	return &clusterpb.AddReply{Value: v.Value, Silo: c.silo, Activation: ctx.ActivationID()}, nil
+	return counter.Register(s, persistent)
 }
 
 const (

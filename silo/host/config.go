@@ -1,0 +1,478 @@
+package host
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Config is the configuration of a silo host, in the shape of its YAML
+// file: each field's yaml tag is its key, and the dotted path of keys
+// (cluster.gossip.listen) names it in the environment
+// (GRANARY_CLUSTER_GOSSIP_LISTEN), on the command line
+// (--cluster.gossip.listen) and in errors. Start from DefaultConfig or
+// Load; Validate names every field that is wrong and where its value came
+// from.
+type Config struct {
+	// Name names the silo in logs, in its member ID and in the admin API.
+	// Default: the hostname ("silo" if it has none).
+	Name string `yaml:"name"`
+
+	Log       LogConfig       `yaml:"log"`
+	Shutdown  ShutdownConfig  `yaml:"shutdown"`
+	Admin     AdminConfig     `yaml:"admin"`
+	Cluster   ClusterConfig   `yaml:"cluster"`
+	Gateway   GatewayConfig   `yaml:"gateway"`
+	Storage   StorageConfig   `yaml:"storage"`
+	Reminders RemindersConfig `yaml:"reminders"`
+	Tracing   TracingConfig   `yaml:"tracing"`
+
+	// file is the configuration file Load read, "" for none. sources maps
+	// the path of each field Load set to where its value came from, such
+	// as "env GRANARY_NAME"; a field it lacks has its default or was set
+	// in code. Both are read only once Load returns.
+	file    string
+	sources map[string]string
+}
+
+// LogConfig chooses how the host logs, to standard error.
+type LogConfig struct {
+	// Format is "json" (one object a line, for collectors) or "console"
+	// (for people). Default "json".
+	Format string `yaml:"format"`
+	// Level is the least severe level logged: "debug", "info", "warn" or
+	// "error". Default "info".
+	Level string `yaml:"level"`
+}
+
+// ShutdownConfig bounds the graceful stop.
+type ShutdownConfig struct {
+	// Timeout is the budget of the graceful stop that SIGTERM, SIGINT or a
+	// drain request begins: handing grains over, deactivating them and
+	// leaving the cluster. Past it the silo is closed at once and Run
+	// returns an error. Keep it below the orchestrator's kill deadline
+	// (Kubernetes' terminationGracePeriodSeconds). Default 30 s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// AdminConfig places the admin HTTP server: health and readiness probes,
+// metrics, the admin API and the dashboard.
+type AdminConfig struct {
+	// Listen is the host:port the server listens on; port 0 picks a free
+	// one. "" runs no admin server. Default ":8080".
+	Listen string `yaml:"listen"`
+	// Advertise is the host:port other silos and granaryctl reach the
+	// server at, gossiped to the cluster. Default: the bound address;
+	// when it listens on every interface, with the gossip advertise IP
+	// (else the gossip listen IP, else this host's IP) for its host.
+	Advertise string `yaml:"advertise"`
+}
+
+// ClusterConfig makes the silo a member of a cluster.
+type ClusterConfig struct {
+	// ID names the cluster: silos of other clusters are refused. "" (the
+	// default) runs a silo alone, with no gossip and no silo-to-silo
+	// traffic.
+	ID string `yaml:"id"`
+	// Gossip places the membership protocol's listeners (TCP and UDP).
+	Gossip GossipConfig `yaml:"gossip"`
+	// GRPC places the server that other silos' streams reach.
+	GRPC GRPCConfig `yaml:"grpc"`
+	// Seeds are gossip addresses (host:port) of silos to join through. A
+	// silo whose seeds are none, or only itself, founds the cluster; list
+	// every silo on each and they may start in any order.
+	Seeds []string `yaml:"seeds"`
+	// SeedDNS is a DNS name whose addresses, at the gossip port, are seeds
+	// too: a Kubernetes headless service, say. It is resolved on every
+	// join attempt.
+	SeedDNS string `yaml:"seed_dns"`
+	// SecretKey, base64 of 16, 24 or 32 bytes, encrypts and authenticates
+	// gossip (AES-128, -192 or -256). Every silo of the cluster needs the
+	// same key. Default "": gossip in the clear.
+	SecretKey string `yaml:"secret_key"`
+	// Profile tunes failure detection: "lan" (a dead silo is noticed in
+	// about 2.5 s), "local" (about 1 s, for loopback tests) or "wan"
+	// (slower probes and longer timeouts, for links between data
+	// centres). Default "lan".
+	Profile string `yaml:"profile"`
+}
+
+// GossipConfig places the gossip listeners.
+type GossipConfig struct {
+	// Listen is the IP:port the listeners bind to; an empty host binds
+	// every interface, port 0 picks a free one. Default ":7946".
+	Listen string `yaml:"listen"`
+	// Advertise is the IP:port other silos gossip with, behind NAT or in
+	// a container (port 0: the bound port). Default: memberlist's choice,
+	// the first private IP when bound to every interface.
+	Advertise string `yaml:"advertise"`
+}
+
+// GRPCConfig places the silo-to-silo gRPC server.
+type GRPCConfig struct {
+	// Listen is the host:port it listens on. Default ":7947".
+	Listen string `yaml:"listen"`
+}
+
+// GatewayConfig places the gateway that external clients dial.
+type GatewayConfig struct {
+	// Listen is the host:port the gateway listens on; "" serves no
+	// clients. Default ":30000".
+	Listen string `yaml:"listen"`
+	// Advertise is the host:port clients are told to dial. Default: the
+	// bound address, as the silo derives it.
+	Advertise string `yaml:"advertise"`
+}
+
+// StorageConfig chooses the default storage provider: where grain state
+// and reminders are kept.
+type StorageConfig struct {
+	// Provider is "memory" (lost when the process ends), "embedded" (a
+	// file in DataDir; a silo alone only) or "postgres" (shared by the
+	// silos of a cluster). Default "": embedded for a silo alone; a
+	// cluster must choose.
+	Provider string `yaml:"provider"`
+	// DataDir is the embedded store's directory, made if missing.
+	// Default "./data".
+	DataDir string `yaml:"data_dir"`
+	// Postgres configures the postgres provider.
+	Postgres PostgresConfig `yaml:"postgres"`
+}
+
+// PostgresConfig names the PostgreSQL database of the postgres provider.
+type PostgresConfig struct {
+	// DSN names the database, as a URL
+	// (postgres://user:password@host:5432/db?sslmode=disable) or
+	// key=value words. Required with the postgres provider. Logs show it
+	// without its password.
+	DSN string `yaml:"dsn"`
+	// ServiceID separates the rows of clusters that share a database.
+	// Default: the cluster ID.
+	ServiceID string `yaml:"service_id"`
+}
+
+// RemindersConfig runs the reminder service.
+type RemindersConfig struct {
+	// Enabled runs the reminder service, which keeps reminders in the
+	// default storage provider. Nil (the default): run it when that
+	// provider is persistent (embedded or postgres).
+	Enabled *bool `yaml:"enabled"`
+	// MinPeriod is the shortest period a reminder may have. 0 (the
+	// default) means the silo's default, 1 minute.
+	MinPeriod time.Duration `yaml:"min_period"`
+}
+
+// TracingConfig exports OpenTelemetry traces of grain calls.
+type TracingConfig struct {
+	// Exporter is "none" (no tracing), "otlp" (OTLP over gRPC to
+	// Endpoint) or "stdout" (spans printed as JSON, for debugging).
+	// Default "none".
+	Exporter string `yaml:"exporter"`
+	// Endpoint is the OTLP collector's gRPC host:port, or an http:// or
+	// https:// URL of it. Default "localhost:4317".
+	Endpoint string `yaml:"endpoint"`
+	// Insecure sends OTLP without TLS. Default false.
+	Insecure bool `yaml:"insecure"`
+	// SampleRatio is the fraction of new traces recorded, 0 to 1; a call
+	// that is part of a sampled trace is always recorded. Default 1.
+	SampleRatio float64 `yaml:"sample_ratio"`
+}
+
+// The values of the enumerated fields.
+const (
+	providerMemory   = "memory"
+	providerEmbedded = "embedded"
+	providerPostgres = "postgres"
+
+	exporterNone   = "none"
+	exporterOTLP   = "otlp"
+	exporterStdout = "stdout"
+)
+
+// DefaultConfig returns the configuration described on each field.
+func DefaultConfig() Config {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "silo"
+	}
+	return Config{
+		Name:     name,
+		Log:      LogConfig{Format: "json", Level: "info"},
+		Shutdown: ShutdownConfig{Timeout: 30 * time.Second},
+		Admin:    AdminConfig{Listen: ":8080"},
+		Cluster: ClusterConfig{
+			Gossip:  GossipConfig{Listen: ":7946"},
+			GRPC:    GRPCConfig{Listen: ":7947"},
+			Profile: "lan",
+		},
+		Gateway: GatewayConfig{Listen: ":30000"},
+		Storage: StorageConfig{DataDir: "./data"},
+		Tracing: TracingConfig{Exporter: exporterNone, Endpoint: "localhost:4317", SampleRatio: 1},
+	}
+}
+
+// FieldError is a field whose value is wrong. Its text names the field,
+// where the value came from and what is wrong, for example
+//
+//	config: cluster.gossip.listen (env GRANARY_CLUSTER_GOSSIP_LISTEN): "abc" is not host:port
+type FieldError struct {
+	// Field is the field's dotted path, or the unknown key or flag.
+	Field string
+	// Source is where the value came from: "default", "set in code",
+	// "file silo.yaml line 7", "env GRANARY_NAME" or "flag --name".
+	Source string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("config: %s (%s): %s", e.Field, e.Source, e.Reason)
+}
+
+// Validate checks every field and returns one FieldError for each that is
+// wrong (joined with errors.Join), or nil.
+func (c Config) Validate() error {
+	v := validator{c: &c}
+	v.checkText("name", c.Name, 128, true)
+	v.oneOf("log.format", c.Log.Format, "json", "console")
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	if c.Shutdown.Timeout <= 0 {
+		v.bad("shutdown.timeout", "%v must be positive", c.Shutdown.Timeout)
+	}
+	if c.Admin.Listen != "" {
+		v.listenAddr("admin.listen", c.Admin.Listen)
+	}
+	v.dialAddr("admin.advertise", c.Admin.Advertise)
+	v.validateCluster()
+	if c.Gateway.Listen != "" {
+		v.listenAddr("gateway.listen", c.Gateway.Listen)
+	}
+	v.dialAddr("gateway.advertise", c.Gateway.Advertise)
+	v.validateStorage()
+	if c.Reminders.MinPeriod < 0 {
+		v.bad("reminders.min_period", "%v must not be negative", c.Reminders.MinPeriod)
+	}
+	v.validateTracing()
+	return v.err()
+}
+
+func (v *validator) validateCluster() {
+	cl := &v.c.Cluster
+	v.checkText("cluster.id", cl.ID, 255, false)
+	if host, _, ok := v.listenAddr("cluster.gossip.listen", cl.Gossip.Listen); ok && host != "" && net.ParseIP(host) == nil {
+		v.bad("cluster.gossip.listen", "the host of %q is not an IP address (leave it empty to listen on every interface)", cl.Gossip.Listen)
+	}
+	if a := cl.Gossip.Advertise; a != "" {
+		host, port, err := net.SplitHostPort(a)
+		switch {
+		case err != nil:
+			v.bad("cluster.gossip.advertise", "%q is not IP:port", a)
+		case net.ParseIP(host) == nil:
+			v.bad("cluster.gossip.advertise", "the host of %q is not an IP address", a)
+		case parsePort(port) < 0:
+			v.bad("cluster.gossip.advertise", "the port of %q is not in [0, 65535]", a)
+		}
+	}
+	v.listenAddr("cluster.grpc.listen", cl.GRPC.Listen)
+	for i, s := range cl.Seeds {
+		if reason := dialReason(s); reason != "" {
+			v.bad("cluster.seeds", "seed %d: %s", i+1, reason)
+		}
+	}
+	if d := cl.SeedDNS; d != "" && (strings.ContainsAny(d, ":/ ") || !utf8.ValidString(d)) {
+		v.bad("cluster.seed_dns", "%q is not a DNS name (its port is the gossip port)", d)
+	}
+	if cl.SecretKey != "" {
+		// The key is a secret: the error describes it without quoting it.
+		key, err := base64.StdEncoding.DecodeString(cl.SecretKey)
+		switch {
+		case err != nil:
+			v.bad("cluster.secret_key", "is not standard base64 (%d characters)", len(cl.SecretKey))
+		case len(key) != 16 && len(key) != 24 && len(key) != 32:
+			v.bad("cluster.secret_key", "decodes to %d bytes; want 16, 24 or 32 (AES-128, -192 or -256)", len(key))
+		}
+	}
+	v.oneOf("cluster.profile", cl.Profile, "lan", "local", "wan")
+	if cl.ID == "" {
+		alone := func(path string) {
+			v.bad(path, "is set but cluster.id is empty, which runs a silo alone; set cluster.id to join a cluster")
+		}
+		if len(cl.Seeds) > 0 {
+			alone("cluster.seeds")
+		}
+		if cl.SeedDNS != "" {
+			alone("cluster.seed_dns")
+		}
+		if cl.Gossip.Advertise != "" {
+			alone("cluster.gossip.advertise")
+		}
+		if cl.SecretKey != "" {
+			alone("cluster.secret_key")
+		}
+	}
+}
+
+func (v *validator) validateStorage() {
+	st, clustered := &v.c.Storage, v.c.Cluster.ID != ""
+	switch st.Provider {
+	case "":
+		if clustered {
+			v.bad("storage.provider", "must be set in a cluster (cluster.id is set): postgres, shared by the cluster's silos, or memory")
+		}
+	case providerEmbedded:
+		if clustered {
+			v.bad("storage.provider", "embedded is for a silo alone (cluster.id is set): an activation may move to any silo, so a cluster's silos share postgres")
+		}
+	case providerMemory, providerPostgres:
+	default:
+		v.bad("storage.provider", "%q is not one of memory, embedded, postgres", st.Provider)
+	}
+	if v.c.provider() == providerEmbedded && st.DataDir == "" {
+		v.bad("storage.data_dir", "must not be empty with the embedded provider")
+	}
+	if st.Provider == providerPostgres && st.Postgres.DSN == "" {
+		v.bad("storage.postgres.dsn", "required with storage.provider postgres (%s)", v.source("storage.provider"))
+	}
+	if id := st.Postgres.ServiceID; strings.ContainsRune(id, 0) || !utf8.ValidString(id) {
+		v.bad("storage.postgres.service_id", "%q is not UTF-8 text without NUL bytes", id)
+	}
+}
+
+func (v *validator) validateTracing() {
+	tr := &v.c.Tracing
+	switch tr.Exporter {
+	case "", exporterNone, exporterStdout:
+	case exporterOTLP:
+		ep := tr.Endpoint
+		if u, err := url.Parse(ep); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+			ep = u.Host
+		}
+		if reason := dialReason(ep); reason != "" {
+			v.bad("tracing.endpoint", "%q is not the OTLP collector's gRPC host:port or an http:// or https:// URL of it", tr.Endpoint)
+		}
+	default:
+		v.bad("tracing.exporter", "%q is not one of none, otlp, stdout", tr.Exporter)
+	}
+	if r := tr.SampleRatio; math.IsNaN(r) || r < 0 || r > 1 {
+		v.bad("tracing.sample_ratio", "%v is not in [0, 1]", r)
+	}
+}
+
+// provider is the storage provider the silo uses: Storage.Provider, or
+// the embedded store for a silo alone that names none.
+func (c *Config) provider() string {
+	if c.Storage.Provider == "" && c.Cluster.ID == "" {
+		return providerEmbedded
+	}
+	return c.Storage.Provider
+}
+
+// remindersEnabled says whether the reminder service runs.
+func (c *Config) remindersEnabled() bool {
+	if c.Reminders.Enabled != nil {
+		return *c.Reminders.Enabled
+	}
+	p := c.provider()
+	return p == providerEmbedded || p == providerPostgres
+}
+
+// validator collects the FieldErrors of one Validate call.
+type validator struct {
+	c    *Config
+	errs []error
+	def  *Config // DefaultConfig, made when a source is first needed
+}
+
+func (v *validator) bad(path, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Field: path, Source: v.source(path), Reason: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) err() error { return errors.Join(v.errs...) }
+
+// source says where the field at path got its value.
+func (v *validator) source(path string) string {
+	if v.def == nil {
+		d := DefaultConfig()
+		v.def = &d
+	}
+	return v.c.source(path, v.def)
+}
+
+func (v *validator) oneOf(path, value string, allowed ...string) {
+	for _, a := range allowed {
+		if value == a {
+			return
+		}
+	}
+	v.bad(path, "%q is not one of %s", value, strings.Join(allowed, ", "))
+}
+
+// checkText checks a name: at most max bytes of printable UTF-8, and
+// not empty if required.
+func (v *validator) checkText(path, s string, max int, required bool) {
+	switch {
+	case s == "" && required:
+		v.bad(path, "must not be empty")
+	case len(s) > max:
+		v.bad(path, "is %d bytes long; at most %d", len(s), max)
+	case !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		v.bad(path, "%q is not printable UTF-8 text", s)
+	}
+}
+
+// listenAddr checks a host:port to listen on (an empty host is every
+// interface; port 0 picks one) and returns its parts.
+func (v *validator) listenAddr(path, addr string) (host string, port int, ok bool) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		v.bad(path, "%q is not host:port", addr)
+		return "", 0, false
+	}
+	if port = parsePort(p); port < 0 {
+		v.bad(path, "the port of %q is not in [0, 65535]", addr)
+		return "", 0, false
+	}
+	return host, port, true
+}
+
+// dialAddr checks an optional host:port to dial.
+func (v *validator) dialAddr(path, addr string) {
+	if addr == "" {
+		return
+	}
+	if reason := dialReason(addr); reason != "" {
+		v.bad(path, "%s", reason)
+	}
+}
+
+// dialReason says why addr is not a host:port to dial, or returns "".
+func dialReason(addr string) string {
+	host, p, err := net.SplitHostPort(addr)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%q is not host:port", addr)
+	case host == "":
+		return fmt.Sprintf("%q has no host", addr)
+	case parsePort(p) <= 0:
+		return fmt.Sprintf("the port of %q is not in [1, 65535]", addr)
+	}
+	return ""
+}
+
+// parsePort returns the port p names, or -1 if it names none.
+func parsePort(p string) int {
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 0 || n > 65535 {
+		return -1
+	}
+	return n
+}

@@ -1,0 +1,268 @@
+package host
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A field is one setting of Config. Its dotted path is its key in the
+// YAML file, and the environment variable and flag names derive from it,
+// so the three cannot drift apart. set and get convert the value from
+// and to text, which is what the environment and flags give.
+type field struct {
+	path string
+	arg  string // the value's shape in --help: "host:port", "duration", ...
+	help string
+	// isBool makes the flag a switch: --tracing.insecure alone means true.
+	isBool bool
+	// isList makes a YAML sequence a valid value.
+	isList bool
+	set    func(c *Config, text string) error
+	get    func(c *Config) string
+	// redact, when set, is what logs show of the value instead of it.
+	redact func(text string) string
+}
+
+// envName is the environment variable of the field at path:
+// cluster.gossip.listen is GRANARY_CLUSTER_GOSSIP_LISTEN.
+func envName(path string) string {
+	return "GRANARY_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+}
+
+// configEnv and configFlag name the configuration file.
+const (
+	configEnv  = "GRANARY_CONFIG"
+	configFlag = "config"
+)
+
+// fields is every setting, in the order of the YAML schema and --help.
+var fields = []*field{
+	text("name", "name", "the silo's name, in logs, its member ID and the admin API (default: the hostname)",
+		func(c *Config) *string { return &c.Name }),
+	text("log.format", "json|console", "log format, to standard error",
+		func(c *Config) *string { return &c.Log.Format }),
+	text("log.level", "debug|info|warn|error", "the least severe level logged",
+		func(c *Config) *string { return &c.Log.Level }),
+	duration("shutdown.timeout", "graceful-stop budget after SIGTERM, SIGINT or a drain request; past it the silo is closed at once",
+		func(c *Config) *time.Duration { return &c.Shutdown.Timeout }),
+	text("admin.listen", "host:port", "admin HTTP server: probes, metrics, admin API, dashboard; empty runs none",
+		func(c *Config) *string { return &c.Admin.Listen }),
+	text("admin.advertise", "host:port", "where other silos and granaryctl reach the admin server (default: derived from the bound address)",
+		func(c *Config) *string { return &c.Admin.Advertise }),
+	text("cluster.id", "id", "the cluster ID; empty runs a silo alone",
+		func(c *Config) *string { return &c.Cluster.ID }),
+	text("cluster.gossip.listen", "ip:port", "gossip listeners, TCP and UDP; an empty host listens on every interface",
+		func(c *Config) *string { return &c.Cluster.Gossip.Listen }),
+	text("cluster.gossip.advertise", "ip:port", "the gossip address other silos use, behind NAT or in a container (default: the first private IP)",
+		func(c *Config) *string { return &c.Cluster.Gossip.Advertise }),
+	text("cluster.grpc.listen", "host:port", "the silo-to-silo gRPC server",
+		func(c *Config) *string { return &c.Cluster.GRPC.Listen }),
+	list("cluster.seeds", "host:port,...", "gossip addresses of silos to join through; none founds the cluster",
+		func(c *Config) *[]string { return &c.Cluster.Seeds }),
+	text("cluster.seed_dns", "name", "a DNS name whose addresses, at the gossip port, are seeds too (a Kubernetes headless service)",
+		func(c *Config) *string { return &c.Cluster.SeedDNS }),
+	secret(text("cluster.secret_key", "base64", "gossip encryption key, base64 of 16, 24 or 32 bytes; the same on every silo",
+		func(c *Config) *string { return &c.Cluster.SecretKey })),
+	text("cluster.profile", "lan|local|wan", "failure-detection timing",
+		func(c *Config) *string { return &c.Cluster.Profile }),
+	text("gateway.listen", "host:port", "the gateway external clients dial; empty serves none",
+		func(c *Config) *string { return &c.Gateway.Listen }),
+	text("gateway.advertise", "host:port", "the address clients are told to dial (default: derived from the bound address)",
+		func(c *Config) *string { return &c.Gateway.Advertise }),
+	text("storage.provider", "memory|embedded|postgres", "the default storage provider (default: embedded for a silo alone; a cluster must choose)",
+		func(c *Config) *string { return &c.Storage.Provider }),
+	text("storage.data_dir", "dir", "the embedded store's directory",
+		func(c *Config) *string { return &c.Storage.DataDir }),
+	withRedact(text("storage.postgres.dsn", "dsn", "the PostgreSQL database, a URL or key=value words",
+		func(c *Config) *string { return &c.Storage.Postgres.DSN }), redactDSN),
+	text("storage.postgres.service_id", "id", "separates the rows of clusters that share a database (default: cluster.id)",
+		func(c *Config) *string { return &c.Storage.Postgres.ServiceID }),
+	optionalBool("reminders.enabled", "run the reminder service (auto: with a persistent storage provider)",
+		func(c *Config) **bool { return &c.Reminders.Enabled }),
+	duration("reminders.min_period", "the shortest reminder period (0: 1m)",
+		func(c *Config) *time.Duration { return &c.Reminders.MinPeriod }),
+	text("tracing.exporter", "none|otlp|stdout", "where traces of grain calls go",
+		func(c *Config) *string { return &c.Tracing.Exporter }),
+	text("tracing.endpoint", "host:port", "the OTLP collector's gRPC address",
+		func(c *Config) *string { return &c.Tracing.Endpoint }),
+	boolean("tracing.insecure", "send OTLP without TLS",
+		func(c *Config) *bool { return &c.Tracing.Insecure }),
+	number("tracing.sample_ratio", "0..1", "the fraction of new traces recorded",
+		func(c *Config) *float64 { return &c.Tracing.SampleRatio }),
+}
+
+// fieldByPath and sections index fields: sections holds every path that
+// has fields under it (cluster, cluster.gossip, ...).
+var (
+	fieldByPath = map[string]*field{}
+	sections    = map[string]bool{}
+)
+
+func init() {
+	for _, f := range fields {
+		fieldByPath[f.path] = f
+		for p := f.path; strings.Contains(p, "."); {
+			p = p[:strings.LastIndexByte(p, '.')]
+			sections[p] = true
+		}
+	}
+}
+
+func text(path, arg, help string, at func(*Config) *string) *field {
+	return &field{
+		path: path, arg: arg, help: help,
+		set: func(c *Config, s string) error { *at(c) = s; return nil },
+		get: func(c *Config) string { return *at(c) },
+	}
+}
+
+func duration(path, help string, at func(*Config) *time.Duration) *field {
+	return &field{
+		path: path, arg: "duration", help: help,
+		set: func(c *Config, s string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("%q is not a duration (such as 30s or 1m30s)", s)
+			}
+			*at(c) = d
+			return nil
+		},
+		get: func(c *Config) string { return at(c).String() },
+	}
+}
+
+func boolean(path, help string, at func(*Config) *bool) *field {
+	return &field{
+		path: path, arg: "bool", help: help, isBool: true,
+		set: func(c *Config, s string) error {
+			b, err := parseBool(s)
+			if err != nil {
+				return err
+			}
+			*at(c) = b
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(*at(c)) },
+	}
+}
+
+// optionalBool is a bool that may be left to a derived default: "auto"
+// (or empty) sets it to nil.
+func optionalBool(path, help string, at func(*Config) **bool) *field {
+	return &field{
+		path: path, arg: "true|false|auto", help: help, isBool: true,
+		set: func(c *Config, s string) error {
+			if s = strings.TrimSpace(s); s == "" || s == "auto" {
+				*at(c) = nil
+				return nil
+			}
+			b, err := parseBool(s)
+			if err != nil {
+				return fmt.Errorf("%q is not a bool (true, false or auto)", s)
+			}
+			*at(c) = &b
+			return nil
+		},
+		get: func(c *Config) string {
+			if b := *at(c); b != nil {
+				return strconv.FormatBool(*b)
+			}
+			return "auto"
+		},
+	}
+}
+
+func number(path, arg, help string, at func(*Config) *float64) *field {
+	return &field{
+		path: path, arg: arg, help: help,
+		set: func(c *Config, s string) error {
+			x, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil {
+				return fmt.Errorf("%q is not a number", s)
+			}
+			*at(c) = x
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatFloat(*at(c), 'g', -1, 64) },
+	}
+}
+
+// list is a list of strings, comma-separated as text; empty items are
+// dropped.
+func list(path, arg, help string, at func(*Config) *[]string) *field {
+	return &field{
+		path: path, arg: arg, help: help, isList: true,
+		set: func(c *Config, s string) error {
+			var items []string
+			for item := range strings.SplitSeq(s, ",") {
+				if item = strings.TrimSpace(item); item != "" {
+					items = append(items, item)
+				}
+			}
+			*at(c) = items
+			return nil
+		},
+		get: func(c *Config) string { return strings.Join(*at(c), ",") },
+	}
+}
+
+func secret(f *field) *field {
+	return withRedact(f, func(string) string { return "(redacted)" })
+}
+
+func withRedact(f *field, redact func(string) string) *field {
+	f.redact = redact
+	return f
+}
+
+func parseBool(s string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return false, fmt.Errorf("%q is not a bool (true or false)", s)
+	}
+	return b, nil
+}
+
+// logValue is the field's value as logs may show it.
+func (f *field) logValue(c *Config) string {
+	v := f.get(c)
+	if f.redact != nil && v != "" {
+		return f.redact(v)
+	}
+	return v
+}
+
+// dsnPassword finds the password of a key=value DSN.
+var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
+// redactDSN hides the password of a DSN, in either form.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.Host != "" {
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.Redacted()
+	}
+	return dsnPassword.ReplaceAllString(dsn, "${1}xxxxx")
+}
+
+// Usage writes the command-line help of a silo host program named
+// program: every flag with its environment variable and default.
+func Usage(w io.Writer, program string) {
+	def := DefaultConfig()
+	fmt.Fprintf(w, "Usage: %s [flags]\n\n", program)
+	fmt.Fprintf(w, "Runs a Granary silo. Each setting is taken from the first of: its flag, its\n"+
+		"environment variable, the YAML file named by --%s or %s, its default.\n"+
+		"Lists are comma-separated; durations are Go durations such as 30s or 1m30s.\n"+
+		"An empty environment variable counts as unset.\n\n", configFlag, configEnv)
+	fmt.Fprintf(w, "  --%s file\n      env %s\n      the YAML configuration file; its keys are the flag names' parts\n", configFlag, configEnv)
+	for _, f := range fields {
+		fmt.Fprintf(w, "  --%s %s\n      env %s, default %q\n      %s\n", f.path, f.arg, envName(f.path), f.get(&def), f.help)
+	}
+}
