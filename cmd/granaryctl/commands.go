@@ -49,17 +49,22 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+// cluster asks for the cluster report.
+func (o *options) cluster(cmd *cobra.Command) (r adminapi.ClusterReport, err error) {
+	err = o.call(cmd, func(ctx context.Context, c *adminapi.Client) (err error) {
+		r, err = c.Cluster(ctx)
+		return err
+	})
+	return r, err
+}
+
 func newStatusCmd(o *options) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Summarise the cluster: silos by status, activations, call and error rates",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			var r adminapi.ClusterReport
-			err := o.call(cmd, func(ctx context.Context, c *adminapi.Client) (err error) {
-				r, err = c.Cluster(ctx)
-				return err
-			})
+			r, err := o.cluster(cmd)
 			if err != nil {
 				return err
 			}
@@ -77,11 +82,7 @@ func newSilosCmd(o *options) *cobra.Command {
 		Short: "List the cluster's silos with their status, load and addresses",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			var r adminapi.ClusterReport
-			err := o.call(cmd, func(ctx context.Context, c *adminapi.Client) (err error) {
-				r, err = c.Cluster(ctx)
-				return err
-			})
+			r, err := o.cluster(cmd)
 			if err != nil {
 				return err
 			}
@@ -100,11 +101,7 @@ func newGrainsCmd(o *options) *cobra.Command {
 		Short: "List grain types with their activations, calls and errors over the cluster",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			var r adminapi.ClusterReport
-			err := o.call(cmd, func(ctx context.Context, c *adminapi.Client) (err error) {
-				r, err = c.Cluster(ctx)
-				return err
-			})
+			r, err := o.cluster(cmd)
 			if err != nil {
 				return err
 			}
