@@ -22,13 +22,28 @@ PROTOC_GEN_GO_VERSION = $(shell $(GO) list -m -f '{{.Version}}' google.golang.or
 # of them changes.
 PROTOC_GEN_GO_GRANARY_SRCS := $(wildcard cmd/protoc-gen-go-granary/*.go proto/granary/v1/*.go) go.mod go.sum
 
+# The example silo's container image (deploy/Dockerfile), built FROM
+# scratch on a static binary, and the compose cluster that runs it. COMPOSE
+# is the Docker CLI plugin when it answers, else the standalone
+# docker-compose.
+IMAGE           ?= granary/example-silo:dev
+IMAGE_CONTEXT   := $(BIN)/image
+COMPOSE         ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+COMPOSE_FILE    := deploy/compose.yaml
+CLUSTER_PROJECT ?= granary
+# The silos' stop_grace_period in deploy/compose.yaml.
+CLUSTER_GRACE   := 25
+# Flags for the chaos test, e.g. E2E_FLAGS='-hold 20s'.
+E2E_FLAGS       ?=
+
 # Benchmarks: which, how often, and for how long each run.
 BENCH       ?= .
 BENCH_COUNT ?= 6
 BENCH_TIME  ?= 1s
 BENCH_PKGS  ?= ./activation/ ./silo/
 
-.PHONY: all build test fmt-check vet lint race bench run generate generate-check tools clean postgres-up postgres-down
+.PHONY: all build test fmt-check vet lint race bench run generate generate-check tools clean postgres-up postgres-down \
+	image cluster-up cluster-down e2e chromium
 
 all: build
 
@@ -66,6 +81,31 @@ postgres-up:
 ## postgres-down: stop the local PostgreSQL that postgres-up started.
 postgres-down:
 	scripts/postgres-test.sh down
+
+## chromium: install Debian's Chromium if missing, for the dashboard's browser test; prints its path.
+chromium:
+	scripts/chromium.sh
+
+## image: the example silo's container image $(IMAGE): a static binary (CGO_ENABLED=0) in an image FROM scratch.
+image:
+	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)/data
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(IMAGE_CONTEXT)/granary-silo ./examples/silo
+	docker build -f deploy/Dockerfile -t $(IMAGE) $(IMAGE_CONTEXT)
+
+## cluster-up: three silos in Docker (deploy/compose.yaml), their state in the host's PostgreSQL; dashboard at http://127.0.0.1:8081/.
+cluster-up: image
+	scripts/postgres-test.sh up --docker >/dev/null
+	GRANARY_IMAGE=$(IMAGE) $(COMPOSE) -f $(COMPOSE_FILE) -p $(CLUSTER_PROJECT) up -d
+
+## cluster-down: stop and remove the cluster of cluster-up.
+cluster-down:
+	GRANARY_IMAGE=$(IMAGE) $(COMPOSE) -f $(COMPOSE_FILE) -p $(CLUSTER_PROJECT) down --remove-orphans -t $(CLUSTER_GRACE)
+
+## e2e: the chaos test: kills, partitions and restarts silos of the compose cluster under load; writes docs/resilience.md.
+e2e: image
+	scripts/postgres-test.sh up --docker >/dev/null
+	GRANARY_CHROMIUM="$$(scripts/chromium.sh | tail -n1)" && export GRANARY_CHROMIUM && \
+	$(GO) run ./deploy/e2e -compose $(COMPOSE_FILE) -image $(IMAGE) -grace $(CLUSTER_GRACE)s $(E2E_FLAGS)
 
 ## run: the bank example: concurrent transfers, a refused overdraft and a deadlock refused at once.
 run:

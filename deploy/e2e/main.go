@@ -1,0 +1,428 @@
+// Command e2e is Granary's chaos test: it runs the three-silo cluster of
+// deploy/compose.yaml in Docker, calls its Counter grains from many
+// workers at once, injects faults one after another, and checks that the
+// cluster recovers within a bound and loses no acknowledged write. It
+// writes what it measured to docs/resilience.md and a screenshot of the
+// dashboard beside it. make e2e builds the image and prepares the host's
+// PostgreSQL first; then it runs
+//
+//	go run ./deploy/e2e -compose deploy/compose.yaml -out docs/resilience.md
+//
+// In turn: the steady state is watched; silo-b is killed (docker kill)
+// and started again; silo-c is cut off the network (docker network
+// disconnect) and reconnected; every silo is restarted gracefully, one at
+// a time, each ready again before the next. For each fault it counts the
+// failed calls, the time until every worker's calls succeed again, the
+// duplicate activations the replies reveal and the lost writes. At the end
+// it reads every counter and compares it with the Adds acknowledged.
+// docs/resilience.md (which the run writes) defines each measure and the
+// rules.
+//
+// The compose project (-project, default granary-e2e) is torn down at the
+// end, on failure and on interrupt too; a previous run's leftovers are
+// removed first. The exit status is 0 when every assertion held, 1 when
+// one failed or the run could not be made, 2 for bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/granaryio/granary/client"
+	clusterpb "github.com/granaryio/granary/proto/examples/cluster"
+	"github.com/granaryio/granary/silo/admin/adminapi"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/keepalive"
+)
+
+// silos are the compose services of the cluster, in the order the faults
+// use them: silo-b is killed, silo-c partitioned.
+var silos = []string{"silo-a", "silo-b", "silo-c"}
+
+// Container ports the silos publish on the host.
+const (
+	gatewayPort = 30000
+	adminPort   = 8080
+)
+
+// options are the program's flags.
+type options struct {
+	compose      string
+	project      string
+	out          string
+	screenshot   string
+	image        string
+	dsn          string
+	chromium     string
+	bound        time.Duration
+	startTimeout time.Duration
+	load         loadConfig
+	chaos        chaosConfig
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.compose, "compose", "deploy/compose.yaml", "the compose `file` of the three-silo cluster")
+	fs.StringVar(&o.project, "project", "granary-e2e", "the compose project `name`, so the run cannot clash with make cluster-up's")
+	fs.StringVar(&o.out, "out", "docs/resilience.md", "the markdown `file` the results are written to")
+	fs.StringVar(&o.screenshot, "screenshot", "", "the PNG `file` of the dashboard's screenshot (default: resilience-dashboard.png beside -out)")
+	fs.StringVar(&o.image, "image", "granary/example-silo:dev", "the silo `image` the compose file runs (GRANARY_IMAGE)")
+	fs.StringVar(&o.dsn, "dsn", "", "the PostgreSQL `DSN` the silos use, as the containers reach it (GRANARY_POSTGRES_DSN; default: the compose file's, the host's server at host.docker.internal)")
+	fs.StringVar(&o.chromium, "chromium", os.Getenv("GRANARY_CHROMIUM"), "the Chromium `executable` that screenshots the dashboard (default: $GRANARY_CHROMIUM, else chromium on PATH)")
+	fs.DurationVar(&o.bound, "recovery", 5*time.Second, "the recovery `bound` every fault must meet")
+	fs.DurationVar(&o.startTimeout, "start-timeout", 2*time.Minute, "how long the cluster may take to be ready at the start")
+	fs.DurationVar(&o.chaos.Hold, "hold", 10*time.Second, "how long each fault is held (and the steady state watched)")
+	fs.DurationVar(&o.chaos.Settle, "settle", 8*time.Second, "how long the cluster is watched after a silo is back, before the next fault")
+	fs.DurationVar(&o.chaos.Grace, "grace", 25*time.Second, "docker restart -t: a silo's time to stop after SIGTERM (the compose file's stop_grace_period)")
+	fs.DurationVar(&o.chaos.ReadyTimeout, "ready-timeout", 90*time.Second, "how long a silo may take to be ready after it starts")
+	fs.IntVar(&o.load.Workers, "workers", 8, "load `workers`, each one call at a time")
+	fs.IntVar(&o.load.Counters, "counters", 64, "`counters` the workers share")
+	fs.DurationVar(&o.load.CallTimeout, "call-timeout", 2*time.Second, "the bound of each call")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.screenshot == "" {
+		o.screenshot = filepath.Join(filepath.Dir(o.out), "resilience-dashboard.png")
+	}
+	o.chaos.ReadyPoll = 250 * time.Millisecond
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"-recovery", o.bound}, {"-start-timeout", o.startTimeout}, {"-hold", o.chaos.Hold}, {"-settle", o.chaos.Settle}, {"-grace", o.chaos.Grace}, {"-ready-timeout", o.chaos.ReadyTimeout}} {
+		if d.v <= 0 {
+			return options{}, fmt.Errorf("%s %v: must be positive", d.name, d.v)
+		}
+	}
+	if o.chaos.Settle <= o.bound {
+		return options{}, fmt.Errorf("-settle %v must exceed -recovery %v, or a phase could end before it recovers", o.chaos.Settle, o.bound)
+	}
+	o.load.Prefix = "e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := o.load.validate(); err != nil {
+		return options{}, err
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	passed, err := run(ctx, o, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	if !passed {
+		os.Exit(1)
+	}
+}
+
+// teardownTimeout bounds compose down at the end: every container may
+// take its grace to stop.
+const teardownTimeout = 2 * time.Minute
+
+// run makes the whole run: up, load, faults, checks, report, down. It
+// returns whether every assertion held; an error means the run could not
+// be made, or its report not written.
+func run(ctx context.Context, o options, stdout io.Writer) (passed bool, err error) {
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(stdout, "e2e: %s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	env := append(os.Environ(), "GRANARY_IMAGE="+o.image)
+	if o.dsn != "" {
+		env = append(env, "GRANARY_POSTGRES_DSN="+o.dsn)
+	}
+	r := execRunner{}
+	cmd, err := detectCompose(ctx, r, env)
+	if err != nil {
+		return false, err
+	}
+	cp := &compose{r: r, command: cmd, file: o.compose, project: o.project, env: env}
+	d := dockerCLI{r: r, env: env}
+
+	// A run interrupted before its teardown may have left the project.
+	if err := cp.down(ctx, o.chaos.Grace); err != nil {
+		return false, err
+	}
+	defer func() {
+		// Not ctx: the teardown runs on interrupt too.
+		downCtx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+		defer cancel()
+		if !passed || err != nil {
+			if logs, lerr := cp.logs(downCtx, 60); lerr == nil {
+				fmt.Fprintf(os.Stderr, "e2e: the silos' last logs:\n%s\n", logs)
+			}
+		}
+		logf("tearing the cluster down")
+		if derr := cp.down(downCtx, o.chaos.Grace); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	logf("starting the cluster: %s -f %s -p %s up -d", strings.Join(cmd, " "), o.compose, o.project)
+	if err := cp.up(ctx); err != nil {
+		return false, err
+	}
+	cluster, network, err := discover(ctx, cp, d)
+	if err != nil {
+		return false, err
+	}
+	admins := map[string]*adminapi.Client{}
+	for _, s := range cluster {
+		if admins[s.Service], err = adminapi.NewClient(s.Admin, nil); err != nil {
+			return false, err
+		}
+	}
+	ready := func(ctx context.Context, s silo) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return admins[s.Service].Ready(ctx)
+	}
+	clock := clockwork.NewRealClock()
+	startup := &chaos{cfg: o.chaos, clock: clock, ready: ready}
+	startup.cfg.ReadyTimeout = o.startTimeout
+	for _, s := range cluster {
+		if err := startup.waitReady(ctx, s); err != nil {
+			return false, err
+		}
+		logf("%s is ready: gateway %s, admin %s", s.Service, s.Gateway, s.Admin)
+	}
+
+	res, err := exercise(ctx, o, cluster, network, d, admins, ready, clock, logf)
+	if err != nil {
+		return false, err
+	}
+	if err := writeReport(o.out, res); err != nil {
+		return false, err
+	}
+	printSummary(stdout, res)
+	return res.passed(), nil
+}
+
+// discover finds the silos' containers, published addresses and network.
+func discover(ctx context.Context, cp *compose, d dockerCLI) ([]silo, string, error) {
+	var out []silo
+	network := ""
+	for _, name := range silos {
+		id, err := cp.container(ctx, name)
+		if err != nil {
+			return nil, "", err
+		}
+		gw, err := cp.port(ctx, name, gatewayPort)
+		if err != nil {
+			return nil, "", err
+		}
+		admin, err := cp.port(ctx, name, adminPort)
+		if err != nil {
+			return nil, "", err
+		}
+		st, err := d.inspect(ctx, id)
+		if err != nil {
+			return nil, "", err
+		}
+		if len(st.Networks) != 1 {
+			return nil, "", fmt.Errorf("%s is on networks %v; want exactly one, the compose network", name, sortedKeys(st.Networks))
+		}
+		for n := range st.Networks {
+			if network != "" && n != network {
+				return nil, "", fmt.Errorf("the silos are on different networks, %s and %s", network, n)
+			}
+			network = n
+		}
+		out = append(out, silo{Service: name, Container: id, Admin: admin, Gateway: gw})
+	}
+	return out, network, nil
+}
+
+// clientOptions describes the client's settings in the report.
+const clientOptions = "call timeout as above, gateway list refreshed every 2 s, keepalive pings every 10 s (the gateway's least allowed interval) failing after 2 s"
+
+// exercise runs the load and the faults, reads the counters back, takes
+// the dashboard's screenshot and evaluates the run.
+func exercise(ctx context.Context, o options, cluster []silo, network string, d dockerCLI, admins map[string]*adminapi.Client,
+	ready func(context.Context, silo) error, clock clockwork.Clock, logf func(string, ...any)) (*result, error) {
+	gateways := make([]string, len(cluster))
+	for i, s := range cluster {
+		gateways[i] = s.Gateway
+	}
+	logger := zap.NewNop()
+	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, err := client.Dial(dialCtx, client.WithGateways(gateways...), client.WithLogger(logger),
+		client.WithCallTimeout(o.load.CallTimeout), client.WithGatewayRefresh(2*time.Second),
+		client.WithKeepalive(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("dialling the gateways %v: %w", gateways, err)
+	}
+	defer c.Close()
+	add := func(ctx context.Context, key string, delta int64) (addReply, error) {
+		r, err := clusterpb.NewCounterRef(c, key).Add(ctx, &clusterpb.AddRequest{Delta: delta})
+		if err != nil {
+			return addReply{}, err
+		}
+		return addReply{Value: r.GetValue(), Silo: r.GetSilo(), Activation: r.GetActivation()}, nil
+	}
+	gen, err := newGenerator(o.load, add, clock)
+	if err != nil {
+		return nil, err
+	}
+	res := &result{Started: time.Now(), Image: o.image, Load: gen.cfg, Chaos: o.chaos, Client: clientOptions, Bound: o.bound,
+		Compose: fmt.Sprintf("compose -f %s -p %s up -d", o.compose, o.project)}
+	logf("load: %d workers over %d counters %s-*", gen.cfg.Workers, gen.cfg.Counters, gen.cfg.Prefix)
+	gen.start(ctx)
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		sample(sampleCtx, clock, admins, gen.tl)
+	}()
+	ch := &chaos{cfg: o.chaos, d: d, silos: cluster, network: network, ready: ready, clock: clock, tl: gen.tl, logf: logf}
+	res.RunErr = ch.run(ctx)
+	if res.RunErr == nil {
+		// While the load runs, so the page shows the cluster at work.
+		logf("screenshot of the dashboard of %s", cluster[0].Service)
+		res.Screenshot, res.ScreenshotErr = takeScreenshot(ctx, o, cluster)
+	} else {
+		res.ScreenshotErr = errors.New("the faults did not all run")
+	}
+	gen.stop()
+	stopSampling()
+	<-sampled
+	res.Phases = ch.phases
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+
+	logf("reading every counter back")
+	res.Final = gen.readAll(ctx, 10)
+	res.Restarts = map[string]int{}
+	for _, s := range cluster {
+		st, err := d.inspect(ctx, s.Container)
+		if err != nil {
+			return nil, err
+		}
+		res.Restarts[s.Service] = st.RestartCount
+	}
+	res.Elapsed = time.Since(res.Started)
+	res.evaluate(gen.tl)
+	if res.ScreenshotErr != nil && res.RunErr == nil {
+		res.fail("the dashboard: %v", res.ScreenshotErr)
+	}
+	return res, nil
+}
+
+// takeScreenshot saves the dashboard of the first silo, and returns the
+// screenshot's path relative to the report.
+func takeScreenshot(ctx context.Context, o options, cluster []silo) (string, error) {
+	chromium, err := findChromium(o.chromium, exec.LookPath)
+	if err != nil {
+		return "", err
+	}
+	url := "http://" + cluster[0].Admin + "/"
+	if err := screenshotDashboard(ctx, chromium, url, len(cluster), o.screenshot, 90*time.Second); err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(filepath.Dir(o.out), o.screenshot)
+	if err != nil {
+		return o.screenshot, nil
+	}
+	return filepath.ToSlash(rel), nil
+}
+
+// sample asks every silo's admin server for its Counter activations once a
+// second until ctx ends, and records their sum on tl.
+func sample(ctx context.Context, clock clockwork.Clock, admins map[string]*adminapi.Client, tl *timeline) {
+	tk := clock.NewTicker(time.Second)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.Chan():
+		}
+		sum, answered := 0, 0
+		for _, name := range sortedKeys(admins) {
+			reqCtx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
+			rep, err := admins[name].Silo(reqCtx)
+			cancel()
+			if err != nil {
+				continue
+			}
+			answered++
+			sum += counterActivations(rep)
+		}
+		if answered > 0 {
+			tl.sample(clock.Now(), sum)
+		}
+	}
+}
+
+// counterActivations returns the Counter activations a silo reports.
+func counterActivations(rep adminapi.SiloReport) int {
+	n := 0
+	for _, t := range rep.Types {
+		if t.Type == "Counter" || strings.HasSuffix(t.Type, ".Counter") {
+			n += t.Activations
+		}
+	}
+	return n
+}
+
+// writeReport writes the markdown report at path.
+func writeReport(path string, res *result) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writeMarkdown(f, res); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// printSummary prints the verdict and the table's figures.
+func printSummary(w io.Writer, res *result) {
+	for _, p := range res.Phases {
+		s := p.Stats
+		fmt.Fprintf(w, "%-18s calls=%-6d failed=%-5d recovery=%-16s duplicates=%d lost=%d excess-activations=%s\n",
+			p.Name, s.Calls, s.Failed, formatRecovery(s), s.Duplicates, s.Lost, formatExcess(s.PeakActivations, res.Load.Counters))
+	}
+	f := res.Final
+	fmt.Fprintf(w, "final read: %d counters, %d sent, %d acknowledged, %d counted; lost %d Adds on %d counters\n",
+		f.Counters, f.Sent, f.Acked, f.Final, f.LostAdds, f.LostCounters)
+	if res.passed() {
+		fmt.Fprintln(w, "PASS")
+		return
+	}
+	for _, msg := range res.Failures {
+		fmt.Fprintln(w, "FAIL:", msg)
+	}
+}

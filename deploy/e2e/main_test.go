@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/silo/admin/adminapi"
+)
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.compose != "deploy/compose.yaml" || o.project != "granary-e2e" || o.out != "docs/resilience.md" ||
+		o.screenshot != "docs/resilience-dashboard.png" || o.bound != 5*time.Second || o.chaos.Hold != 10*time.Second {
+		t.Errorf("defaults: %+v", o)
+	}
+	if !strings.HasPrefix(o.load.Prefix, "e2e-") {
+		t.Errorf("the counters' prefix %q is not new to the run", o.load.Prefix)
+	}
+	o, err = parseFlags([]string{"-out", "/tmp/r/report.md", "-hold", "3s", "-workers", "2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.screenshot != "/tmp/r/resilience-dashboard.png" || o.chaos.Hold != 3*time.Second || o.load.Workers != 2 {
+		t.Errorf("flags not applied: %+v", o)
+	}
+
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"-hold", "0s"}, "-hold 0s: must be positive"},
+		{[]string{"-settle", "4s"}, "-settle 4s must exceed -recovery 5s"},
+		{[]string{"-workers", "0"}, "workers 0"},
+		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"-hold", "soon"}, "invalid value"},
+	}
+	for _, tt := range tests {
+		if _, err := parseFlags(tt.args, io.Discard); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("parseFlags(%q) = %v, want an error containing %q", tt.args, err, tt.wantErr)
+		}
+	}
+	if _, err := parseFlags([]string{"-help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-help: %v, want flag.ErrHelp", err)
+	}
+}
+
+func TestFindChromium(t *testing.T) {
+	onPath := func(have ...string) func(string) (string, error) {
+		return func(name string) (string, error) {
+			for _, h := range have {
+				if h == name {
+					return "/usr/bin/" + name, nil
+				}
+			}
+			return "", errors.New("not found")
+		}
+	}
+	tests := []struct {
+		explicit string
+		have     []string
+		want     string
+	}{
+		{explicit: "/opt/chrome/chrome", have: []string{"chromium"}, want: "/opt/chrome/chrome"},
+		{have: []string{"google-chrome", "chromium"}, want: "/usr/bin/chromium"},
+		{have: []string{"google-chrome"}, want: "/usr/bin/google-chrome"},
+	}
+	for _, tt := range tests {
+		got, err := findChromium(tt.explicit, onPath(tt.have...))
+		if err != nil || got != tt.want {
+			t.Errorf("findChromium(%q, %v) = %q, %v; want %q", tt.explicit, tt.have, got, err, tt.want)
+		}
+	}
+	if _, err := findChromium("", onPath()); err == nil || !strings.Contains(err.Error(), "scripts/chromium.sh") {
+		t.Errorf("no Chromium: %v, want an error saying how to get one", err)
+	}
+}
+
+func TestCounterActivations(t *testing.T) {
+	rep := adminapi.SiloReport{Types: []adminapi.TypeReport{
+		{Type: "cluster.Counter", Activations: 20},
+		{Type: "bank.Account", Activations: 5},
+		{Type: "cluster.CounterFeed", Activations: 3},
+	}}
+	if got := counterActivations(rep); got != 20 {
+		t.Errorf("counterActivations = %d, want 20", got)
+	}
+}
