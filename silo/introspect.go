@@ -51,9 +51,21 @@ func (s *Silo) Info() Info {
 	if s.up.Load() || s.stopping.Load() {
 		in.Member = s.Member()
 		in.GossipAddr, in.GRPCAddr = s.ClusterAddrs()
-		in.GatewayAddr = s.GatewayAddr()
+		in.GatewayAddr = s.advertisedGateway()
 	}
 	return in
+}
+
+// advertisedGateway is the gateway address clients are told to dial, or
+// the bound one when there is none to tell; "" without a gateway.
+func (s *Silo) advertisedGateway() string {
+	if s.gw == nil {
+		return ""
+	}
+	if s.gw.addr != "" {
+		return s.gw.addr
+	}
+	return s.gw.lis.Addr()
 }
 
 func (s *Silo) status() string {
@@ -100,7 +112,7 @@ func (s *Silo) Members() []membership.Member {
 		st = membership.StatusDead
 	}
 	m := membership.Member{
-		ID: s.cfg.Name, Name: s.cfg.Name, GatewayAddr: s.GatewayAddr(), AdminAddr: s.cfg.AdminAddr,
+		ID: s.cfg.Name, Name: s.cfg.Name, GatewayAddr: s.advertisedGateway(), AdminAddr: s.cfg.AdminAddr,
 		Types: s.hostedTypes(), Status: st, Activations: uint64(max(s.live.Load(), 0)),
 	}
 	if s.pool != nil {

@@ -179,3 +179,19 @@ func TestIntrospectionInACluster(t *testing.T) {
 		}
 	}
 }
+
+// Info gives the gateway address clients are told to dial, not the one
+// the listener is bound to.
+func TestInfoGivesTheAdvertisedGateway(t *testing.T) {
+	h := newHarness(t, harnessOpt{cfg: func(c *Config) {
+		gc := DefaultGatewayConfig()
+		gc.Listen, gc.Advertise = "127.0.0.1:0", "gw.example:30000"
+		c.Gateway = &gc
+	}})
+	if got := h.s.Info().GatewayAddr; got != "gw.example:30000" {
+		t.Errorf("Info().GatewayAddr = %q, want the advertised gw.example:30000", got)
+	}
+	if got := h.s.Members()[0].GatewayAddr; got != "gw.example:30000" {
+		t.Errorf("Members()[0].GatewayAddr = %q, want the advertised gw.example:30000", got)
+	}
+}

@@ -90,6 +90,11 @@ func (c *Config) membership() membership.Config {
 	if a := c.Cluster.Gossip.Advertise; a != "" {
 		host, port, _ := net.SplitHostPort(a)
 		m.AdvertiseAddr, m.AdvertisePort = host, parsePort(port)
+	} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		// Bound to every interface: the other silos need one address to
+		// reach this one's gossip and gRPC at, so pick it here, as the
+		// admin address is picked.
+		m.AdvertiseAddr = c.routableHost()
 	}
 	m.Seeds = slices.Clone(c.Cluster.Seeds)
 	m.SeedDNS = c.Cluster.SeedDNS

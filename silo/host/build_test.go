@@ -258,3 +258,26 @@ func TestAdvertisedAdmin(t *testing.T) {
 		}
 	}
 }
+
+// A silo whose gossip listens on every interface and names no advertise
+// address still gives the others one address to reach its gossip and its
+// gRPC server at: Silo would otherwise refuse to start in a container.
+func TestUnspecifiedGossipGetsAnAdvertiseAddress(t *testing.T) {
+	c := loadOK(t, nil, map[string]string{
+		"GRANARY_CLUSTER_ID":            "prod",
+		"GRANARY_STORAGE_PROVIDER":      "memory",
+		"GRANARY_CLUSTER_GOSSIP_LISTEN": ":7946",
+	})
+	sc, closeStorage, err := c.Silo(context.Background(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStorage()
+	m := sc.Cluster.Membership
+	if ip := net.ParseIP(m.AdvertiseAddr); ip == nil || ip.IsUnspecified() {
+		t.Errorf("AdvertiseAddr = %q, want an IP others can dial", m.AdvertiseAddr)
+	}
+	if m.AdvertiseAddr != c.routableHost() {
+		t.Errorf("AdvertiseAddr = %q, want the routable host %q the admin address uses", m.AdvertiseAddr, c.routableHost())
+	}
+}

@@ -34,6 +34,19 @@ func envName(path string) string {
 	return "GRANARY_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
 }
 
+// EnvNames returns every environment variable the host reads:
+// GRANARY_CONFIG, then each setting's, in the order of --help. Deployment
+// files can be checked against it, since the host cannot tell a misspelt
+// variable from one meant for something else.
+func EnvNames() []string {
+	names := make([]string, 0, len(fields)+1)
+	names = append(names, configEnv)
+	for _, f := range fields {
+		names = append(names, envName(f.path))
+	}
+	return names
+}
+
 // configEnv and configFlag name the configuration file.
 const (
 	configEnv  = "GRANARY_CONFIG"
@@ -58,7 +71,7 @@ var fields = []*field{
 		func(c *Config) *string { return &c.Cluster.ID }),
 	text("cluster.gossip.listen", "ip:port", "gossip listeners, TCP and UDP; an empty host listens on every interface",
 		func(c *Config) *string { return &c.Cluster.Gossip.Listen }),
-	text("cluster.gossip.advertise", "ip:port", "the gossip address other silos use, behind NAT or in a container (default: the first private IP)",
+	text("cluster.gossip.advertise", "ip:port", "the gossip address other silos use, behind NAT or in a container; the silo's gRPC address takes its host too (default, when bound to every interface: an IP the hostname resolves to, else the first private IP)",
 		func(c *Config) *string { return &c.Cluster.Gossip.Advertise }),
 	text("cluster.grpc.listen", "host:port", "the silo-to-silo gRPC server",
 		func(c *Config) *string { return &c.Cluster.GRPC.Listen }),

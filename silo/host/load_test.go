@@ -411,3 +411,26 @@ func yamlScalar(v any) string {
 	out, _ := yaml.Marshal(v)
 	return strings.TrimSpace(string(out))
 }
+
+// EnvNames lists the variables Load reads: each one set alone is taken.
+func TestEnvNamesAreRead(t *testing.T) {
+	names := EnvNames()
+	if len(names) != len(fields)+1 || names[0] != "GRANARY_CONFIG" {
+		t.Fatalf("EnvNames = %q", names)
+	}
+	for _, f := range fields {
+		read := false
+		getenv := func(name string) string {
+			if name == envName(f.path) {
+				read = true
+			}
+			return ""
+		}
+		if _, err := Load(nil, getenv); err != nil {
+			t.Fatal(err)
+		}
+		if !read || !slices.Contains(names, envName(f.path)) {
+			t.Errorf("%s: read %v, listed %v", envName(f.path), read, slices.Contains(names, envName(f.path)))
+		}
+	}
+}
