@@ -68,7 +68,7 @@ type activationRec struct {
 	// calls counts the requests offered to the activation; sampled is
 	// calls as HotGrains last saw it (hotMu held too).
 	calls, sampled uint64
-	log          *zap.Logger
+	log            *zap.Logger
 }
 
 func (s *Silo) newActivation(id grain.ID, typ *grainType) *activationRec {
