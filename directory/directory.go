@@ -178,12 +178,6 @@ type Directory struct {
 	// new owner could not be delivered; RetryRegistrations sends them
 	// again. mu.
 	retry map[grain.ID]Entry
-	// resync holds the silos asked to register everything again
-	// (AskResync) that have not answered yet, each with the number of
-	// its latest request (from resyncSeq), so that the answer to an
-	// older one does not clear a newer one. mu.
-	resync    map[string]uint64
-	resyncSeq uint64
 	// recovering holds the views before recent changes, each with the end
 	// of its recovery window, oldest first; see recoveringLocked. mu.
 	recovering []recovery

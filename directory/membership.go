@@ -276,29 +276,23 @@ func (d *Directory) keepForRetry(items []Item) (n int) {
 // RetryRegistrations sends again the registrations of this silo's own
 // activations that a membership change moved to a new owner and that
 // could not be delivered then (the owner was unreachable for a moment,
-// as when a partition heals, or took this silo for dead): without them
-// an activation has no entry, and a duplicate made while views disagreed
-// would never be found. It also asks again the silos that AskResync could
-// not reach. The silo calls it periodically; a registration that fails
-// again is kept for the next call, one whose activation ended
-// (Unregister) is dropped, and one that meets another entry is reported
-// to Config.Lost. Any goroutine.
+// as when a partition heals): without them an activation has no entry,
+// and a duplicate made while views disagreed would never be found. The
+// silo calls it periodically; a registration that fails again is kept
+// for the next call, one whose activation ended (Unregister) is dropped,
+// and one that meets another entry is reported to Config.Lost. Any
+// goroutine.
 func (d *Directory) RetryRegistrations() {
 	var (
 		lost    []lostItem
 		batches = make(map[string][]Item)
-		resync  []string
 	)
 	d.mu.Lock()
-	ring := d.ring.Load()
-	for silo := range d.resync {
-		if _, dead := d.dead[silo]; dead || !ring.Contains(silo) {
-			// Gone again: when it comes back, it is asked anew.
-			delete(d.resync, silo)
-			continue
-		}
-		resync = append(resync, silo)
+	if len(d.retry) == 0 {
+		d.mu.Unlock()
+		return
 	}
+	ring := d.ring.Load()
 	for id, e := range d.retry {
 		switch o := ring.OwnerOf(id); o {
 		case "":
@@ -311,56 +305,21 @@ func (d *Directory) RetryRegistrations() {
 		delete(d.retry, id)
 	}
 	d.mu.Unlock()
-	for _, silo := range resync {
-		d.sendResync(silo)
-	}
 	d.settle(lost, batches)
 }
 
 // AskResync tells silo, which this one took for dead and now sees alive
 // again, to register all its activations again: their entries here, and
-// at every silo that purged them, are gone. Until silo answers, the
-// request is sent again by RetryRegistrations (Config.RetryNeeded is
-// told), for as long as silo is on the ring and not named dead again: the
-// first message to a silo just back may well fail, and without the
-// request a duplicate made while it was taken for dead would live on.
-// Any goroutine.
+// at every silo that purged them, are gone. Fire and forget. Any
+// goroutine.
 func (d *Directory) AskResync(silo string) {
 	if silo == d.self {
 		return
 	}
-	d.mu.Lock()
-	if d.resync == nil {
-		d.resync = make(map[string]uint64)
-	}
-	d.resyncSeq++
-	d.resync[silo] = d.resyncSeq
-	d.mu.Unlock()
-	d.sendResync(silo)
-}
-
-// sendResync sends silo the request of AskResync, once; it stays pending
-// until silo answers this request or a later one. mu not held.
-func (d *Directory) sendResync(silo string) {
-	d.mu.Lock()
-	seq := d.resync[silo]
-	d.mu.Unlock()
-	d.sender.Send(silo, &Request{Op: OpResync}, func(resp *Response, err error) {
-		if err == nil && resp == nil {
-			err = errNoResponse
-		}
+	d.sender.Send(silo, &Request{Op: OpResync}, func(_ *Response, err error) {
 		if err != nil {
-			d.log.Debug("directory: asking a silo to register again failed; asking again shortly", zap.String("silo", silo), zap.Error(err))
-			if d.cfg.RetryNeeded != nil {
-				d.cfg.RetryNeeded()
-			}
-			return
+			d.log.Debug("directory: asking a silo to register again failed", zap.String("silo", silo), zap.Error(err))
 		}
-		d.mu.Lock()
-		if d.resync[silo] <= seq { // not asked again since
-			delete(d.resync, silo)
-		}
-		d.mu.Unlock()
 	})
 }
 

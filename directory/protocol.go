@@ -70,8 +70,7 @@ type Response struct {
 	Rejected []Item  // Handoff: items that lost to an entry recorded already
 	Winners  []Entry // Handoff: the winners, parallel to Rejected
 	// Handoff: items recorded nowhere (no owner in view, the hop bound, a
-	// silo on the way unreachable, a holder the receiver takes for dead);
-	// their silos send them again.
+	// silo on the way unreachable); their silos send them again.
 	Unplaced []Item
 }
 
@@ -143,8 +142,7 @@ func checkRequest(req *Request) error {
 // and the answer relayed, while Hops < Config.MaxHops; past that it fails
 // with Unavailable. Of a handoff, the items this silo owns are merged
 // first-wins and the others passed on, grouped by the owner it believes
-// in; items that cannot be placed, or that name a silo this one takes for
-// dead, are answered as Unplaced (their holders, if alive, send them
+// in; items that cannot be placed are dropped (their holders register them
 // again). Bad requests fail with InvalidArgument. Any goroutine.
 func (d *Directory) Handle(from string, req *Request, reply func(*Response, error)) {
 	if err := checkRequest(req); err != nil {
@@ -239,11 +237,7 @@ func (d *Directory) handleHandoff(req *Request, reply func(*Response, error)) {
 	ring := d.ring.Load()
 	for _, it := range req.Items {
 		if _, dead := d.dead[it.Entry.Silo]; dead {
-			// Refused, but not silently: if its silo is alive after all
-			// (a healed partition, heard of there before here), the
-			// silo sends it again and it lands once this one has heard.
 			dropped++
-			resp.Unplaced = append(resp.Unplaced, it)
 			continue
 		}
 		switch o := ring.OwnerOf(it.ID); {
