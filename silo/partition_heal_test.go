@@ -1,0 +1,181 @@
+package silo
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/directory"
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/proto/probe"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// partitionHealTimeout is how long the cluster has, once its membership
+// converged after a partition healed, to be back to one activation per
+// grain: a membership round and a directory round, with room for -race.
+const partitionHealTimeout = 5 * time.Second
+
+// TestClusterPartitionHealLeavesOneActivation: silo c is cut off from a
+// and b (membership and network) until each side takes the other for
+// dead, while every grain is called from both sides, so most grains get
+// an activation on each side. Once the partition heals and the
+// membership converges, every grain must be back to one activation in
+// the whole cluster, named by its entry at its owner, within a bounded
+// time and without calls: a duplicate that only a later call would trip
+// over is still a duplicate.
+//
+// "together": every silo hears of the heal at once.
+//
+// "first message lost": the order of the chaos run in Docker, where
+// gossip is back before every silo has heard of it, and a message right
+// after the heal can fail. c hears first, and re-registers its grains
+// at a while a still takes c for dead, so a drops them; then a hears,
+// but its request that c register everything again (OpResync) fails, as
+// the first message on a link just back may. Nothing sends c's
+// registrations again: c keeps its activations of the grains a owns,
+// while a's entries name a's activations. This case fails today and is
+// skipped: making the dropped handoff and the resync request retry until
+// they land passed it, but in the Docker chaos run the reconciliation it
+// started then failed calls for longer than the 5 s recovery bound, so the
+// change was taken back until the reconciliation is made quiet too.
+func TestClusterPartitionHealLeavesOneActivation(t *testing.T) {
+	for _, heal := range []string{"together", "first message lost"} {
+		t.Run(heal, func(t *testing.T) {
+			if heal == "first message lost" {
+				t.Skip("known: a duplicate made during a partition outlives the heal when the first messages after it are lost; see the comment above")
+			}
+			testPartitionHeal(t, heal)
+		})
+	}
+}
+
+func testPartitionHeal(t *testing.T, heal string) {
+	logs := map[string]*observer.ObservedLogs{}
+	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{tweak: func(cfg *Config) {
+		core, obs := observer.New(zapcore.DebugLevel)
+		logs[cfg.Name] = obs // silos start one at a time
+		if cfg.Logger != nil {
+			core = zapcore.NewTee(core, cfg.Logger.Core())
+		}
+		cfg.Logger = zap.New(core)
+	}})
+	a, b, c := tc.silo("a"), tc.silo("b"), tc.silo("c")
+	silos := []*Silo{a, b, c}
+	ks := keys("heal", 90)
+	for i, k := range ks {
+		if _, err := tc.call(silos[i%3], k, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tc.hub.Partition([]string{c.Member()}, []string{a.Member(), b.Member()})
+	tc.net.Partition([]string{addrOf("c")}, []string{addrOf("a"), addrOf("b")})
+	waitFor(t, "both sides to see the partition", func() bool {
+		return a.cl.dir.Ring().Len() == 2 && b.cl.dir.Ring().Len() == 2 && c.cl.dir.Ring().Len() == 1
+	})
+	for _, via := range silos {
+		for _, k := range ks {
+			if _, err := tc.call(via, k, nil); err != nil {
+				t.Fatalf("calling %s through %s during the partition: %v", k, via.cfg.Name, err)
+			}
+		}
+	}
+	dups := 0
+	for _, k := range ks {
+		if len(holders(silos, k)) > 1 {
+			dups++
+		}
+	}
+	if dups == 0 {
+		t.Fatal("the partition made no duplicate activation: the test exercises nothing")
+	}
+	t.Logf("%d of %d grains have an activation on each side of the partition", dups, len(ks))
+
+	switch heal {
+	case "together":
+		tc.hub.Heal()
+		tc.net.Heal()
+	case "first message lost":
+		tc.hub.Hold(a.Member())
+		dropped := a.cl.dir.Stats().Dropped
+		tc.hub.Heal()
+		tc.net.Heal()
+		waitFor(t, "a to drop c's registrations while it takes c for dead", func() bool {
+			// b's requests first: the resync b asks of c makes c send more.
+			return b.cl.dir.Ring().Len() == 3 && c.cl.dir.Ring().Len() == 3 &&
+				b.cl.tport.Stats().Pending == 0 && c.cl.tport.Stats().Pending == 0 &&
+				c.cl.dir.Stats().Retrying == 0 && a.cl.dir.Stats().Dropped > dropped
+		})
+		// The link from a to c fails once more while a hears of c.
+		tc.net.Partition([]string{addrOf("c")}, []string{addrOf("a")})
+		tc.hub.Release(a.Member())
+		waitFor(t, "a's request that c register again to fail", func() bool {
+			return logs["a"].FilterMessageSnippet("asking a silo to register again failed").Len() > 0
+		})
+		tc.net.Heal()
+	}
+	tc.waitConverged()
+
+	var problems []string
+	deadline := time.Now().Add(partitionHealTimeout)
+	for {
+		if problems = singleActivationProblems(silos, ks); len(problems) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline, not waiting for an event
+	}
+	slices.Sort(problems)
+	if n := len(problems); n > 10 {
+		problems = append(problems[:10], fmt.Sprintf("... and %d more", n-10))
+	}
+	t.Fatalf("%v after the membership converged, the cluster is not back to one activation per grain:\n\t%s",
+		partitionHealTimeout, strings.Join(problems, "\n\t"))
+}
+
+// singleActivationProblems checks, for each probe key, that at most one
+// silo holds an activation of it and that the entry at the grain's owner
+// names that activation; it returns what it found wrong.
+func singleActivationProblems(silos []*Silo, ks []string) []string {
+	names := map[string]string{} // member ID → silo name
+	entries := map[grain.ID]directory.Entry{}
+	for _, s := range silos {
+		names[s.cl.self] = s.cfg.Name
+		for _, it := range s.cl.dir.Entries() {
+			if s.cl.dir.Owner(it.ID) == s.cl.self {
+				entries[it.ID] = it.Entry
+			}
+		}
+	}
+	var problems []string
+	for _, k := range ks {
+		var acts []string
+		var held directory.Entry
+		for _, s := range silos {
+			if v, ok := s.types[probe.ProbeGrainType].acts.Load(k); ok {
+				a := v.(*activationRec)
+				acts = append(acts, fmt.Sprintf("%s#%d", s.cfg.Name, a.actID))
+				held = directory.Entry{Silo: s.cl.self, Activation: a.actID}
+			}
+		}
+		e, ok := entries[reviewProbeID(k)]
+		entry := "none"
+		if ok {
+			entry = fmt.Sprintf("%s#%d", names[e.Silo], e.Activation)
+		}
+		switch {
+		case len(acts) > 1:
+			problems = append(problems, fmt.Sprintf("%s: %d activations %v, entry %s", k, len(acts), acts, entry))
+		case len(acts) == 1 && e != held:
+			problems = append(problems, fmt.Sprintf("%s: activation %s, entry %s", k, acts[0], entry))
+		}
+	}
+	return problems
+}
