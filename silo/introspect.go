@@ -96,11 +96,11 @@ func (s *Silo) Ready() error {
 
 // Members returns the cluster's live members sorted by ID, this silo
 // included, as the membership last gossiped them; a silo alone returns
-// one member for itself, with its load as of now. Any goroutine, once
-// Start has returned.
+// one member for itself, with its load as of now, and so does a silo
+// whose Start has not returned. Any goroutine.
 func (s *Silo) Members() []membership.Member {
-	if s.cl != nil && s.cl.mship != nil {
-		return s.cl.mship.Members()
+	if cl := s.startedCluster(); cl != nil && cl.mship != nil {
+		return cl.mship.Members()
 	}
 	st := membership.StatusActive
 	switch s.status() {
@@ -146,6 +146,9 @@ func (s *Silo) TypeStats() []TypeStats {
 // for a malformed ID, Unavailable when the directory cannot answer. Any
 // goroutine, once Start has returned.
 func (s *Silo) Lookup(ctx context.Context, id grain.ID) (member string, found bool, err error) {
+	if !s.up.Load() {
+		return "", false, status.Error(codes.Unavailable, s.Ready().Error())
+	}
 	if err := s.checkAdminID(id); err != nil {
 		return "", false, err
 	}
@@ -157,9 +160,6 @@ func (s *Silo) Lookup(ctx context.Context, id grain.ID) (member string, found bo
 	}
 	if s.cl == nil {
 		return "", false, unknownType(id)
-	}
-	if !s.up.Load() {
-		return "", false, s.Ready()
 	}
 	if e, ok := s.cl.dir.CachedLookup(id); ok && e.Silo != s.cl.self {
 		s.cl.dir.Invalidate(id, e) // a cached answer may be stale: ask the owner
@@ -206,8 +206,25 @@ func (s *Silo) checkAdminID(id grain.ID) error {
 	switch {
 	case id.Type == "" || id.Key == "":
 		return status.Errorf(codes.InvalidArgument, "granary: grain ID %q needs a type and a key", id)
-	case s.types[id.Type] == nil && (s.cl == nil || len(s.cl.view.Load().hosts[id.Type]) == 0):
+	case s.types[id.Type] == nil && !s.hostedElsewhere(id.Type):
 		return unknownType(id)
+	}
+	return nil
+}
+
+// hostedElsewhere reports whether another silo of the cluster hosts
+// grainType, as far as this one knows.
+func (s *Silo) hostedElsewhere(grainType string) bool {
+	cl := s.startedCluster()
+	return cl != nil && len(cl.view.Load().hosts[grainType]) > 0
+}
+
+// startedCluster returns the silo's cluster once Start has set it up (nil
+// for a silo alone, and before then): Start writes s.cl without a lock,
+// and the lifecycle flags publish it.
+func (s *Silo) startedCluster() *cluster {
+	if s.up.Load() || s.stopping.Load() {
+		return s.cl
 	}
 	return nil
 }

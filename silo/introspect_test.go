@@ -25,6 +25,12 @@ func TestInfoAndReadyFollowTheLifecycle(t *testing.T) {
 	if s.Ready() == nil {
 		t.Error("Ready before Start = nil, want an error")
 	}
+	if _, _, err := s.Lookup(context.Background(), grain.NewID(probe.ProbeGrainType, "k")); status.Code(err) != codes.Unavailable {
+		t.Errorf("Lookup before Start = %v, want Unavailable", err)
+	}
+	if ms := s.Members(); len(ms) != 1 || ms[0].Status.String() != "joining" {
+		t.Errorf("Members before Start = %+v, want itself, joining", ms)
+	}
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -49,13 +49,19 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// cluster asks for the cluster report.
-func (o *options) cluster(cmd *cobra.Command) (r adminapi.ClusterReport, err error) {
+// ask runs one request of the admin API through o.call and returns its
+// answer.
+func ask[T any](o *options, cmd *cobra.Command, request func(context.Context, *adminapi.Client) (T, error)) (answer T, err error) {
 	err = o.call(cmd, func(ctx context.Context, c *adminapi.Client) (err error) {
-		r, err = c.Cluster(ctx)
+		answer, err = request(ctx, c)
 		return err
 	})
-	return r, err
+	return answer, err
+}
+
+// cluster asks for the cluster report.
+func (o *options) cluster(cmd *cobra.Command) (adminapi.ClusterReport, error) {
+	return ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.ClusterReport, error) { return c.Cluster(ctx) })
 }
 
 func newStatusCmd(o *options) *cobra.Command {
@@ -120,10 +126,8 @@ func newLookupCmd(o *options) *cobra.Command {
 		Short: "Say which silo a grain is active on",
 		Args:  grainArg,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			var loc adminapi.Location
-			err := o.call(cmd, func(ctx context.Context, c *adminapi.Client) (err error) {
-				loc, err = c.Lookup(ctx, args[0])
-				return err
+			loc, err := ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.Location, error) {
+				return c.Lookup(ctx, args[0])
 			})
 			if err != nil {
 				return err
@@ -151,10 +155,8 @@ it once its running requests have finished. The next call activates the
 grain again, possibly elsewhere.`,
 		Args: grainArg,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			var d adminapi.Deactivation
-			err := o.call(cmd, func(ctx context.Context, c *adminapi.Client) (err error) {
-				d, err = c.Deactivate(ctx, args[0])
-				return err
+			d, err := ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.Deactivation, error) {
+				return c.Deactivate(ctx, args[0])
 			})
 			if err != nil {
 				return err
@@ -192,10 +194,8 @@ leaves on its own.`,
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			var r adminapi.DrainReply
-			err := o.call(cmd, func(ctx context.Context, c *adminapi.Client) (err error) {
-				r, err = c.Drain(ctx, args[0])
-				return err
+			r, err := ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.DrainReply, error) {
+				return c.Drain(ctx, args[0])
 			})
 			if err != nil {
 				return err

@@ -57,6 +57,12 @@ func writeErrorCode(w http.ResponseWriter, httpStatus int, code, message string)
 // allow answers 405 and returns false unless r's method is method (or
 // HEAD, when method is GET).
 func allow(w http.ResponseWriter, r *http.Request, method string) bool {
+	if r.Method == method && method == http.MethodPost && crossSite(r) {
+		// A page on another site an operator has open must not be able
+		// to drain or deactivate: browsers say where a request comes from.
+		writeError(w, http.StatusForbidden, codes.PermissionDenied, "POST %s from another site (Origin %q): refused", r.URL.Path, r.Header.Get("Origin"))
+		return false
+	}
 	if r.Method == method || (method == http.MethodGet && r.Method == http.MethodHead) {
 		return true
 	}
@@ -67,6 +73,21 @@ func allow(w http.ResponseWriter, r *http.Request, method string) bool {
 	w.Header().Set("Allow", allowed)
 	writeError(w, http.StatusMethodNotAllowed, codes.Unimplemented, "%s %s: method not allowed; use %s", r.Method, r.URL.Path, method)
 	return false
+}
+
+// crossSite reports whether a browser sent r from a page of another
+// origin. Programs (granaryctl, the admin servers forwarding to each
+// other) send neither header.
+func crossSite(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
+		return true
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	return err != nil || u.Host != r.Host
 }
 
 // queryParam returns the one value of the query parameter name, or

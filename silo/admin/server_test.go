@@ -506,3 +506,46 @@ func TestAttachTwicePanics(t *testing.T) {
 	}()
 	srv.Attach(sl, nil)
 }
+
+// A page of another site that an operator has open in a browser cannot
+// drain the silo or deactivate grains: the browser says where the request
+// comes from, and the server refuses it before acting.
+func TestCrossSitePostsRefused(t *testing.T) {
+	var drains atomic.Int32
+	srv, _ := startAlone(t, admin.Config{Drain: func() { drains.Add(1) }})
+	for _, h := range []struct{ name, value string }{
+		{"Origin", "http://evil.example"},
+		{"Sec-Fetch-Site", "cross-site"},
+	} {
+		for _, path := range []string{adminapi.PathDrain + "?silo=alone", adminapi.PathDeactivate + "?grain=probe.Probe/a"} {
+			req, err := http.NewRequestWithContext(testCtx(t), http.MethodPost, "http://"+srv.Addr()+path, http.NoBody)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set(h.name, h.value)
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("POST %s with %s: %s: status %d, want 403", path, h.name, h.value, resp.StatusCode)
+			}
+		}
+	}
+	if n := drains.Load(); n != 0 {
+		t.Errorf("a cross-site request drained the silo (%d calls)", n)
+	}
+	// The same request from the dashboard's own origin, as a program would
+	// send it, is taken.
+	req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, "http://"+srv.Addr()+adminapi.PathDrain+"?silo=alone", http.NoBody)
+	req.Header.Set("Origin", "http://"+srv.Addr())
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || drains.Load() != 1 {
+		t.Errorf("a same-origin drain: status %d, %d drains; want 202 and 1", resp.StatusCode, drains.Load())
+	}
+}

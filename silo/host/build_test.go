@@ -159,7 +159,11 @@ func TestSiloPostgres(t *testing.T) {
 func TestRedaction(t *testing.T) {
 	tests := []struct{ dsn, want string }{
 		{"postgres://u:hunter2@db:5432/g?sslmode=disable", "postgres://u:xxxxx@db:5432/g?sslmode=disable"},
-		{"postgres://db/g?user=u&password=hunter2", "postgres://db/g?password=xxxxx&user=u"},
+		{"postgres://db/g?user=u&password=hunter2", "postgres://db/g?user=u&password=xxxxx"},
+		{"postgres://u:hunter2@/g?host=/var/run/postgresql", "postgres://u:xxxxx@/g?host=/var/run/postgresql"},
+		{"postgres://u:hun%ter2@db:5432/g", "postgres://u:xxxxx@db:5432/g"},
+		{"postgres://u:hun#ter@2@db/g", "postgres://u:xxxxx@db/g"},
+		{"postgres://u@db/g", "postgres://u@db/g"},
 		{"host=db password=hunter2 user=u", "host=db password=xxxxx user=u"},
 		{"host=db password = 'hunter 2' user=u", "host=db password = xxxxx user=u"},
 		{"host=db user=u", "host=db user=u"},

@@ -3,7 +3,6 @@ package host
 import (
 	"fmt"
 	"io"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -253,17 +252,29 @@ func (f *field) logValue(c *Config) string {
 // dsnPassword finds the password of a key=value DSN.
 var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
-// redactDSN hides the password of a DSN, in either form.
+// redactDSN hides the password of a DSN, in either form. A URL's user
+// information is cut by hand rather than through url.Parse, which refuses
+// passwords with '%' or '#' and would leave them shown.
 func redactDSN(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.Host != "" {
-		if q := u.Query(); q.Has("password") {
-			q.Set("password", "xxxxx")
-			u.RawQuery = q.Encode()
-		}
-		return u.Redacted()
+	scheme, rest, isURL := strings.Cut(dsn, "://")
+	if !isURL {
+		return dsnPassword.ReplaceAllString(dsn, "${1}xxxxx")
 	}
-	return dsnPassword.ReplaceAllString(dsn, "${1}xxxxx")
+	// The user information ends at the last '@' before the path: a
+	// password may hold '@', '/', '?' and '#' too.
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if user, _, hasPassword := strings.Cut(rest[:at], ":"); hasPassword {
+			rest = user + ":xxxxx" + rest[at:]
+		}
+	}
+	if path, query, ok := strings.Cut(rest, "?"); ok {
+		rest = path + "?" + dsnQueryPassword.ReplaceAllString(query, "${1}xxxxx")
+	}
+	return scheme + "://" + rest
 }
+
+// dsnQueryPassword finds a password given as a URL DSN's query parameter.
+var dsnQueryPassword = regexp.MustCompile(`(?i)((?:^|&)password=)[^&]*`)
 
 // Usage writes the command-line help of a silo host program named
 // program: every flag with its environment variable and default.

@@ -16,8 +16,9 @@ import (
 )
 
 // numCodes is the number of gRPC codes with a name: OK to
-// Unauthenticated. Calls that end with another code are counted too, on
-// a slower path.
+// Unauthenticated. A call that ends with another code is counted as
+// Unknown, so the code label has at most these values whatever grains
+// return; RecentErrors keeps its own code.
 const numCodes = int(codes.Unauthenticated) + 1
 
 // maxErrorMessage bounds the message a CallError keeps, in bytes.
@@ -29,9 +30,6 @@ const maxErrorMessage = 512
 type methodStats struct {
 	typ, method string
 	byCode      [numCodes]atomic.Pointer[callStats]
-
-	mu    sync.Mutex
-	other map[codes.Code]*callStats // codes past Unauthenticated; mu
 }
 
 // callStats is the duration histogram of one method's calls that ended
@@ -76,28 +74,19 @@ func (m *Metrics) newCallStats() *callStats {
 	return &callStats{counts: make([]atomic.Uint64, len(m.bounds)+1)}
 }
 
-// forCode returns the counts of ms's calls that ended with code, making
-// them on first use. Any goroutine; lock-free for the named codes.
+// forCode returns the counts of ms's calls that ended with code (Unknown
+// for a code without a name), making them on first use. Any goroutine;
+// lock-free.
 func (m *Metrics) forCode(ms *methodStats, code codes.Code) *callStats {
-	if int(code) < numCodes {
-		slot := &ms.byCode[code]
-		if cs := slot.Load(); cs != nil {
-			return cs
-		}
-		slot.CompareAndSwap(nil, m.newCallStats())
-		return slot.Load()
+	if int(code) >= numCodes {
+		code = codes.Unknown
 	}
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	cs := ms.other[code]
-	if cs == nil {
-		if ms.other == nil {
-			ms.other = map[codes.Code]*callStats{}
-		}
-		cs = m.newCallStats()
-		ms.other[code] = cs
+	slot := &ms.byCode[code]
+	if cs := slot.Load(); cs != nil {
+		return cs
 	}
-	return cs
+	slot.CompareAndSwap(nil, m.newCallStats())
+	return slot.Load()
 }
 
 // each calls fn with each code ms has counted calls for and their stats.
@@ -106,15 +95,6 @@ func (ms *methodStats) each(fn func(code codes.Code, cs *callStats)) {
 		if cs := ms.byCode[i].Load(); cs != nil {
 			fn(codes.Code(i), cs)
 		}
-	}
-	ms.mu.Lock()
-	other := make(map[codes.Code]*callStats, len(ms.other))
-	for c, cs := range ms.other {
-		other[c] = cs
-	}
-	ms.mu.Unlock()
-	for c, cs := range other {
-		fn(c, cs)
 	}
 }
 

@@ -27,7 +27,8 @@
 // Stats, TypeStats and StateStats when Prometheus scrapes. No family
 // carries a label naming the silo; the Prometheus server adds the
 // instance it scraped. Label values are bounded by what the silo hosts:
-// grain types, their methods, the 17 gRPC codes, storage provider names.
+// grain types, their methods, the 17 gRPC codes (a call that ends with a
+// code past Unauthenticated counts as Unknown), storage provider names.
 // Grain keys never become labels.
 //
 // Every family is in the granary namespace. Counters (_total) count from
