@@ -59,6 +59,19 @@ func ask[T any](o *options, cmd *cobra.Command, request func(context.Context, *a
 	return answer, err
 }
 
+// respond asks the admin API once and prints its answer: as JSON with
+// -o json, else through text.
+func respond[T any](o *options, cmd *cobra.Command, request func(context.Context, *adminapi.Client) (T, error), text func(io.Writer, T) error) error {
+	answer, err := ask(o, cmd, request)
+	switch {
+	case err != nil:
+		return err
+	case o.output == outputJSON:
+		return printJSON(cmd, answer)
+	}
+	return text(cmd.OutOrStdout(), answer)
+}
+
 // cluster asks for the cluster report.
 func (o *options) cluster(cmd *cobra.Command) (adminapi.ClusterReport, error) {
 	return ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.ClusterReport, error) { return c.Cluster(ctx) })
@@ -126,22 +139,16 @@ func newLookupCmd(o *options) *cobra.Command {
 		Short: "Say which silo a grain is active on",
 		Args:  grainArg,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			loc, err := ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.Location, error) {
+			return respond(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.Location, error) {
 				return c.Lookup(ctx, args[0])
+			}, func(out io.Writer, loc adminapi.Location) (err error) {
+				if !loc.Active {
+					_, err = fmt.Fprintf(out, "%s is not active\n", args[0])
+				} else {
+					_, err = fmt.Fprintf(out, "%s is active on %s\n", args[0], siloName(loc.Name, loc.Member))
+				}
+				return err
 			})
-			if err != nil {
-				return err
-			}
-			if o.output == outputJSON {
-				return printJSON(cmd, loc)
-			}
-			out := cmd.OutOrStdout()
-			if !loc.Active {
-				_, err = fmt.Fprintf(out, "%s is not active\n", args[0])
-				return err
-			}
-			_, err = fmt.Fprintf(out, "%s is active on %s\n", args[0], siloName(loc.Name, loc.Member))
-			return err
 		}),
 	}
 }
@@ -155,26 +162,19 @@ it once its running requests have finished. The next call activates the
 grain again, possibly elsewhere.`,
 		Args: grainArg,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			d, err := ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.Deactivation, error) {
+			return respond(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.Deactivation, error) {
 				return c.Deactivate(ctx, args[0])
+			}, func(out io.Writer, d adminapi.Deactivation) (err error) {
+				switch {
+				case !d.Deactivated:
+					_, err = fmt.Fprintf(out, "%s was not active\n", args[0])
+				case d.Member == "":
+					_, err = fmt.Fprintf(out, "deactivated %s\n", args[0])
+				default:
+					_, err = fmt.Fprintf(out, "deactivated %s on %s\n", args[0], d.Member)
+				}
+				return err
 			})
-			if err != nil {
-				return err
-			}
-			if o.output == outputJSON {
-				return printJSON(cmd, d)
-			}
-			out := cmd.OutOrStdout()
-			if !d.Deactivated {
-				_, err = fmt.Fprintf(out, "%s was not active\n", args[0])
-				return err
-			}
-			if d.Member == "" {
-				_, err = fmt.Fprintf(out, "deactivated %s\n", args[0])
-				return err
-			}
-			_, err = fmt.Fprintf(out, "deactivated %s on %s\n", args[0], d.Member)
-			return err
 		}),
 	}
 }
@@ -194,18 +194,12 @@ leaves on its own.`,
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			r, err := ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.DrainReply, error) {
+			return respond(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.DrainReply, error) {
 				return c.Drain(ctx, args[0])
-			})
-			if err != nil {
+			}, func(out io.Writer, r adminapi.DrainReply) error {
+				_, err := fmt.Fprintf(out, "%s is draining: it hands its grains over and leaves the cluster\n", siloName(r.Name, r.Member))
 				return err
-			}
-			if o.output == outputJSON {
-				return printJSON(cmd, r)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s is draining: it hands its grains over and leaves the cluster\n",
-				siloName(r.Name, r.Member))
-			return err
+			})
 		}),
 	}
 }
