@@ -96,28 +96,23 @@ func newStatusCmd(o *options) *cobra.Command {
 }
 
 func newSilosCmd(o *options) *cobra.Command {
-	return &cobra.Command{
-		Use:   "silos",
-		Short: "List the cluster's silos with their status, load and addresses",
-		Args:  noArgs,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			r, err := o.cluster(cmd)
-			if err != nil {
-				return err
-			}
-			warnUnreachable(cmd.ErrOrStderr(), r.Unreachable)
-			if o.output == outputJSON {
-				return printJSON(cmd, nonNil(r.Silos))
-			}
-			return printSilos(cmd.OutOrStdout(), r)
-		}),
-	}
+	return newClusterListCmd(o, "silos", "List the cluster's silos with their status, load and addresses",
+		func(r adminapi.ClusterReport) any { return nonNil(r.Silos) }, printSilos)
 }
 
 func newGrainsCmd(o *options) *cobra.Command {
+	return newClusterListCmd(o, "grains", "List grain types with their activations, calls and errors over the cluster",
+		func(r adminapi.ClusterReport) any { return nonNil(r.Types) },
+		func(out io.Writer, r adminapi.ClusterReport) error { return printGrains(out, r.Types) })
+}
+
+// newClusterListCmd makes a command that lists a part of the cluster
+// report: list picks what -o json prints, and text prints the table. The
+// members that did not answer are named on standard error.
+func newClusterListCmd(o *options, use, short string, list func(adminapi.ClusterReport) any, text func(io.Writer, adminapi.ClusterReport) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   "grains",
-		Short: "List grain types with their activations, calls and errors over the cluster",
+		Use:   use,
+		Short: short,
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			r, err := o.cluster(cmd)
@@ -126,9 +121,9 @@ func newGrainsCmd(o *options) *cobra.Command {
 			}
 			warnUnreachable(cmd.ErrOrStderr(), r.Unreachable)
 			if o.output == outputJSON {
-				return printJSON(cmd, nonNil(r.Types))
+				return printJSON(cmd, list(r))
 			}
-			return printGrains(cmd.OutOrStdout(), r.Types)
+			return text(cmd.OutOrStdout(), r)
 		}),
 	}
 }

@@ -61,21 +61,30 @@ func isSelf(info silo.Info, member string) bool {
 	return info.Member == "" || member == info.Member || member == ""
 }
 
-func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
-	if !allow(w, r, http.MethodGet) {
-		return
+// lookupParam answers a request about the grain its query names, by
+// method: it finds where the grain is active, or answers the error and
+// returns ok false.
+func (s *Server) lookupParam(w http.ResponseWriter, r *http.Request, method string) (a *attachment, id grain.ID, member string, found, ok bool) {
+	if !allow(w, r, method) {
+		return nil, id, "", false, false
 	}
-	a := s.attached(w)
-	if a == nil {
-		return
+	if a = s.attached(w); a == nil {
+		return nil, id, "", false, false
 	}
-	id, ok := grainParam(w, r, a)
-	if !ok || !ready(w, a) {
-		return
+	if id, ok = grainParam(w, r, a); !ok || !ready(w, a) {
+		return nil, id, "", false, false
 	}
 	member, found, err := a.sl.Lookup(r.Context(), id)
 	if err != nil {
 		writeSiloError(w, "looking up "+id.String(), err)
+		return nil, id, "", false, false
+	}
+	return a, id, member, found, true
+}
+
+func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
+	a, id, member, found, ok := s.lookupParam(w, r, http.MethodGet)
+	if !ok {
 		return
 	}
 	loc := adminapi.Location{Grain: id.String(), Active: found}
@@ -91,23 +100,11 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeactivate(w http.ResponseWriter, r *http.Request) {
-	if !allow(w, r, http.MethodPost) {
-		return
-	}
-	a := s.attached(w)
-	if a == nil {
-		return
-	}
-	id, ok := grainParam(w, r, a)
-	if !ok || !ready(w, a) {
+	a, id, member, found, ok := s.lookupParam(w, r, http.MethodPost)
+	if !ok {
 		return
 	}
 	ctx := r.Context()
-	member, found, err := a.sl.Lookup(ctx, id)
-	if err != nil {
-		writeSiloError(w, "looking up "+id.String(), err)
-		return
-	}
 	if !found {
 		writeJSON(w, http.StatusOK, adminapi.Deactivation{Grain: id.String()})
 		return
@@ -131,7 +128,7 @@ func (s *Server) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 	}
 	peer := members[i]
 	var reply adminapi.Deactivation
-	err = s.forward(peer, func(c *adminapi.Client) (err error) {
+	err := s.forward(peer, func(c *adminapi.Client) (err error) {
 		pctx, cancel := s.peerContext(ctx)
 		defer cancel()
 		reply, err = c.Deactivate(pctx, id.String())
