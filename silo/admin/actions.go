@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -128,10 +129,8 @@ func (s *Server) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 	}
 	peer := members[i]
 	var reply adminapi.Deactivation
-	err := s.forward(peer, func(c *adminapi.Client) (err error) {
-		pctx, cancel := s.peerContext(ctx)
-		defer cancel()
-		reply, err = c.Deactivate(pctx, id.String())
+	err := s.forward(ctx, peer, func(ctx context.Context, c *adminapi.Client) (err error) {
+		reply, err = c.Deactivate(ctx, id.String())
 		return err
 	})
 	if err != nil {
@@ -145,8 +144,9 @@ func (s *Server) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 // admin API.
 var errNoAdminAddr = errors.New("the member gossips no admin address")
 
-// forward runs call with a client of peer's admin server.
-func (s *Server) forward(peer membership.Member, call func(*adminapi.Client) error) error {
+// forward runs call with a client of peer's admin server, within
+// Config.PeerTimeout of ctx.
+func (s *Server) forward(ctx context.Context, peer membership.Member, call func(context.Context, *adminapi.Client) error) error {
 	if peer.AdminAddr == "" {
 		return errNoAdminAddr
 	}
@@ -154,7 +154,9 @@ func (s *Server) forward(peer membership.Member, call func(*adminapi.Client) err
 	if err != nil {
 		return err
 	}
-	return call(c)
+	ctx, cancel := s.peerContext(ctx)
+	defer cancel()
+	return call(ctx, c)
 }
 
 func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request) {
@@ -199,9 +201,7 @@ func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request) {
 	}
 	peer := match[0]
 	var reply adminapi.DrainReply
-	err := s.forward(peer, func(c *adminapi.Client) (err error) {
-		ctx, cancel := s.peerContext(r.Context())
-		defer cancel()
+	err := s.forward(r.Context(), peer, func(ctx context.Context, c *adminapi.Client) (err error) {
 		reply, err = c.Drain(ctx, peer.ID)
 		return err
 	})

@@ -79,30 +79,12 @@ func (s *Server) clusterReport(ctx context.Context, a *attachment) adminapi.Clus
 }
 
 // askPeer fetches the report of member m from its admin server.
-func (s *Server) askPeer(ctx context.Context, m membership.Member) (adminapi.SiloReport, error) {
-	if m.AdminAddr == "" {
-		return adminapi.SiloReport{}, errNoAdminAddr
-	}
-	c, err := s.peerClient(m.AdminAddr)
-	if err != nil {
-		return adminapi.SiloReport{}, err
-	}
-	ctx, cancel := s.peerContext(ctx)
-	defer cancel()
-	r, err := c.Silo(ctx)
-	if err != nil {
-		return r, err
-	}
-	// A report names its own silo; fill in what an older or partial
-	// report leaves out, so the merged lists say where each entry is.
-	self := cmp.Or(r.Member, r.Name, m.ID)
-	for i := range r.Hot {
-		r.Hot[i].Silo = cmp.Or(r.Hot[i].Silo, self)
-	}
-	for i := range r.Errors {
-		r.Errors[i].Silo = cmp.Or(r.Errors[i].Silo, self)
-	}
-	return r, nil
+func (s *Server) askPeer(ctx context.Context, m membership.Member) (r adminapi.SiloReport, err error) {
+	err = s.forward(ctx, m, func(ctx context.Context, c *adminapi.Client) (err error) {
+		r, err = c.Silo(ctx)
+		return err
+	})
+	return r, err
 }
 
 // mergeReports fills in the cluster-wide lists of out from its silos':

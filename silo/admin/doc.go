@@ -36,9 +36,9 @@
 //     that does not answer is listed as unreachable, never left out
 //     silently and never waited on past the timeout.
 //   - A POST that a browser marks as coming from another site (its
-//     Origin names another host, or Sec-Fetch-Site says cross-site) is
-//     refused with 403, so a page an operator has open elsewhere cannot
-//     drain the silo or deactivate grains.
+//     Origin names another host, or Sec-Fetch-Site says cross-site or
+//     same-site) is refused with 403, so a page an operator has open
+//     elsewhere cannot drain the silo or deactivate grains.
 //   - Deactivate and drain requests that concern another silo are
 //     forwarded to its admin server; the answer says which silo acted.
 //     Config.Drain is called at most once, on the request's goroutine.

@@ -81,10 +81,7 @@ func (sp *sampler) take() {
 	}
 	loads := sp.sl.HotGrains(HotLimit)
 	hot := make([]adminapi.HotGrain, 0, len(loads))
-	for _, l := range loads {
-		if l.Calls == 0 {
-			continue
-		}
+	for _, l := range loads { // only activations that took calls
 		hot = append(hot, adminapi.HotGrain{Grain: l.ID.String(), CallRate: float64(l.Calls) / secs})
 	}
 	totals := sp.totals()

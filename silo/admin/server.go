@@ -311,13 +311,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodGet) {
 		return
 	}
-	a := s.att.Load()
-	if a == nil {
-		writeError(w, http.StatusServiceUnavailable, codes.Unavailable, "not attached")
-		return
-	}
-	if err := a.sl.Ready(); err != nil {
-		writeError(w, http.StatusServiceUnavailable, codes.Unavailable, "%v", err)
+	if a := s.attached(w); a == nil || !ready(w, a) {
 		return
 	}
 	writeText(w, http.StatusOK, "ok")

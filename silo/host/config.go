@@ -112,8 +112,9 @@ type GossipConfig struct {
 	// every interface, port 0 picks a free one. Default ":7946".
 	Listen string `yaml:"listen"`
 	// Advertise is the IP:port other silos gossip with, behind NAT or in
-	// a container (port 0: the bound port). Default: memberlist's choice,
-	// the first private IP when bound to every interface.
+	// a container (port 0: the bound port); the silo's gRPC address takes
+	// its host too. Default, when bound to every interface: an IP the
+	// hostname resolves to, else the first private IP.
 	Advertise string `yaml:"advertise"`
 }
 
