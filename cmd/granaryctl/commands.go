@@ -72,9 +72,9 @@ func respond[T any](o *options, cmd *cobra.Command, request func(context.Context
 	return text(cmd.OutOrStdout(), answer)
 }
 
-// cluster asks for the cluster report.
-func (o *options) cluster(cmd *cobra.Command) (adminapi.ClusterReport, error) {
-	return ask(o, cmd, func(ctx context.Context, c *adminapi.Client) (adminapi.ClusterReport, error) { return c.Cluster(ctx) })
+// askCluster asks for the cluster report.
+func askCluster(ctx context.Context, c *adminapi.Client) (adminapi.ClusterReport, error) {
+	return c.Cluster(ctx)
 }
 
 func newStatusCmd(o *options) *cobra.Command {
@@ -83,14 +83,9 @@ func newStatusCmd(o *options) *cobra.Command {
 		Short: "Summarise the cluster: silos by status, activations, call and error rates",
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			r, err := o.cluster(cmd)
-			if err != nil {
-				return err
-			}
-			if o.output == outputJSON {
-				return printJSON(cmd, r)
-			}
-			return printStatus(cmd.OutOrStdout(), o.admin, r)
+			return respond(o, cmd, askCluster, func(out io.Writer, r adminapi.ClusterReport) error {
+				return printStatus(out, o.admin, r)
+			})
 		}),
 	}
 }
@@ -115,7 +110,7 @@ func newClusterListCmd(o *options, use, short string, list func(adminapi.Cluster
 		Short: short,
 		Args:  noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			r, err := o.cluster(cmd)
+			r, err := ask(o, cmd, askCluster)
 			if err != nil {
 				return err
 			}

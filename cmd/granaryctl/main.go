@@ -70,6 +70,10 @@ type options struct {
 	adminFrom string
 	timeout   time.Duration
 	output    string
+	// client speaks to the admin API, made by resolve on its own
+	// transport, whose idle connections call closes.
+	client    *adminapi.Client
+	transport *http.Transport
 }
 
 // Output formats of --output.
@@ -124,24 +128,23 @@ func (o *options) resolve(cmd *cobra.Command) error {
 	if o.output != outputTable && o.output != outputJSON {
 		return fmt.Errorf("--output %q: want table or json", o.output)
 	}
-	if _, err := adminapi.NewClient(o.admin, nil); err != nil {
+	o.transport = http.DefaultTransport.(*http.Transport).Clone()
+	c, err := adminapi.NewClient(o.admin, &http.Client{Transport: o.transport})
+	if err != nil {
 		return fmt.Errorf("%s: %w", o.adminFrom, err)
 	}
+	o.client = c
 	return nil
 }
 
 // call runs f with a client of the admin API and a context bounded by
 // --timeout, and turns its error into a failure naming the admin address.
 func (o *options) call(cmd *cobra.Command, f func(ctx context.Context, c *adminapi.Client) error) error {
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	defer transport.CloseIdleConnections()
-	c, err := adminapi.NewClient(o.admin, &http.Client{Transport: transport})
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.adminFrom, err)
-	}
+	defer o.transport.CloseIdleConnections()
+	c := o.client
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 	defer cancel()
-	err = f(ctx, c)
+	err := f(ctx, c)
 	switch {
 	case err == nil:
 		return nil
