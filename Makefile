@@ -104,7 +104,7 @@ cluster-down:
 ## e2e: the chaos test: kills, partitions and restarts silos of the compose cluster under load; writes docs/resilience.md.
 e2e: image
 	scripts/postgres-test.sh up --docker >/dev/null
-	GRANARY_CHROMIUM="$$(scripts/chromium.sh | tail -n1)" && export GRANARY_CHROMIUM && \
+	GRANARY_CHROMIUM="$${GRANARY_CHROMIUM:-$$(scripts/chromium.sh | tail -n1)}" && export GRANARY_CHROMIUM && \
 	$(GO) run ./deploy/e2e -compose $(COMPOSE_FILE) -image $(IMAGE) -grace $(CLUSTER_GRACE)s $(E2E_FLAGS)
 
 ## run: the bank example: concurrent transfers, a refused overdraft and a deadlock refused at once.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/silo/admin/adminapi"
 	"github.com/granaryio/granary/silo/host"
 	"go.uber.org/goleak"
 	"go.yaml.in/yaml/v3"
@@ -27,10 +28,10 @@ const (
 	adminPort   = 8080
 )
 
-// Probe paths of the admin server (silo/admin/adminapi).
+// Probe paths of the admin server.
 const (
-	readyzPath  = "/readyz"
-	healthzPath = "/healthz"
+	readyzPath  = adminapi.PathReadyz
+	healthzPath = adminapi.PathHealthz
 )
 
 // hostEnvNames are the environment variables the silo host reads.

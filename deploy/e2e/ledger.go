@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -155,7 +157,7 @@ func (l *ledger) final(counts map[string]int64, errs map[string]error) finalChec
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var f finalCheck
-	for _, key := range sortedKeys(l.tallies) {
+	for _, key := range slices.Sorted(maps.Keys(l.tallies)) {
 		t := l.tallies[key]
 		f.Acked += t.acked
 		f.Sent += t.sent

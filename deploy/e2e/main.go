@@ -30,10 +30,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -245,7 +247,7 @@ func discover(ctx context.Context, cp *compose, d dockerCLI) ([]silo, string, er
 			return nil, "", err
 		}
 		if len(st.Networks) != 1 {
-			return nil, "", fmt.Errorf("%s is on networks %v; want exactly one, the compose network", name, sortedKeys(st.Networks))
+			return nil, "", fmt.Errorf("%s is on networks %v; want exactly one, the compose network", name, slices.Sorted(maps.Keys(st.Networks)))
 		}
 		for n := range st.Networks {
 			if network != "" && n != network {
@@ -365,7 +367,7 @@ func sample(ctx context.Context, clock clockwork.Clock, admins map[string]*admin
 		case <-tk.Chan():
 		}
 		sum, answered := 0, 0
-		for _, name := range sortedKeys(admins) {
+		for _, name := range slices.Sorted(maps.Keys(admins)) {
 			reqCtx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
 			rep, err := admins[name].Silo(reqCtx)
 			cancel()
@@ -385,7 +387,7 @@ func sample(ctx context.Context, clock clockwork.Clock, admins map[string]*admin
 func counterActivations(rep adminapi.SiloReport) int {
 	n := 0
 	for _, t := range rep.Types {
-		if t.Type == "Counter" || strings.HasSuffix(t.Type, ".Counter") {
+		if t.Type == clusterpb.CounterGrainType {
 			n += t.Activations
 		}
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -64,7 +66,7 @@ func (r *result) evaluate(tl *timeline) {
 	if len(f.Unread) > 0 {
 		r.fail("final read: %d counters could not be read, the first: %s", len(f.Unread), f.Unread[0])
 	}
-	for _, s := range sortedKeys(r.Restarts) {
+	for _, s := range slices.Sorted(maps.Keys(r.Restarts)) {
 		if n := r.Restarts[s]; n > 0 {
 			r.fail("%s exited on its own and was restarted %d times by its restart policy", s, n)
 		}
