@@ -232,17 +232,19 @@ func (d *Directory) Owner(id grain.ID) string { return d.ring.Load().OwnerOf(id)
 // silo owns id (authoritative: false means id has no activation), else
 // from the cache (false means unknown). Any goroutine.
 //
-// Only a CachedLookup that finds an entry counts in Stats.Lookups: one
-// that misses is left to the Lookup its caller makes next, which counts.
+// Only an answer a caller routes by counts in Stats.Lookups: an entry
+// naming another silo. A miss, or an entry naming this silo (whose catalog
+// then lacks the activation, so the caller asks again), is left to the
+// Lookup the caller makes next, which counts.
 func (d *Directory) CachedLookup(id grain.ID) (Entry, bool) {
 	if e, ok, owner, _ := d.lookupOwned(id); owner == d.self {
-		if ok {
+		if ok && e.Silo != d.self {
 			d.lookups.Add(1)
 		}
 		return e, ok
 	}
 	e, ok := d.cache.Get(id)
-	if ok {
+	if ok && e.Silo != d.self {
 		d.lookups.Add(1)
 		d.cacheHits.Add(1)
 	}
@@ -332,6 +334,28 @@ func (d *Directory) Lookup(id grain.ID, done func(e Entry, found bool, err error
 		if ok {
 			d.cache.Put(id, e)
 		}
+		done(e, ok, nil)
+	}
+}
+
+// LookupOwner is Lookup past the cache, for operators, who want the
+// owner's answer rather than a hint that may be stale: it asks the owner
+// even when the cache holds an entry. It counts nothing in Stats, which
+// are about routing. Any goroutine.
+func (d *Directory) LookupOwner(id grain.ID, done func(e Entry, found bool, err error)) {
+	if id.IsZero() {
+		done(Entry{}, false, invalid("Lookup of the zero grain ID"))
+		return
+	}
+	e, ok, owner, recovering := d.lookupOwned(id)
+	switch {
+	case owner == "":
+		done(Entry{}, false, ErrNoSilos)
+	case owner != d.self:
+		d.askOwner(owner, id, done)
+	case recovering:
+		done(Entry{}, false, errRecovering(id))
+	default:
 		done(e, ok, nil)
 	}
 }

@@ -8,11 +8,12 @@ import (
 	"github.com/granaryio/granary/grain"
 )
 
-// ownedBy returns a grain ID that d's ring gives to silo.
-func ownedBy(t *testing.T, d *directory.Directory, silo string) grain.ID {
+// ownedBy returns a grain ID, its key beginning with prefix, that d's ring
+// gives to silo.
+func ownedBy(t *testing.T, d *directory.Directory, silo, prefix string) grain.ID {
 	t.Helper()
 	for i := range 10_000 {
-		if id := grain.NewID("t", fmt.Sprint(i)); d.Owner(id) == silo {
+		if id := grain.NewID("t", fmt.Sprint(prefix, i)); d.Owner(id) == silo {
 			return id
 		}
 	}
@@ -39,7 +40,7 @@ func TestLookupStats(t *testing.T) {
 		d.SetMembers([]string{"a", "b"}, nil)
 	}
 	a := dirs["a"]
-	remote, own := ownedBy(t, a, "b"), ownedBy(t, a, "a")
+	remote, own := ownedBy(t, a, "b", ""), ownedBy(t, a, "a", "")
 	dirs["b"].Register(remote, ent("b", 1), func(directory.Entry, error) {})
 
 	lookup := func(id grain.ID) {
@@ -77,9 +78,32 @@ func TestLookupStats(t *testing.T) {
 	}
 	lookup(own)
 	want("a Lookup in the own partition", 4, 2, 1)
-	a.Register(own, ent("a", 2), func(directory.Entry, error) {})
+	a.Register(own, ent("b", 2), func(directory.Entry, error) {})
 	if _, ok := a.CachedLookup(own); !ok {
 		t.Fatal("CachedLookup missed a grain registered here")
 	}
 	want("a CachedLookup in the own partition", 5, 2, 1)
+
+	// An entry naming this silo is one its caller confirms with Lookup
+	// (its catalog missed the activation): the two count once.
+	mine := ownedBy(t, a, "a", "mine")
+	a.Register(mine, ent("a", 3), func(directory.Entry, error) {})
+	if e, ok := a.CachedLookup(mine); !ok || e.Silo != "a" {
+		t.Fatalf("CachedLookup(%v) = %v, %v", mine, e, ok)
+	}
+	lookup(mine)
+	want("a CachedLookup naming this silo, then its Lookup", 6, 2, 1)
+
+	// LookupOwner asks the owner past the cache, and counts nothing.
+	var got directory.Entry
+	a.LookupOwner(remote, func(e directory.Entry, found bool, err error) {
+		if err != nil || !found {
+			t.Fatalf("LookupOwner(%v) = %v, %v", remote, found, err)
+		}
+		got = e
+	})
+	if got != ent("b", 1) {
+		t.Errorf("LookupOwner(%v) = %v, want b's activation 1", remote, got)
+	}
+	want("a LookupOwner", 6, 2, 1)
 }

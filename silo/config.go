@@ -198,8 +198,9 @@ func (c *Config) validate() error {
 		return bad("StopDeactivationTimeout", "%v must be positive", c.StopDeactivationTimeout)
 	}
 	if c.AdminAddr != "" {
-		if _, _, err := net.SplitHostPort(c.AdminAddr); err != nil {
-			return bad("AdminAddr", "%q is not host:port: %v", c.AdminAddr, err)
+		// Others dial it: it needs a host, as the membership requires.
+		if host, _, err := net.SplitHostPort(c.AdminAddr); err != nil || host == "" {
+			return bad("AdminAddr", "%q is not host:port with a host other silos can reach", c.AdminAddr)
 		}
 	}
 	for typ, tc := range c.Types {

@@ -48,7 +48,7 @@ func (s *Silo) Info() Info {
 	if t := s.startedAt.Load(); t != nil {
 		in.Started = *t
 	}
-	if s.up.Load() || s.stopping.Load() {
+	if s.published() {
 		in.Member = s.Member()
 		in.GossipAddr, in.GRPCAddr = s.ClusterAddrs()
 		in.GatewayAddr = s.advertisedGateway()
@@ -59,13 +59,10 @@ func (s *Silo) Info() Info {
 // advertisedGateway is the gateway address clients are told to dial, or
 // the bound one when there is none to tell; "" without a gateway.
 func (s *Silo) advertisedGateway() string {
-	if s.gw == nil {
-		return ""
-	}
-	if s.gw.addr != "" {
+	if s.gw != nil && s.gw.addr != "" {
 		return s.gw.addr
 	}
-	return s.gw.lis.Addr()
+	return s.GatewayAddr()
 }
 
 func (s *Silo) status() string {
@@ -143,8 +140,8 @@ func (s *Silo) TypeStats() []TypeStats {
 // false. In a cluster it asks the directory, past this silo's cache; a
 // stateless worker, which the directory does not hold, is found only on
 // this silo. Errors: NotFound for a type no silo hosts, InvalidArgument
-// for a malformed ID, Unavailable when the directory cannot answer. Any
-// goroutine, once Start has returned.
+// for a malformed ID, Unavailable before Start has returned or when the
+// directory cannot answer. Any goroutine.
 func (s *Silo) Lookup(ctx context.Context, id grain.ID) (member string, found bool, err error) {
 	if !s.up.Load() {
 		return "", false, status.Error(codes.Unavailable, s.Ready().Error())
@@ -158,19 +155,13 @@ func (s *Silo) Lookup(ctx context.Context, id grain.ID) (member string, found bo
 		}
 		return "", false, nil
 	}
-	if s.cl == nil {
-		return "", false, unknownType(id)
-	}
-	if e, ok := s.cl.dir.CachedLookup(id); ok && e.Silo != s.cl.self {
-		s.cl.dir.Invalidate(id, e) // a cached answer may be stale: ask the owner
-	}
 	type answer struct {
 		e     directory.Entry
 		found bool
 		err   error
 	}
 	ch := make(chan answer, 1)
-	s.cl.dir.Lookup(id, func(e directory.Entry, found bool, err error) { ch <- answer{e, found, err} })
+	s.cl.dir.LookupOwner(id, func(e directory.Entry, found bool, err error) { ch <- answer{e, found, err} })
 	select {
 	case a := <-ch:
 		if a.err != nil {
@@ -219,11 +210,16 @@ func (s *Silo) hostedElsewhere(grainType string) bool {
 	return cl != nil && len(cl.view.Load().hosts[grainType]) > 0
 }
 
-// startedCluster returns the silo's cluster once Start has set it up (nil
-// for a silo alone, and before then): Start writes s.cl without a lock,
-// and the lifecycle flags publish it.
+// published reports whether what Start sets up (the pool, the cluster,
+// the gateway, the reminder service), which it writes without a lock, may
+// be read: Start has returned, or the silo is stopping (Start's failure
+// sets stopping after it). Any goroutine.
+func (s *Silo) published() bool { return s.up.Load() || s.stopping.Load() }
+
+// startedCluster returns the silo's cluster once published (nil for a
+// silo alone, and before then).
 func (s *Silo) startedCluster() *cluster {
-	if s.up.Load() || s.stopping.Load() {
+	if s.published() {
 		return s.cl
 	}
 	return nil

@@ -58,11 +58,13 @@ func TestInfoAndReadyFollowTheLifecycle(t *testing.T) {
 }
 
 func TestAdminAddrMustBeHostPort(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.AdminAddr = "nowhere"
-	_, err := New(cfg)
-	if ce, ok := err.(*ConfigError); !ok || ce.Field != "AdminAddr" {
-		t.Errorf("New with a bad AdminAddr = %v, want a ConfigError naming AdminAddr", err)
+	for _, addr := range []string{"nowhere", ":8080"} {
+		cfg := DefaultConfig()
+		cfg.AdminAddr = addr
+		_, err := New(cfg)
+		if ce, ok := err.(*ConfigError); !ok || ce.Field != "AdminAddr" {
+			t.Errorf("New with AdminAddr %q = %v, want a ConfigError naming AdminAddr", addr, err)
+		}
 	}
 }
 

@@ -431,8 +431,8 @@ type ClusterStats struct {
 // returned, only Activations.
 func (s *Silo) Stats() Stats {
 	st := Stats{Activations: int(s.live.Load())}
-	if !s.up.Load() && !s.stopping.Load() {
-		return st // Start is still setting up what the rest reads
+	if !s.published() {
+		return st
 	}
 	if s.pool != nil {
 		st.Scheduler = s.pool.Stats()

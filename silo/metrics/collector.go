@@ -128,7 +128,8 @@ func (c *siloCollector) Collect(ch chan<- prometheus.Metric) {
 	e := emit(ch)
 	s := c.s
 	if s.Info().Status == silo.StatusJoining {
-		// Start is still publishing what Stats reads.
+		// Until Start returns, only the readiness gauge: the silo's
+		// TypeStats, Stats and StateStats describe nothing yet.
 		e.gauge(siloReady, 0)
 		return
 	}
