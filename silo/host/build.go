@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/silo"
@@ -76,7 +75,7 @@ func (c *Config) membership() membership.Config {
 	case "local":
 		m = membership.DefaultLocalConfig()
 	case "wan":
-		m = wanMembership()
+		m = membership.DefaultWANConfig()
 	default:
 		m = membership.DefaultLANConfig()
 	}
@@ -101,26 +100,6 @@ func (c *Config) membership() membership.Config {
 	if c.Cluster.SecretKey != "" {
 		m.SecretKey, _ = base64.StdEncoding.DecodeString(c.Cluster.SecretKey)
 	}
-	return m
-}
-
-// wanMembership is the "wan" profile: the LAN profile with probes,
-// gossip and syncs spaced for round trips of tens to hundreds of
-// milliseconds. A silo killed without a leave is declared dead in about
-// 15 to 20 s.
-func wanMembership() membership.Config {
-	m := membership.DefaultLANConfig()
-	m.JoinRetryInterval = 2 * time.Second
-	m.ProbeInterval = 3 * time.Second
-	m.ProbeTimeout = 1500 * time.Millisecond
-	m.SuspicionMult = 5
-	m.SuspicionMaxTimeoutMult = 6
-	m.GossipInterval = 300 * time.Millisecond
-	m.GossipNodes = 4
-	m.RetransmitMult = 4
-	m.PushPullInterval = time.Minute
-	m.TCPTimeout = 20 * time.Second
-	m.LeavePropagateDelay = time.Second
 	return m
 }
 
@@ -201,21 +180,10 @@ func (c *Config) source(path string, def *Config) string {
 }
 
 // routableHost is a host other machines can reach this one at, for an
-// address bound to every interface: in a cluster, the gossip advertise
-// host, else the gossip listen host if it names one IP (silos reach each
-// other there); else an IP the hostname resolves to, else the first
-// private or global unicast IP of an interface, else the loopback
-// address.
+// address bound to every interface: an IP the hostname resolves to, else
+// the first private or global unicast IP of an interface, else the
+// loopback address.
 func (c *Config) routableHost() string {
-	if c.Cluster.ID != "" {
-		for _, a := range []string{c.Cluster.Gossip.Advertise, c.Cluster.Gossip.Listen} {
-			if host, _, err := net.SplitHostPort(a); err == nil {
-				if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
-					return host
-				}
-			}
-		}
-	}
 	if name, err := os.Hostname(); err == nil {
 		if ips, err := net.LookupIP(name); err == nil {
 			for _, ip := range ips {
@@ -237,17 +205,34 @@ func (c *Config) routableHost() string {
 
 // advertisedAdmin is the admin address to gossip for a server bound to
 // bound: admin.advertise, else bound with a routable host in place of an
-// unspecified one.
-func (c *Config) advertisedAdmin(bound string) string {
+// unspecified one. In a cluster (cc not nil) that host is the one the
+// silo's gossip is reached at, which membership chose; alone, routableHost.
+func (c *Config) advertisedAdmin(bound string, cc *silo.ClusterConfig) string {
 	if c.Admin.Advertise != "" {
 		return c.Admin.Advertise
 	}
 	host, port, err := net.SplitHostPort(bound)
-	if err != nil {
+	if err != nil || !unspecifiedHost(host) {
 		return bound
 	}
-	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+	host = ""
+	if cc != nil {
+		for _, h := range []string{cc.Membership.AdvertiseAddr, cc.Membership.BindAddr} {
+			if !unspecifiedHost(h) {
+				host = h
+				break
+			}
+		}
+	}
+	if host == "" {
 		host = c.routableHost()
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// unspecifiedHost reports whether host names no one machine: empty, or
+// an address of every interface.
+func unspecifiedHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/storage"
 	"go.uber.org/zap"
@@ -118,7 +119,7 @@ func TestSiloCluster(t *testing.T) {
 
 	for profile, want := range map[string]time.Duration{
 		"local": membership.DefaultLocalConfig().ProbeInterval,
-		"wan":   wanMembership().ProbeInterval,
+		"wan":   membership.DefaultWANConfig().ProbeInterval,
 	} {
 		env["GRANARY_CLUSTER_PROFILE"] = profile
 		c := loadOK(t, nil, env)
@@ -127,7 +128,7 @@ func TestSiloCluster(t *testing.T) {
 			t.Errorf("profile %s: probes every %v, port %d; want %v, 7000", profile, m.ProbeInterval, m.BindPort, want)
 		}
 	}
-	if w := wanMembership(); w.ProbeTimeout >= w.ProbeInterval || w.ProbeInterval <= lan.ProbeInterval {
+	if w := membership.DefaultWANConfig(); w.ProbeTimeout >= w.ProbeInterval || w.ProbeInterval <= lan.ProbeInterval {
 		t.Errorf("wan profile: probe timeout %v, interval %v", w.ProbeTimeout, w.ProbeInterval)
 	}
 }
@@ -249,7 +250,11 @@ func TestAdvertisedAdmin(t *testing.T) {
 		{"hostname's IP", alone, "[::]:8080", ""},
 	}
 	for _, tt := range tests {
-		got := tt.c.advertisedAdmin(tt.bound)
+		var cc *silo.ClusterConfig
+		if tt.c.Cluster.ID != "" {
+			cc = &silo.ClusterConfig{Membership: tt.c.membership()}
+		}
+		got := tt.c.advertisedAdmin(tt.bound, cc)
 		if tt.want != "" {
 			if got != tt.want {
 				t.Errorf("%s: %q; want %q", tt.name, got, tt.want)
@@ -281,7 +286,7 @@ func TestUnspecifiedGossipGetsAnAdvertiseAddress(t *testing.T) {
 	if ip := net.ParseIP(m.AdvertiseAddr); ip == nil || ip.IsUnspecified() {
 		t.Errorf("AdvertiseAddr = %q, want an IP others can dial", m.AdvertiseAddr)
 	}
-	if m.AdvertiseAddr != c.routableHost() {
-		t.Errorf("AdvertiseAddr = %q, want the routable host %q the admin address uses", m.AdvertiseAddr, c.routableHost())
+	if got, want := c.advertisedAdmin("[::]:8080", sc.Cluster), net.JoinHostPort(m.AdvertiseAddr, "8080"); got != want {
+		t.Errorf("admin address %q, want %q: the host the gossip is reached at", got, want)
 	}
 }

@@ -269,7 +269,7 @@ func (c Config) Validate() error {
 func (v *validator) validateCluster() {
 	cl := &v.c.Cluster
 	v.checkText("cluster.id", cl.ID, 255, false)
-	if host, _, ok := v.listenAddr("cluster.gossip.listen", cl.Gossip.Listen); ok && host != "" && net.ParseIP(host) == nil {
+	if host, ok := v.listenAddr("cluster.gossip.listen", cl.Gossip.Listen); ok && host != "" && net.ParseIP(host) == nil {
 		v.bad("cluster.gossip.listen", "the host of %q is not an IP address (leave it empty to listen on every interface)", cl.Gossip.Listen)
 	}
 	if a := cl.Gossip.Advertise; a != "" {
@@ -357,7 +357,7 @@ func (v *validator) validateTracing() {
 		if u, err := url.Parse(ep); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
 			ep = u.Host
 		}
-		if reason := dialReason(ep); reason != "" {
+		if dialReason(ep) != "" {
 			v.bad("tracing.endpoint", "%q is not the OTLP collector's gRPC host:port or an http:// or https:// URL of it", tr.Endpoint)
 		}
 	default:
@@ -431,18 +431,18 @@ func (v *validator) checkText(path, s string, max int, required bool) {
 }
 
 // listenAddr checks a host:port to listen on (an empty host is every
-// interface; port 0 picks one) and returns its parts.
-func (v *validator) listenAddr(path, addr string) (host string, port int, ok bool) {
+// interface; port 0 picks one) and returns its host.
+func (v *validator) listenAddr(path, addr string) (host string, ok bool) {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
 		v.bad(path, "%q is not host:port", addr)
-		return "", 0, false
+		return "", false
 	}
-	if port = parsePort(p); port < 0 {
+	if parsePort(p) < 0 {
 		v.bad(path, "the port of %q is not in [0, 65535]", addr)
-		return "", 0, false
+		return "", false
 	}
-	return host, port, true
+	return host, true
 }
 
 // dialAddr checks an optional host:port to dial.

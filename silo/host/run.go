@@ -163,7 +163,7 @@ func Run(ctx context.Context, cfg Config, register func(*silo.Silo) error, opts 
 		return err
 	}
 	if h.admin != nil {
-		scfg.AdminAddr = cfg.advertisedAdmin(h.admin.Addr())
+		scfg.AdminAddr = cfg.advertisedAdmin(h.admin.Addr(), scfg.Cluster)
 		log.Info("admin address", zap.String("listen", h.admin.Addr()), zap.String("advertise", scfg.AdminAddr))
 	}
 	scfg.IncomingFilters = append(scfg.IncomingFilters, m.IncomingFilter())

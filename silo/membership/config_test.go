@@ -19,7 +19,7 @@ func validConfig() Config {
 }
 
 func TestProfilesValidate(t *testing.T) {
-	for name, cfg := range map[string]Config{"LAN": DefaultLANConfig(), "Local": DefaultLocalConfig()} {
+	for name, cfg := range map[string]Config{"LAN": DefaultLANConfig(), "WAN": DefaultWANConfig(), "Local": DefaultLocalConfig()} {
 		cfg.ClusterID, cfg.Name, cfg.GRPCAddr = "c", "n", "127.0.0.1:1"
 		if err := cfg.validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
