@@ -29,28 +29,7 @@ func (c *Client) filtered(ctx context.Context, id grain.ID, m *grain.MethodDesc,
 	if err := checkCall(id, m); err != nil {
 		return grain.Failed(err)
 	}
-	fc := &filterChain{c: c, id: id, m: m, opts: opts}
-	return fc.send(0)(ctx, req)
-}
-
-// filterChain is one call on its way through the outgoing filters.
-type filterChain struct {
-	c    *Client
-	id   grain.ID
-	m    *grain.MethodDesc
-	opts []grain.CallOption
-}
-
-// send returns the Send that runs filter i and the ones after it, or,
-// past the last, that starts the call.
-func (fc *filterChain) send(i int) grain.Send {
-	fs := fc.c.o.outgoing
-	if i == len(fs) {
-		return func(ctx context.Context, req proto.Message) grain.Pending {
-			return fc.c.startAsync(ctx, fc.id, fc.m, req, fc.opts)
-		}
-	}
-	return func(ctx context.Context, req proto.Message) grain.Pending {
-		return fs[i](ctx, fc.id, fc.m, req, fc.send(i+1))
-	}
+	return grain.SendThrough(c.o.outgoing, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
+		return c.startAsync(ctx, id, m, req, opts)
+	})
 }

@@ -28,6 +28,18 @@ type Send func(ctx context.Context, req proto.Message) Pending
 // or wrap the Pending to see the reply.
 type OutgoingFilter func(ctx context.Context, target ID, m *MethodDesc, req proto.Message, next Send) Pending
 
+// SendThrough sends a call to target through the outgoing filters fs, the
+// first outermost, with send, which starts the call, innermost; it returns
+// the Pending the outermost filter returns. Runtime implementations (a
+// silo's callers, the client) only.
+func SendThrough(fs []OutgoingFilter, ctx context.Context, target ID, m *MethodDesc, req proto.Message, send Send) Pending {
+	for i := len(fs) - 1; i >= 0; i-- {
+		f, next := fs[i], send
+		send = func(ctx context.Context, req proto.Message) Pending { return f(ctx, target, m, req, next) }
+	}
+	return send(ctx, req)
+}
+
 type headerKey struct{}
 
 type header struct {

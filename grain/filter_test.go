@@ -2,10 +2,13 @@ package grain_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/granaryio/granary/grain"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestHeader(t *testing.T) {
@@ -81,5 +84,32 @@ func TestHeadersRoundTrip(t *testing.T) {
 	}
 	if grain.HeadersFromPairs(nil) != nil || grain.AppendHeaders(nil, nil) != nil {
 		t.Fatal("no headers should stay nil")
+	}
+}
+
+// SendThrough runs the filters in order, the first outermost, each
+// handing on what it was given, and the innermost Send last.
+func TestSendThroughOrder(t *testing.T) {
+	var order []string
+	filter := func(name string) grain.OutgoingFilter {
+		return func(ctx context.Context, target grain.ID, m *grain.MethodDesc, req proto.Message, next grain.Send) grain.Pending {
+			order = append(order, name+">"+target.String())
+			p := next(grain.WithHeader(ctx, name, "1"), req)
+			order = append(order, "<"+name)
+			return p
+		}
+	}
+	id := grain.NewID("t.T", "k")
+	sent := grain.Failed(errors.New("sent"))
+	p := grain.SendThrough([]grain.OutgoingFilter{filter("a"), filter("b")}, context.Background(), id, &grain.MethodDesc{Name: "M"}, nil,
+		func(ctx context.Context, req proto.Message) grain.Pending {
+			order = append(order, "send a="+grain.Header(ctx, "a")+" b="+grain.Header(ctx, "b"))
+			return sent
+		})
+	if p != sent {
+		t.Error("SendThrough did not return the innermost Pending")
+	}
+	if got, want := strings.Join(order, ","), "a>t.T/k,b>t.T/k,send a=1 b=1,<b,<a"; got != want {
+		t.Errorf("order %s, want %s", got, want)
 	}
 }

@@ -96,19 +96,9 @@ func (s *Silo) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *gra
 
 // filtered runs the outgoing filters around an asynchronous send.
 func (s *Silo) filtered(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
-	fs := s.cfg.OutgoingFilters
-	var next func(i int) grain.Send
-	next = func(i int) grain.Send {
-		if i == len(fs) {
-			return func(ctx context.Context, req proto.Message) grain.Pending {
-				return s.sendAsync(from, ctx, id, m, req, opts)
-			}
-		}
-		return func(ctx context.Context, req proto.Message) grain.Pending {
-			return fs[i](ctx, id, m, req, next(i+1))
-		}
-	}
-	return next(0)(ctx, req)
+	return grain.SendThrough(s.cfg.OutgoingFilters, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
+		return s.sendAsync(from, ctx, id, m, req, opts)
+	})
 }
 
 // prepare makes the call record: deadline, call chain, cancellation.
