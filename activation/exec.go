@@ -387,17 +387,17 @@ func (e *Exec) runBatchFrom(g *Group, f *frame, i, k int) (next int, waited, sto
 
 // runTurn runs one turn and reports how it ended. Token holder only.
 func (e *Exec) runTurn(g *Group, t Turn) {
-	if e.sampleTurn() {
-		start, waits := e.pool.now(), e.waits
-		err := e.call(g, t)
-		t.Task.Done(e, err)
-		if err == nil {
-			e.endSample(start, waits)
-		}
-		return
+	sampled := e.sampleTurn()
+	var start time.Time
+	waits := e.waits
+	if sampled {
+		start = e.pool.now()
 	}
 	err := e.call(g, t)
 	t.Task.Done(e, err)
+	if sampled && err == nil {
+		e.endSample(start, waits)
+	}
 }
 
 // newPanicError describes turn t of g panicking with r; it is called in the

@@ -60,13 +60,11 @@ func (cs *callStats) observe(d int64, bounds []int64) {
 // and the cumulative bucket counts keyed by upper bound, as Prometheus
 // wants them.
 func (cs *callStats) snapshot(secs []float64) (count uint64, sum float64, buckets map[float64]uint64) {
-	buckets = make(map[float64]uint64, len(secs))
+	counts := make([]uint64, len(cs.counts))
 	for i := range cs.counts {
-		count += cs.counts[i].Load()
-		if i < len(secs) {
-			buckets[secs[i]] = count
-		}
+		counts[i] = cs.counts[i].Load()
 	}
+	count, buckets = cumulative(secs, counts, func(s float64) float64 { return s })
 	return count, float64(cs.sum.Load()) / 1e9, buckets
 }
 

@@ -113,15 +113,23 @@ func (e emit) counter(d *prometheus.Desc, v uint64, labels ...string) {
 // durations sends a histogram of durations kept in buckets: counts[i]
 // holds those at most bounds[i], and counts[len(bounds)] the overflow.
 func (e emit) durations(d *prometheus.Desc, bounds []time.Duration, counts []uint64, sum time.Duration) {
-	buckets := make(map[float64]uint64, len(bounds))
-	var n uint64
+	n, buckets := cumulative(bounds, counts, time.Duration.Seconds)
+	e <- constHistogram(d, n, sum.Seconds(), buckets)
+}
+
+// cumulative turns bucket counts (counts[i] of the values at most
+// bounds[i], the one past the bounds the overflow) into Prometheus'
+// cumulative buckets keyed by upper bound (key gives it as a float), and
+// their total.
+func cumulative[B any](bounds []B, counts []uint64, key func(B) float64) (total uint64, buckets map[float64]uint64) {
+	buckets = make(map[float64]uint64, len(bounds))
 	for i, c := range counts {
-		n += c
+		total += c
 		if i < len(bounds) {
-			buckets[bounds[i].Seconds()] = n
+			buckets[key(bounds[i])] = total
 		}
 	}
-	e <- constHistogram(d, n, sum.Seconds(), buckets)
+	return total, buckets
 }
 
 func (c *siloCollector) Collect(ch chan<- prometheus.Metric) {
@@ -213,13 +221,6 @@ func collectCluster(e emit, cl *silo.ClusterStats) {
 	e.counter(tpBatchesRecv, t.BatchesReceived)
 	e.counter(tpEnvsSent, t.EnvelopesSent)
 	e.counter(tpEnvsRecv, t.EnvelopesReceived)
-	buckets := make(map[float64]uint64, len(t.BatchBounds))
-	var n uint64
-	for i, c := range t.BatchSizes {
-		n += c
-		if i < len(t.BatchBounds) {
-			buckets[float64(t.BatchBounds[i])] = n
-		}
-	}
+	n, buckets := cumulative(t.BatchBounds, t.BatchSizes, func(b uint64) float64 { return float64(b) })
 	e <- constHistogram(tpBatchEnvelopes, n, float64(t.EnvelopesSent), buckets)
 }
