@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/granaryio/granary/examples/cluster/counter"
 	"io"
 	"strings"
 	"testing"
@@ -31,7 +32,7 @@ func TestCounterPersistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := registerCounter(s, true); err != nil {
+	if err := counter.Register(s, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Start(ctx); err != nil {
@@ -54,7 +55,7 @@ func TestCounterPersistent(t *testing.T) {
 	if err != nil || first.GetValue() != 3 {
 		t.Fatalf("second Add: %v, %v; want a count of 3", first, err)
 	}
-	rec, err := m.ReadState(ctx, ref.ID(), countState.StateName())
+	rec, err := m.ReadState(ctx, ref.ID(), counter.State.StateName())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestCounterPersistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.WriteState(ctx, ref.ID(), countState.StateName(), data, rec.ETag); err != nil {
+	if _, err := m.WriteState(ctx, ref.ID(), counter.State.StateName(), data, rec.ETag); err != nil {
 		t.Fatal(err)
 	}
 	_, err = add(1)

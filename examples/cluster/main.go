@@ -203,7 +203,7 @@ func run(ctx context.Context, o options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := registerCounter(s, persistent); err != nil {
+	if err := counter.Register(s, persistent); err != nil {
 		return err
 	}
 	// Start returns once the silo has joined through a seed (it retries
@@ -275,17 +275,6 @@ func splitPort(flagName, addr string) (host string, port int, err error) {
 		host = "0.0.0.0"
 	}
 	return host, port, nil
-}
-
-// countState is the counters' persistent count (counter.State), for the
-// tests that read it from the store.
-var countState = counter.State
-
-// registerCounter registers the Counter grain type on s, with its count
-// persistent state if persistent (s then needs a default storage
-// provider), else in memory: see package counter.
-func registerCounter(s *silo.Silo, persistent bool) error {
-	return counter.Register(s, persistent)
 }
 
 const (

@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/granaryio/granary/examples/cluster/counter"
 	"maps"
 	"os"
 	"runtime"
@@ -251,7 +252,7 @@ func TestClusterCountersSurviveKillPostgres(t *testing.T) {
 	var stored int64
 	for i := range driveCounters {
 		key := fmt.Sprintf("counter-%d", i)
-		rec, err := store.ReadState(storeCtx, grain.NewID(clusterpb.CounterGrainType, key), countState.StateName())
+		rec, err := store.ReadState(storeCtx, grain.NewID(clusterpb.CounterGrainType, key), counter.State.StateName())
 		if err != nil {
 			t.Fatalf("reading the count of %s: %v", key, err)
 		}
