@@ -6,31 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/granaryio/granary/internal/chromium"
 )
-
-// chromiumNames are the names Chromium's executable goes by, Debian's
-// first.
-var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome-stable", "google-chrome"}
-
-// findChromium returns the Chromium to drive: explicit when set (the
-// -chromium flag or GRANARY_CHROMIUM, as scripts/chromium.sh prints it),
-// else the first of chromiumNames on PATH.
-func findChromium(explicit string, lookPath func(string) (string, error)) (string, error) {
-	if explicit != "" {
-		return explicit, nil
-	}
-	for _, name := range chromiumNames {
-		if p, err := lookPath(name); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("no Chromium found (tried %s): run scripts/chromium.sh, or pass -chromium", strings.Join(chromiumNames, ", "))
-}
 
 // silosShownJS is true once the dashboard's silos table has a row per
 // silo and every one says active.
@@ -44,7 +24,7 @@ const silosShownJS = `(() => {
 // waits up to timeout until its silos table lists want active silos,
 // and saves a full-page screenshot as a PNG at out: when the wait fails
 // too, with an error that says what the page shows.
-func screenshotDashboard(ctx context.Context, chromium, url string, want int, out string, timeout time.Duration) (err error) {
+func screenshotDashboard(ctx context.Context, chromiumPath, url string, want int, out string, timeout time.Duration) (err error) {
 	// The wait gets timeout; the browser's start, the page's load and the
 	// picture get a minute more.
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
@@ -54,23 +34,10 @@ func screenshotDashboard(ctx context.Context, chromium, url string, want int, ou
 		return err
 	}
 	defer os.RemoveAll(dir)
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox, // Chromium refuses to run as root with its sandbox
-		chromedp.DisableGPU,
-		chromedp.UserDataDir(dir),
-		chromedp.WindowSize(1400, 1000),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	tab, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
+	tab, closeBrowser := chromium.Start(ctx, chromiumPath, dir)
 	defer func() {
-		// Close the browser and wait for its process to end.
-		closeCtx, cancelClose := context.WithTimeout(tab, 20*time.Second)
-		defer cancelClose()
-		if cerr := chromedp.Cancel(closeCtx); cerr != nil && !errors.Is(cerr, context.Canceled) && err == nil {
-			err = fmt.Errorf("closing Chromium: %w", cerr)
+		if cerr := closeBrowser(); cerr != nil && err == nil {
+			err = cerr
 		}
 	}()
 	if err := chromedp.Do(tab, chromedp.Navigate(url)); err != nil {

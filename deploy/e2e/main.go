@@ -32,7 +32,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -42,6 +41,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/client"
+	"github.com/granaryio/granary/internal/chromium"
 	clusterpb "github.com/granaryio/granary/proto/examples/cluster"
 	"github.com/granaryio/granary/silo/admin/adminapi"
 	"github.com/jonboulle/clockwork"
@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.screenshot, "screenshot", "", "the PNG `file` of the dashboard's screenshot (default: resilience-dashboard.png beside -out)")
 	fs.StringVar(&o.image, "image", "granary/example-silo:dev", "the silo `image` the compose file runs (GRANARY_IMAGE)")
 	fs.StringVar(&o.dsn, "dsn", "", "the PostgreSQL `DSN` the silos use, as the containers reach it (GRANARY_POSTGRES_DSN; default: the compose file's, the host's server at host.docker.internal)")
-	fs.StringVar(&o.chromium, "chromium", os.Getenv("GRANARY_CHROMIUM"), "the Chromium `executable` that screenshots the dashboard (default: $GRANARY_CHROMIUM, else chromium on PATH)")
+	fs.StringVar(&o.chromium, "chromium", os.Getenv(chromium.Env), "the Chromium `executable` that screenshots the dashboard (default: $GRANARY_CHROMIUM, else chromium on PATH)")
 	fs.DurationVar(&o.bound, "recovery", 5*time.Second, "the recovery `bound` every fault must meet")
 	fs.DurationVar(&o.startTimeout, "start-timeout", 2*time.Minute, "how long the cluster may take to be ready at the start")
 	fs.DurationVar(&o.chaos.Hold, "hold", 10*time.Second, "how long each fault is held (and the steady state watched)")
@@ -340,12 +340,12 @@ func exercise(ctx context.Context, o options, cluster []silo, network string, d 
 // takeScreenshot saves the dashboard of the first silo, and returns the
 // screenshot's path relative to the report.
 func takeScreenshot(ctx context.Context, o options, cluster []silo) (string, error) {
-	chromium, err := findChromium(o.chromium, exec.LookPath)
+	browser, err := chromium.Find(o.chromium)
 	if err != nil {
 		return "", err
 	}
 	url := "http://" + cluster[0].Admin + "/"
-	if err := screenshotDashboard(ctx, chromium, url, len(cluster), o.screenshot, 90*time.Second); err != nil {
+	if err := screenshotDashboard(ctx, browser, url, len(cluster), o.screenshot, 90*time.Second); err != nil {
 		return "", err
 	}
 	rel, err := filepath.Rel(filepath.Dir(o.out), o.screenshot)

@@ -51,37 +51,6 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
-func TestFindChromium(t *testing.T) {
-	onPath := func(have ...string) func(string) (string, error) {
-		return func(name string) (string, error) {
-			for _, h := range have {
-				if h == name {
-					return "/usr/bin/" + name, nil
-				}
-			}
-			return "", errors.New("not found")
-		}
-	}
-	tests := []struct {
-		explicit string
-		have     []string
-		want     string
-	}{
-		{explicit: "/opt/chrome/chrome", have: []string{"chromium"}, want: "/opt/chrome/chrome"},
-		{have: []string{"google-chrome", "chromium"}, want: "/usr/bin/chromium"},
-		{have: []string{"google-chrome"}, want: "/usr/bin/google-chrome"},
-	}
-	for _, tt := range tests {
-		got, err := findChromium(tt.explicit, onPath(tt.have...))
-		if err != nil || got != tt.want {
-			t.Errorf("findChromium(%q, %v) = %q, %v; want %q", tt.explicit, tt.have, got, err, tt.want)
-		}
-	}
-	if _, err := findChromium("", onPath()); err == nil || !strings.Contains(err.Error(), "scripts/chromium.sh") {
-		t.Errorf("no Chromium: %v, want an error saying how to get one", err)
-	}
-}
-
 func TestCounterActivations(t *testing.T) {
 	rep := adminapi.SiloReport{Types: []adminapi.TypeReport{
 		{Type: "cluster.Counter", Activations: 20},

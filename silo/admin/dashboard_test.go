@@ -2,14 +2,12 @@ package admin_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/granaryio/granary/internal/chromium"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/admin/adminapi"
 )
@@ -31,19 +30,14 @@ const browserTimeout = 90 * time.Second
 // skipped, or fails when GRANARY_TEST_CHROMIUM_REQUIRED=1.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("GRANARY_CHROMIUM"); p != "" {
+	p, err := chromium.Find(os.Getenv(chromium.Env))
+	if err == nil {
 		return p
 	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome-stable", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	const why = "no Chromium: set GRANARY_CHROMIUM or run scripts/chromium.sh"
 	if os.Getenv("GRANARY_TEST_CHROMIUM_REQUIRED") == "1" {
-		t.Fatal(why + " (GRANARY_TEST_CHROMIUM_REQUIRED=1)")
+		t.Fatalf("%v (GRANARY_TEST_CHROMIUM_REQUIRED=1)", err)
 	}
-	t.Skip(why)
+	t.Skip(err)
 	return ""
 }
 
@@ -98,24 +92,12 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
 	defer cancel()
-	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
-		chromedp.ExecPath(execPath),
-		chromedp.NoSandbox, // Chromium refuses to run as root with its sandbox
-		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1400, 1000),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	tab, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
+	tab, closeBrowser := chromium.Start(ctx, execPath, t.TempDir())
 	defer func() {
-		// Close the browser and wait for its process to end before the
-		// cluster stops and goleak looks.
-		closeCtx, cancelClose := context.WithTimeout(tab, 20*time.Second)
-		defer cancelClose()
-		if err := chromedp.Cancel(closeCtx); err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("closing the browser: %v", err)
+		// The browser's process ends before the cluster stops and goleak
+		// looks.
+		if err := closeBrowser(); err != nil {
+			t.Error(err)
 		}
 	}()
 
