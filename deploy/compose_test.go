@@ -16,18 +16,14 @@ import (
 
 // composeService is the part of a compose service the tests look at.
 type composeService struct {
-	Image            string            `yaml:"image"`
-	Environment      map[string]string `yaml:"environment"`
-	Ports            []string          `yaml:"ports"`
-	Networks         composeNetworks   `yaml:"networks"`
-	ExtraHosts       []string          `yaml:"extra_hosts"`
-	StopGracePeriod  string            `yaml:"stop_grace_period"`
-	Profiles         []string          `yaml:"profiles"`
-	DependsOn        []string          `yaml:"depends_on"`
-	Healthcheck      any               `yaml:"healthcheck"`
-	ContainerName    string            `yaml:"container_name"`
-	Restart          string            `yaml:"restart"`
-	EnvironmentFiles any               `yaml:"env_file"`
+	Environment     map[string]string `yaml:"environment"`
+	Ports           []string          `yaml:"ports"`
+	Networks        composeNetworks   `yaml:"networks"`
+	ExtraHosts      []string          `yaml:"extra_hosts"`
+	StopGracePeriod string            `yaml:"stop_grace_period"`
+	Profiles        []string          `yaml:"profiles"`
+	Healthcheck     any               `yaml:"healthcheck"`
+	ContainerName   string            `yaml:"container_name"`
 }
 
 type composeFile struct {

@@ -78,8 +78,6 @@ type probe struct {
 }
 
 type container struct {
-	Name           string          `yaml:"name"`
-	Image          string          `yaml:"image"`
 	Ports          []containerPort `yaml:"ports"`
 	Env            []envVar        `yaml:"env"`
 	ReadinessProbe *probe          `yaml:"readinessProbe"`
@@ -92,7 +90,6 @@ type container struct {
 		ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
 		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
 	} `yaml:"securityContext"`
-	Lifecycle any `yaml:"lifecycle"`
 }
 
 type podSpec struct {
@@ -106,7 +103,6 @@ type podSpec struct {
 
 type workload struct {
 	Spec struct {
-		Replicas *int          `yaml:"replicas"`
 		Selector labelSelector `yaml:"selector"`
 		Template struct {
 			Metadata k8sMeta `yaml:"metadata"`
