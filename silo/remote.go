@@ -27,12 +27,21 @@ const directoryTimeout = 10 * time.Second
 // the silo the directory names, else to the silo placement picks. t is
 // nil when this silo does not host the type. The call's callee ownership
 // passes on with it.
+//
+// A call that another silo passed on here, believing its activation was
+// here, asks the grain's owner rather than this silo's cache: after a
+// membership change two silos' caches can each name the other, and
+// trusting them would bounce the call until its hop bound, and every
+// call after it, for as long as both entries live.
 func (cl *cluster) resolve(c *call, t *grainType) {
-	if e, ok := cl.dir.CachedLookup(c.id); ok && e.Silo != cl.self {
+	lookup := cl.dir.Lookup
+	if c.hops > 0 {
+		lookup = cl.dir.LookupOwner
+	} else if e, ok := cl.dir.CachedLookup(c.id); ok && e.Silo != cl.self {
 		cl.forward(e, c, false)
 		return
 	}
-	cl.dir.Lookup(c.id, func(e directory.Entry, found bool, err error) {
+	lookup(c.id, func(e directory.Entry, found bool, err error) {
 		switch {
 		case err != nil && cl.retryLater(c, func() { cl.resolve(c, t) }):
 		case err != nil:
