@@ -40,9 +40,8 @@ const partitionHealTimeout = 5 * time.Second
 // registrations again: c keeps its activations of the grains a owns,
 // while a's entries name a's activations. This case fails today and is
 // skipped: making the dropped handoff and the resync request retry until
-// they land passed it, but in the Docker chaos run the reconciliation it
-// started then failed calls for longer than the 5 s recovery bound, so the
-// change was taken back until the reconciliation is made quiet too.
+// they land passed it, but did not rid the Docker chaos run of its
+// duplicates, so the change was taken back.
 func TestClusterPartitionHealLeavesOneActivation(t *testing.T) {
 	for _, heal := range []string{"together", "first message lost"} {
 		t.Run(heal, func(t *testing.T) {
