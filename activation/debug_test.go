@@ -13,7 +13,7 @@ func (p *Pool) debugState(groups ...*Group) string {
 	for _, pp := range *p.allp.Load() {
 		next := "-"
 		if g := pp.next.Load(); g != nil {
-			next = g.label
+			next = g.Label()
 		}
 		fmt.Fprintf(&b, "proc %d status=%d ring=%d next=%s stealNext=%v parked=%v\n",
 			pp.id, pp.status.Load(), pp.runqtail.Load()-pp.runqhead.Load(), next, pp.stealNext.Load(), pp.parked != nil)

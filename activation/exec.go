@@ -96,7 +96,7 @@ func (e *Exec) loop() {
 			return
 		}
 		if !g.state.CompareAndSwap(groupQueued, groupRunning) {
-			panic("activation: group " + g.label + " taken from a run queue was not queued")
+			panic("activation: group " + g.Label() + " taken from a run queue was not queued")
 		}
 		if e.spinning {
 			e.resetSpinning()
@@ -403,7 +403,7 @@ func (e *Exec) runTurn(g *Group, t Turn) {
 // newPanicError describes turn t of g panicking with r; it is called in the
 // deferred function that recovered, so the stack is the panicking one.
 func newPanicError(g *Group, t Turn, r any) *PanicError {
-	return &PanicError{Group: g.label, Turn: t.Name, Value: r, Stack: debug.Stack()}
+	return &PanicError{Group: g.Label(), Turn: t.Name, Value: r, Stack: debug.Stack()}
 }
 
 func (e *Exec) call(g *Group, t Turn) (err error) {

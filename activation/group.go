@@ -2,6 +2,7 @@ package activation
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +47,7 @@ type Group struct {
 	// wait. Guarded by mu.
 	roomc chan struct{}
 	pool  *Pool
-	label string
+	label fmt.Stringer // String is called only when the label is read
 
 	// Lines 2 and 3: system turns are rare, so their queue shares its lines
 	// with the fields the token holder reads and writes per turn.
@@ -63,7 +64,7 @@ type Group struct {
 }
 
 // Label returns the label the group was made with. Any goroutine.
-func (g *Group) Label() string { return g.label }
+func (g *Group) Label() string { return g.label.String() }
 
 // Enqueue appends t to the group's queue from a goroutine that is not
 // running a turn of the pool (a turn uses Exec.Enqueue, which keeps the
@@ -88,7 +89,7 @@ type GroupStats struct {
 // Stats returns the group's counters. Any goroutine.
 func (g *Group) Stats() GroupStats {
 	return GroupStats{
-		Label:    g.label,
+		Label:    g.Label(),
 		QueueLen: g.queueLen(),
 		Turns:    g.turns.Load(),
 		Busy:     time.Duration(g.busy.Load()),
@@ -243,7 +244,7 @@ func (g *Group) peekBatch(e *Exec, buf []Turn) int {
 	front := g.app.front()
 	if k == 0 && !g.state.CompareAndSwap(groupRunning, groupIdle) {
 		g.mu.Unlock()
-		panic("activation: group " + g.label + " drained by a goroutine not holding its token")
+		panic("activation: group " + g.Label() + " drained by a goroutine not holding its token")
 	}
 	g.mu.Unlock()
 	if k == 0 {
@@ -274,7 +275,7 @@ func (g *Group) completeN(e *Exec, m int) bool {
 func (g *Group) finishLocked(e *Exec, more bool) {
 	if !more && !g.state.CompareAndSwap(groupRunning, groupIdle) {
 		g.mu.Unlock()
-		panic("activation: group " + g.label + " completed by a goroutine not holding its token")
+		panic("activation: group " + g.Label() + " completed by a goroutine not holding its token")
 	}
 	g.mu.Unlock()
 	if !more {
@@ -336,7 +337,7 @@ func (g *Group) release(from *Exec) {
 // group is running). Token holder only.
 func (g *Group) becomeIdle(e *Exec) bool {
 	if !g.state.CompareAndSwap(groupRunning, groupIdle) {
-		panic("activation: group " + g.label + " released by a goroutine not holding its token")
+		panic("activation: group " + g.Label() + " released by a goroutine not holding its token")
 	}
 	g.pool.deactivate(e)
 	// A pusher whose critical section came after our CAS sees idle and
@@ -351,7 +352,7 @@ func (g *Group) becomeIdle(e *Exec) bool {
 // yield puts a running group with turns left back in line. Token holder only.
 func (g *Group) yield(from *Exec) {
 	if !g.state.CompareAndSwap(groupRunning, groupQueued) {
-		panic("activation: group " + g.label + " yielded by a goroutine not holding its token")
+		panic("activation: group " + g.Label() + " yielded by a goroutine not holding its token")
 	}
 	g.pool.submit(from, g)
 }
@@ -360,7 +361,7 @@ func (g *Group) yield(from *Exec) {
 // every group waiting there: the end of a quantum. Token holder only.
 func (g *Group) yieldGlobal() {
 	if !g.state.CompareAndSwap(groupRunning, groupQueued) {
-		panic("activation: group " + g.label + " yielded by a goroutine not holding its token")
+		panic("activation: group " + g.Label() + " yielded by a goroutine not holding its token")
 	}
 	g.pool.globalPut(g)
 	g.pool.wakep()
@@ -373,7 +374,7 @@ func (g *Group) yieldGlobal() {
 // owner ErrClosed. The caller took g from a run queue. Any goroutine.
 func (g *Group) drop() {
 	if !g.state.CompareAndSwap(groupQueued, groupRunning) {
-		panic("activation: dropping group " + g.label + " that is not queued")
+		panic("activation: dropping group " + g.Label() + " that is not queued")
 	}
 	for {
 		g.dropTurns(nil)

@@ -76,7 +76,7 @@ func (m *monitor) check(now time.Time) {
 			pp.mon.warned = true
 			p.warned.Add(1)
 			cfg.Logger.Warn("activation: long turn holds a processor",
-				zap.String("group", g.label),
+				zap.Stringer("group", g.label),
 				zap.String("turn", g.runningTurnName()),
 				zap.Duration("running", stuck),
 				zap.Duration("threshold", cfg.LongTurnWarning))

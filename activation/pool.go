@@ -85,6 +85,7 @@ package activation
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -173,8 +174,21 @@ func (p *Pool) Config() Config { return p.cfg }
 // NewGroup returns an idle group whose turns run on p. label names it in
 // warnings and stats (for a grain activation, its grain ID). Any goroutine.
 func (p *Pool) NewGroup(label string) *Group {
-	return &Group{pool: p, label: label}
+	return &Group{pool: p, label: stringLabel(label)}
 }
+
+// NewGroupOf is NewGroup for a group labelled by owner.String(), called
+// only when the label is read (a warning, a panic, stats). The silo makes
+// a group per grain activation, by the million, and rarely reads their
+// labels: this spares each one a string. Any goroutine.
+func (p *Pool) NewGroupOf(owner fmt.Stringer) *Group {
+	return &Group{pool: p, label: owner}
+}
+
+// stringLabel is a fixed label.
+type stringLabel string
+
+func (l stringLabel) String() string { return string(l) }
 
 // Stop drains the pool gracefully: queued turns run, and so do the turns
 // they enqueue, until no group is queued or running and no turn is waiting.

@@ -55,8 +55,11 @@ type activationRec struct {
 	state actState
 	gate  admission.Gate
 	queue []*call // requests not started: gate-queued, or held while activating or deactivating
-	qhead int
-	seq   uint64
+	// qfirst is queue's first backing array: the request that makes an
+	// activation waits in it, and most queues never hold two.
+	qfirst [1]*call
+	qhead  int
+	seq    uint64
 	// deactivate is the reason for a deactivation asked for while
 	// requests run; set means no new request starts here.
 	deactivate   grain.DeactivationReason
@@ -77,13 +80,17 @@ func (s *Silo) newActivation(id grain.ID, typ *grainType) *activationRec {
 		typ:   typ,
 		id:    id,
 		actID: s.nextActID.Add(1),
-		group: s.pool.NewGroup(id.String()),
 	}
+	a.group = s.pool.NewGroupOf(a)
 	a.calls = 1 // the request that makes it, queued without submit
 	a.gate.Reentrant = typ.opts.Reentrant
 	a.gate.ChainReentrant = typ.opts.CallChainReentrant
 	return a
 }
+
+// String is the grain's ID: the label of the activation's group, made
+// only when read.
+func (a *activationRec) String() string { return a.id.String() }
 
 func (a *activationRec) logger() *zap.Logger {
 	a.mu.Lock()
@@ -179,7 +186,12 @@ func (a *activationRec) inChainLocked(c *call) bool {
 	return false
 }
 
-func (a *activationRec) pushLocked(c *call) { a.queue = append(a.queue, c) }
+func (a *activationRec) pushLocked(c *call) {
+	if a.queue == nil {
+		a.queue = a.qfirst[:0]
+	}
+	a.queue = append(a.queue, c)
+}
 
 func (a *activationRec) popLocked() *call {
 	c := a.queue[a.qhead]
@@ -193,11 +205,10 @@ func (a *activationRec) popLocked() *call {
 
 func (a *activationRec) queuedLocked() int { return len(a.queue) - a.qhead }
 
-// takeQueueLocked removes and returns every request not started. Timer
-// ticks among them are dropped: they belong to this activation and die
-// with it. mu held.
-func (a *activationRec) takeQueueLocked() []*call {
-	var q []*call
+// takeQueueLocked removes every request not started and appends them to
+// q. Timer ticks among them are dropped: they belong to this activation
+// and die with it. mu held.
+func (a *activationRec) takeQueueLocked(q []*call) []*call {
 	for _, c := range a.queue[a.qhead:] {
 		if c.tick != nil {
 			c.tick.inFlight = false
@@ -285,7 +296,10 @@ func (a *activationRec) push(e *activation.Exec, t activation.Turn, system bool)
 // (when err is not nil) dead, failing every request that waited for it.
 func (a *activationRec) activated(e *activation.Exec, err error) {
 	a.mu.Lock()
-	q := a.takeQueueLocked()
+	// Most activations are made by one request: room for a few on the
+	// stack spares every activation two slices.
+	var qbuf, sbuf [4]*call
+	q := a.takeQueueLocked(qbuf[:0])
 	if a.state == dead && err == nil { // the silo closed meanwhile
 		err = unavailable(a.s, "it closed")
 	}
@@ -304,7 +318,8 @@ func (a *activationRec) activated(e *activation.Exec, err error) {
 	}
 	a.state = valid
 	a.idleSince = a.s.clock.Now()
-	var starts, deadlocks []*call
+	starts := sbuf[:0]
+	var deadlocks []*call
 	for _, c := range q {
 		switch a.admitLocked(c) {
 		case admission.Start:
@@ -394,7 +409,7 @@ func (a *activationRec) end() []*call {
 		t.stopLocked()
 	}
 	a.timers = nil
-	q := a.takeQueueLocked()
+	q := a.takeQueueLocked(nil)
 	a.mu.Unlock()
 	a.s.removeActivation(a)
 	return q

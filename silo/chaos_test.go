@@ -401,8 +401,8 @@ func chaosRound(ctx context.Context, tc *testCluster, ks []string) []string {
 		}
 		var held []string
 		for _, s := range ss {
-			if v, ok := s.types[probe.ProbeGrainType].acts.Load(k); ok {
-				held = append(held, fmt.Sprintf("%s#%d", s.cfg.Name, v.(*activationRec).actID))
+			if v, ok := s.types[probe.ProbeGrainType].acts.load(k); ok {
+				held = append(held, fmt.Sprintf("%s#%d", s.cfg.Name, v.actID))
 			}
 		}
 		single := len(seen) == 1

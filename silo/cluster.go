@@ -443,8 +443,7 @@ func (s *Silo) registeredActivations() iter.Seq[directory.Item] {
 				continue
 			}
 			ok := true
-			t.acts.Range(func(_, v any) bool {
-				a := v.(*activationRec)
+			t.acts.each(func(a *activationRec) bool {
 				if a.registered.Load() {
 					ok = yield(directory.Item{ID: a.id, Entry: directory.Entry{Silo: self, Activation: a.actID}})
 				}

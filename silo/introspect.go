@@ -231,8 +231,8 @@ func (s *Silo) localActivations(id grain.ID) []*activationRec {
 	if t == nil {
 		return nil
 	}
-	if v, ok := t.acts.Load(id.Key); ok {
-		return []*activationRec{v.(*activationRec)}
+	if a, ok := t.acts.load(id.Key); ok {
+		return []*activationRec{a}
 	}
 	if v, ok := t.sets.Load(id.Key); ok {
 		return v.(*workerSet).snapshot()

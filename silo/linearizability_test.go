@@ -354,8 +354,8 @@ func churn(ss []*Silo, keys []string, seed uint64, stop <-chan struct{}) int {
 		}
 		key := keys[rng.IntN(len(keys))]
 		for _, s := range ss {
-			if v, ok := s.types[probe.RegisterGrainType].acts.Load(key); ok {
-				v.(*activationRec).requestDeactivation(grain.DeactivateRequested)
+			if v, ok := s.types[probe.RegisterGrainType].acts.load(key); ok {
+				v.requestDeactivation(grain.DeactivateRequested)
 				n++
 			}
 		}
@@ -368,15 +368,15 @@ func deactivateAll(t *testing.T, ss []*Silo, keys []string) {
 	t.Helper()
 	for _, s := range ss {
 		for _, key := range keys {
-			if v, ok := s.types[probe.RegisterGrainType].acts.Load(key); ok {
-				v.(*activationRec).requestDeactivation(grain.DeactivateRequested)
+			if v, ok := s.types[probe.RegisterGrainType].acts.load(key); ok {
+				v.requestDeactivation(grain.DeactivateRequested)
 			}
 		}
 	}
 	waitFor(t, "the registers to deactivate", func() bool {
 		for _, s := range ss {
 			for _, key := range keys {
-				if _, ok := s.types[probe.RegisterGrainType].acts.Load(key); ok {
+				if _, ok := s.types[probe.RegisterGrainType].acts.load(key); ok {
 					return false
 				}
 			}

@@ -158,8 +158,8 @@ func singleActivationProblems(silos []*Silo, ks []string) []string {
 		var acts []string
 		var held directory.Entry
 		for _, s := range silos {
-			if v, ok := s.types[probe.ProbeGrainType].acts.Load(k); ok {
-				a := v.(*activationRec)
+			if v, ok := s.types[probe.ProbeGrainType].acts.load(k); ok {
+				a := v
 				acts = append(acts, fmt.Sprintf("%s#%d", s.cfg.Name, a.actID))
 				held = directory.Entry{Silo: s.cl.self, Activation: a.actID}
 			}

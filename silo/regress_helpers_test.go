@@ -14,11 +14,11 @@ import (
 
 // actOf returns the (non-worker) activation of typ/key, or nil.
 func actOf(h *harness, typ, key string) *activationRec {
-	v, ok := h.s.types[typ].acts.Load(key)
+	v, ok := h.s.types[typ].acts.load(key)
 	if !ok {
 		return nil
 	}
-	return v.(*activationRec)
+	return v
 }
 
 // waitNoGoroutineIn waits until no goroutine's stack mentions fn: for

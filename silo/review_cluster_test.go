@@ -22,7 +22,7 @@ import (
 func holders(ss []*Silo, key string) []string {
 	var out []string
 	for _, s := range ss {
-		if _, ok := s.types[probe.ProbeGrainType].acts.Load(key); ok {
+		if _, ok := s.types[probe.ProbeGrainType].acts.load(key); ok {
 			out = append(out, s.cfg.Name)
 		}
 	}
@@ -246,8 +246,8 @@ func TestReviewShutdownGossipDelayOutlivesRecoveryWindow(t *testing.T) {
 		t.Fatalf("calling %s from b while a stops: %v", g, err)
 	}
 	if r.Text != "a" {
-		if v, ok := a.types[probe.ProbeGrainType].acts.Load(g); ok {
-			act := v.(*activationRec)
+		if v, ok := a.types[probe.ProbeGrainType].acts.load(g); ok {
+			act := v
 			act.mu.Lock()
 			st := act.state
 			act.mu.Unlock()

@@ -114,7 +114,7 @@ type grainType struct {
 
 	// The catalog of this type's activations, keyed by grain key: a
 	// string key hashes several times faster than a grain.ID.
-	acts sync.Map // key -> *activationRec
+	acts catalog
 	sets sync.Map // key -> *workerSet, for a stateless worker
 	// live counts the type's activations from their start to their
 	// removal from the catalog.
@@ -393,8 +393,8 @@ func (s *Silo) haltWheel() {
 // forEachActivation calls fn for every activation in the catalog.
 func (s *Silo) forEachActivation(fn func(a *activationRec)) {
 	for _, t := range s.types {
-		t.acts.Range(func(_, v any) bool {
-			fn(v.(*activationRec))
+		t.acts.each(func(a *activationRec) bool {
+			fn(a)
 			return true
 		})
 		t.sets.Range(func(_, v any) bool {
@@ -481,7 +481,7 @@ func (s *Silo) removeActivation(a *activationRec) {
 	if a.set != nil {
 		removed = a.set.remove(a)
 	} else {
-		removed = a.typ.acts.CompareAndDelete(a.id.Key, a)
+		removed = a.typ.acts.compareAndDelete(a.id.Key, a)
 	}
 	if !removed {
 		return
@@ -510,8 +510,8 @@ func (s *Silo) maybeEmpty() {
 // remote means this silo is stopping.
 func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationRec, remote, queued bool, err error) {
 	if !t.opts.StatelessWorker {
-		if v, ok := t.acts.Load(id.Key); ok {
-			return v.(*activationRec), false, false, nil // its key was checked when it was made
+		if a, ok := t.acts.load(id.Key); ok {
+			return a, false, false, nil // its key was checked when it was made
 		}
 	}
 	if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
@@ -541,9 +541,9 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationR
 	}
 	a = s.newActivation(id, t)
 	a.pushLocked(c) // a is not published yet: no lock needed
-	if v, loaded := t.acts.LoadOrStore(id.Key, a); loaded {
+	if actual, loaded := t.acts.loadOrStore(id.Key, a); loaded {
 		s.unreserve()
-		return v.(*activationRec), false, false, nil
+		return actual, false, false, nil
 	}
 	c.act = a
 	s.activated(a)
@@ -554,8 +554,8 @@ func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationR
 // catalog, else nil.
 func (s *Silo) activationByID(id grain.ID, actID uint64) *activationRec {
 	if t := s.types[id.Type]; t != nil {
-		if v, ok := t.acts.Load(id.Key); ok && v.(*activationRec).actID == actID {
-			return v.(*activationRec)
+		if a, ok := t.acts.load(id.Key); ok && a.actID == actID {
+			return a
 		}
 	}
 	return nil

@@ -21,12 +21,12 @@ func memoryStore(m *storage.Memory) func(*Config) {
 func deactivate(t *testing.T, s *Silo, key string) {
 	t.Helper()
 	typ := s.types[probe.RegisterGrainType]
-	v, ok := typ.acts.Load(key)
+	v, ok := typ.acts.load(key)
 	if !ok {
 		t.Fatalf("%s is not active on %s", key, s.cfg.Name)
 	}
-	v.(*activationRec).requestDeactivation(grain.DeactivateRequested)
-	waitFor(t, key+" to deactivate", func() bool { _, ok := typ.acts.Load(key); return !ok })
+	v.requestDeactivation(grain.DeactivateRequested)
+	waitFor(t, key+" to deactivate", func() bool { _, ok := typ.acts.load(key); return !ok })
 }
 
 func TestStateReadBeforeActivateAndAfterDeactivation(t *testing.T) {

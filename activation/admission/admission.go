@@ -56,6 +56,7 @@ type Gate struct {
 	ChainReentrant bool
 
 	running   []entry // started and not finished, in start order
+	first     [1]entry // running's first backing array: most gates never run two at once
 	exclusive int     // running entries of Kind Exclusive
 	readOnly  int     // running entries of Kind ReadOnly
 	queued    int     // requests the owner holds queued
@@ -160,6 +161,9 @@ func (g *Gate) admissible(k Kind) bool {
 }
 
 func (g *Gate) start(seq uint64, k Kind) {
+	if g.running == nil {
+		g.running = g.first[:0]
+	}
 	g.running = append(g.running, entry{seq: seq, kind: k})
 	switch k {
 	case Exclusive:
