@@ -3,6 +3,7 @@ module github.com/granaryio/granary
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.2.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/bufbuild/protocompile v0.14.1
 	github.com/chromedp/chromedp v0.23.0

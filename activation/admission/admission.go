@@ -55,11 +55,11 @@ type Gate struct {
 	Reentrant      bool
 	ChainReentrant bool
 
-	running   []entry // started and not finished, in start order
+	running   []entry  // started and not finished, in start order
 	first     [1]entry // running's first backing array: most gates never run two at once
-	exclusive int     // running entries of Kind Exclusive
-	readOnly  int     // running entries of Kind ReadOnly
-	queued    int     // requests the owner holds queued
+	exclusive int      // running entries of Kind Exclusive
+	readOnly  int      // running entries of Kind ReadOnly
+	queued    int      // requests the owner holds queued
 }
 
 type entry struct {

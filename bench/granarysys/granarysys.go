@@ -1,0 +1,404 @@
+// Package granarysys runs the benchmark scenarios of bench/scenario on
+// Granary: silos in this process, with the configuration a user gets from
+// silo.DefaultConfig, and the Pinger grain of proto/bench.
+//
+// Settings beyond the defaults: listeners on 127.0.0.1 with ports the
+// system picks; the two silos of Remote gossip with
+// membership.DefaultLocalConfig, the profile for silos on one host.
+// Nothing else is tuned.
+package granarysys
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/granaryio/granary/bench/scenario"
+	"github.com/granaryio/granary/client"
+	"github.com/granaryio/granary/grain"
+	benchpb "github.com/granaryio/granary/proto/bench"
+	"github.com/granaryio/granary/silo"
+	"github.com/granaryio/granary/silo/membership"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// System is Granary as a scenario.System.
+type System struct{}
+
+// New returns Granary's System.
+func New() System { return System{} }
+
+// Name is "granary".
+func (System) Name() string { return "granary" }
+
+// setupTimeout bounds starting and stopping silos and clients.
+const setupTimeout = time.Minute
+
+// env is what the pingers of one setup share with the harness: the
+// counters and recorders they report into.
+type env struct {
+	handled atomic.Int64
+	// relay is where the grain-to-grain caller records its calls: set by
+	// Loop before the call that starts the loop, read by that call alone.
+	relay *scenario.Recorder
+	late  *scenario.SyncRecorder
+}
+
+// pinger is the benchmark grain.
+type pinger struct {
+	benchpb.UnimplementedPingerGrain
+	env *env
+	// due is when the timer's next tick is due.
+	due time.Time
+}
+
+var empty = &emptypb.Empty{}
+
+func (g *pinger) Ping(_ grain.Context, req *benchpb.PingRequest) (*benchpb.PingReply, error) {
+	return &benchpb.PingReply{N: req.N}, nil
+}
+
+func (g *pinger) Tell(grain.Context, *benchpb.PingRequest) (*emptypb.Empty, error) {
+	g.env.handled.Add(1)
+	return empty, nil
+}
+
+func (g *pinger) Fanout(ctx grain.Context, req *benchpb.FanoutRequest) (*benchpb.PingReply, error) {
+	ping := &benchpb.PingRequest{}
+	calls := make([]grain.Waiter, len(req.Keys))
+	for i, k := range req.Keys {
+		calls[i] = benchpb.NewPingerRef(ctx.Caller(), k).PingAsync(ctx, ping)
+	}
+	if err := grain.AwaitAll(ctx, calls...); err != nil {
+		return nil, err
+	}
+	return &benchpb.PingReply{N: int64(len(calls))}, nil
+}
+
+func (g *pinger) Relay(ctx grain.Context, req *benchpb.RelayRequest) (*benchpb.PingReply, error) {
+	rec := g.env.relay
+	callee := benchpb.NewPingerRef(ctx.Caller(), req.To)
+	ping := &benchpb.PingRequest{}
+	prev := time.Now()
+	for range req.N {
+		if _, err := callee.Ping(ctx, ping); err != nil {
+			return nil, err
+		}
+		now := time.Now()
+		rec.Record(now.Sub(prev))
+		prev = now
+	}
+	return &benchpb.PingReply{N: req.N}, nil
+}
+
+// StartTimer starts a timer. A Granary timer's next tick is due a period
+// after the previous one ended, so each tick's due time is the end of
+// the one before plus the period.
+func (g *pinger) StartTimer(ctx grain.Context, req *benchpb.TimerRequest) (*emptypb.Empty, error) {
+	period := time.Duration(req.PeriodNanos)
+	late := g.env.late
+	g.due = time.Now().Add(period)
+	_, err := ctx.RegisterTimer("tick", func(grain.Context) error {
+		late.Record(time.Since(g.due))
+		g.due = time.Now().Add(period)
+		return nil
+	}, period, period)
+	return empty, err
+}
+
+// startSilo starts a silo of cfg hosting pingers that share e.
+func startSilo(ctx context.Context, cfg silo.Config, e *env) (*silo.Silo, error) {
+	s, err := silo.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if e != nil {
+		if err := benchpb.RegisterPingerGrain(s, func(grain.ID) benchpb.PingerGrain { return &pinger{env: e} }); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// closers closes several things in order and reports the first error.
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var first error
+	for _, c := range cs {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// refs hands each caller index its own pinger reference, made once.
+type refs struct {
+	c      grain.Caller
+	prefix string
+	mu     sync.Mutex
+	byIdx  []benchpb.PingerRef
+	ready  atomic.Pointer[[]benchpb.PingerRef]
+}
+
+func newRefs(c grain.Caller, prefix string) *refs {
+	r := &refs{c: c, prefix: prefix}
+	r.grow(4096)
+	return r
+}
+
+// ref returns caller i's reference.
+func (r *refs) ref(i int) benchpb.PingerRef {
+	if all := *r.ready.Load(); i < len(all) {
+		return all[i]
+	}
+	r.grow(2 * (i + 1))
+	return (*r.ready.Load())[i]
+}
+
+func (r *refs) grow(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.byIdx) < n {
+		r.byIdx = append(r.byIdx, benchpb.NewPingerRef(r.c, r.prefix+strconv.Itoa(len(r.byIdx))))
+	}
+	all := r.byIdx[:len(r.byIdx):len(r.byIdx)]
+	r.ready.Store(&all)
+}
+
+// pings is a Caller that pings caller i's own pinger.
+type pings struct {
+	refs *refs
+	io.Closer
+}
+
+var ping = &benchpb.PingRequest{N: 1}
+
+func (p pings) Call(ctx context.Context, i int) error {
+	_, err := p.refs.ref(i).Ping(ctx, ping)
+	return err
+}
+
+// Local starts one silo.
+func (System) Local(ctx context.Context) (scenario.Caller, error) {
+	s, err := startSilo(ctx, silo.DefaultConfig(), &env{})
+	if err != nil {
+		return nil, err
+	}
+	return pings{refs: newRefs(s, "p"), Closer: s}, nil
+}
+
+// clusterConfig is a silo of the benchmark's cluster on loopback.
+func clusterConfig(name string, seeds []string) silo.Config {
+	cfg := silo.DefaultConfig()
+	cfg.Name = name
+	cc := silo.DefaultClusterConfig()
+	cc.Membership = membership.DefaultLocalConfig()
+	cc.Membership.ClusterID = "bench"
+	cc.Membership.Seeds = seeds
+	cc.GRPCListen = "127.0.0.1:0"
+	cfg.Cluster = &cc
+	return cfg
+}
+
+// Remote starts two silos: the callee hosts the pingers, the caller none,
+// so every call crosses between them.
+func (System) Remote(ctx context.Context) (scenario.Caller, error) {
+	callee, err := startSilo(ctx, clusterConfig("callee", nil), &env{})
+	if err != nil {
+		return nil, err
+	}
+	gossip, _ := callee.ClusterAddrs()
+	caller, err := startSilo(ctx, clusterConfig("caller", []string{gossip}), nil)
+	if err != nil {
+		_ = callee.Close()
+		return nil, err
+	}
+	c := pings{refs: newRefs(caller, "r"), Closer: closers{caller, callee}}
+	if err := firstCall(ctx, c); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// firstCall calls until a call succeeds: a silo that has only just joined
+// may not yet see where the grain type is hosted.
+func firstCall(ctx context.Context, c scenario.Caller) error {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	for {
+		err := c.Call(ctx, 0)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no call went through while the silos joined: %w", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Gateway starts a silo with a gateway and a client of it.
+func (System) Gateway(ctx context.Context) (scenario.Caller, error) {
+	cfg := silo.DefaultConfig()
+	gc := silo.DefaultGatewayConfig()
+	gc.Listen = "127.0.0.1:0"
+	cfg.Gateway = &gc
+	s, err := startSilo(ctx, cfg, &env{})
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	cl, err := client.Dial(dctx, client.WithGateways(s.GatewayAddr()))
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return pings{refs: newRefs(cl, "c"), Closer: closers{cl, s}}, nil
+}
+
+// tells sends one-way pings to a fixed set of pingers.
+type tells struct {
+	e    *env
+	refs []benchpb.PingerRef
+	io.Closer
+}
+
+func (t tells) Send(ctx context.Context, _ int, n int64) error {
+	_, err := t.refs[n%int64(len(t.refs))].Tell(ctx, ping)
+	return err
+}
+
+func (t tells) Handled() int64 { return t.e.handled.Load() }
+
+// Tell starts a silo whose grains count the one-way pings they handle.
+func (System) Tell(ctx context.Context, grains int) (scenario.Teller, error) {
+	e := &env{}
+	s, err := startSilo(ctx, silo.DefaultConfig(), e)
+	if err != nil {
+		return nil, err
+	}
+	t := tells{e: e, refs: make([]benchpb.PingerRef, grains), Closer: s}
+	for i := range t.refs {
+		t.refs[i] = benchpb.NewPingerRef(s, "t"+strconv.Itoa(i))
+	}
+	return t, nil
+}
+
+// fanouts asks caller i's pinger to fan out to the same width pingers.
+type fanouts struct {
+	refs *refs
+	req  *benchpb.FanoutRequest
+	io.Closer
+}
+
+func (f fanouts) Call(ctx context.Context, i int) error {
+	_, err := f.refs.ref(i).Fanout(ctx, f.req)
+	return err
+}
+
+// Fanout starts a silo whose pingers fan out to width others.
+func (System) Fanout(ctx context.Context, width int) (scenario.Caller, error) {
+	s, err := startSilo(ctx, silo.DefaultConfig(), &env{})
+	if err != nil {
+		return nil, err
+	}
+	req := &benchpb.FanoutRequest{Keys: make([]string, width)}
+	for i := range req.Keys {
+		req.Keys[i] = "leaf" + strconv.Itoa(i)
+	}
+	return fanouts{refs: newRefs(s, "f"), req: req, Closer: s}, nil
+}
+
+// relays has pinger "a" ping pinger "b".
+type relays struct {
+	e *env
+	a benchpb.PingerRef
+	io.Closer
+}
+
+func (r relays) Loop(ctx context.Context, n int, rec *scenario.Recorder) error {
+	r.e.relay = rec
+	_, err := r.a.Relay(ctx, &benchpb.RelayRequest{To: "b", N: int64(n)})
+	return err
+}
+
+// GrainToGrain starts a silo where pinger "a" pings pinger "b".
+func (System) GrainToGrain(ctx context.Context) (scenario.Looper, error) {
+	e := &env{}
+	s, err := startSilo(ctx, silo.DefaultConfig(), e)
+	if err != nil {
+		return nil, err
+	}
+	return relays{e: e, a: benchpb.NewPingerRef(s, "a"), Closer: s}, nil
+}
+
+// activations pings a pinger never pinged before.
+type activations struct {
+	s *silo.Silo
+	io.Closer
+}
+
+func (a activations) Call(ctx context.Context, i int) error {
+	_, err := benchpb.NewPingerRef(a.s, strconv.Itoa(i)).Ping(ctx, ping)
+	return err
+}
+
+// Activations starts a silo for new grains.
+func (System) Activations(ctx context.Context) (scenario.Caller, error) {
+	s, err := startSilo(ctx, silo.DefaultConfig(), &env{})
+	if err != nil {
+		return nil, err
+	}
+	return activations{s: s, Closer: s}, nil
+}
+
+// timerStarters is how many goroutines start the timers.
+const timerStarters = 8
+
+// Timers starts a silo and n pingers, each running a timer.
+func (System) Timers(ctx context.Context, n int, period time.Duration, late *scenario.SyncRecorder) (io.Closer, error) {
+	s, err := startSilo(ctx, silo.DefaultConfig(), &env{late: late})
+	if err != nil {
+		return nil, err
+	}
+	req := &benchpb.TimerRequest{PeriodNanos: int64(period)}
+	var next atomic.Int64
+	errs := make(chan error, timerStarters)
+	for range timerStarters {
+		go func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if _, err := benchpb.NewPingerRef(s, "timer"+strconv.FormatInt(i, 10)).StartTimer(ctx, req); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range timerStarters {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		_ = s.Close()
+		return nil, first
+	}
+	return s, nil
+}
