@@ -41,6 +41,8 @@ type Silo struct {
 	pool      *activation.Pool
 
 	wheel timeoutWheel
+	// timerWheel drives grain timers. Started and halted with wheel.
+	timerWheel timerWheel
 
 	// cl is the silo's membership of a cluster, or nil for a silo alone.
 	// Set by Start.
@@ -232,6 +234,8 @@ func (s *Silo) Start(ctx context.Context) error {
 	s.pool = pool
 	s.wheel.init(s, s.cfg.TimeoutResolution)
 	go s.wheel.run()
+	s.timerWheel.init(s, s.cfg.TimerResolution)
+	go s.timerWheel.run()
 	s.collStop, s.collDone = make(chan struct{}), make(chan struct{})
 	go s.collect()
 	s.started.Store(true)
@@ -357,14 +361,17 @@ func (s *Silo) closeAll() {
 	if s.rem != nil {
 		s.rem.svc.Stop()
 	}
-	s.closeNow() // wakes sleeping turns, so the pool's Close need not wait for them
 	// Fail what is queued first: the pool's Close waits for running turns,
-	// and a turn may be waiting for one of these calls.
+	// and a turn may be waiting for one of these calls. Before the
+	// sleepers wake, too: a woken turn that ends while its activation
+	// still lives would start the next queued request, which Close
+	// promises fails.
 	s.forEachActivation(func(a *activationRec) {
 		for _, c := range a.end() {
 			s.fail(nil, c, unavailable(s, "it closed"))
 		}
 	})
+	s.closeNow() // wakes sleeping turns, so the pool's Close need not wait for them
 	if s.pool != nil {
 		s.pool.Close()
 	}
@@ -380,12 +387,14 @@ func (s *Silo) closeAll() {
 	s.closeStorage(nil)
 }
 
-// haltWheel stops the timeout sweeper once; it runs until the pool is
-// stopped, since draining calls still need their timeouts.
+// haltWheel stops the timeout sweeper and the timer wheel once; they run
+// until the pool is stopped, since draining calls still need their
+// timeouts.
 func (s *Silo) haltWheel() {
 	s.wheelOnce.Do(func() {
 		if s.started.Load() {
 			s.wheel.halt()
+			s.timerWheel.halt()
 		}
 	})
 }

@@ -1,12 +1,12 @@
 package silo
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/activation/admission"
 	"github.com/granaryio/granary/grain"
-	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,12 +28,25 @@ type grainTimer struct {
 
 	// Guarded by a.mu.
 	period   time.Duration
-	clk      clockwork.Timer
 	stopped  bool
 	inFlight bool // a tick is queued or running
-	refire   bool // the clock fired, or Change was called, during a tick
+	refire   bool // the tick came due, or Change was called, during a tick
 	// dueWhileActivating: the first tick came due before OnActivate ended.
 	dueWhileActivating bool
+
+	// Links in the silo's timer wheel. due (when the timer is due, as a
+	// time since the silo's epoch) and wsoon (linked in the wheel's soon
+	// list) are written under a.mu and the slot's lock; wslot (the slot
+	// while linked) and the list links under the slot's lock. wsweep is
+	// the sweeper's.
+	due          time.Duration
+	wsoon        bool
+	wslot        *timerSlot
+	wnext, wprev *grainTimer
+	wsweep       uint64
+	// changes counts Change calls: a tick the wheel collected before
+	// one is not fired. Written under a.mu.
+	changes atomic.Uint32
 }
 
 func (a *activationRec) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
@@ -52,16 +65,34 @@ func (a *activationRec) registerTimer(name string, fn grain.TimerFunc, due, peri
 	if a.state != valid && a.state != activating || a.deactPending {
 		return nil, status.Errorf(codes.FailedPrecondition, "granary: RegisterTimer %q: activation of %s is ending", name, a.id)
 	}
-	t.clk = a.s.clock.AfterFunc(due, t.fire)
+	a.s.timerWheel.link(t, a.s.since()+due)
 	a.timers = append(a.timers, t)
 	return t, nil
 }
 
-// fire runs on the clock's goroutine when a tick is due: it queues the
-// tick's turn unless one is in flight.
+// fireFromWheel is fire for a timer the wheel's sweep at now collected as
+// due, when its Change count was changes: a Change since supersedes the
+// tick. e is the worker running the wheel's batch, or nil.
+func (t *grainTimer) fireFromWheel(e *activation.Exec, changes uint32, now time.Duration) {
+	t.a.mu.Lock()
+	if t.changes.Load() != changes {
+		t.a.mu.Unlock()
+		return
+	}
+	t.fireLocked(e, now)
+}
+
+// fire queues the tick's turn unless one is in flight: for a tick that
+// came due while the activation was activating.
 func (t *grainTimer) fire() {
+	t.a.mu.Lock()
+	t.fireLocked(nil, t.a.s.since())
+}
+
+// fireLocked is fire with a.mu held, which it releases; now is the
+// silo's time, and e the worker queuing the tick, or nil.
+func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration) {
 	a := t.a
-	a.mu.Lock()
 	if a.state == activating && !t.stopped {
 		t.dueWhileActivating = true // fired by activated
 		a.mu.Unlock()
@@ -79,7 +110,7 @@ func (t *grainTimer) fire() {
 	t.inFlight = true
 	c := a.s.newCall(1)
 	c.act, c.tick = a, t
-	c.due = a.s.since() + a.s.cfg.ResponseTimeout
+	c.due = now + a.s.cfg.ResponseTimeout
 	start := true
 	if t.opts.Interleave {
 		c.kind = admission.Interleave
@@ -94,7 +125,7 @@ func (t *grainTimer) fire() {
 	}
 	a.mu.Unlock()
 	if start {
-		a.enqueue(nil, c)
+		a.enqueue(e, c)
 	}
 }
 
@@ -120,9 +151,9 @@ func (t *grainTimer) done(e *activation.Exec, c *call, panicked bool) {
 		switch {
 		case t.refire:
 			t.refire = false
-			t.clk.Reset(0)
+			a.s.timerWheel.relink(t, a.s.since())
 		case t.period > 0:
-			t.clk.Reset(t.period)
+			a.s.timerWheel.relink(t, a.s.since()+t.period)
 		}
 	}
 	if t.opts.KeepAlive {
@@ -155,17 +186,19 @@ func (t *grainTimer) Change(due, period time.Duration) error {
 		return status.Errorf(codes.FailedPrecondition, "granary: Timer.Change %q: the timer is stopped", t.name)
 	}
 	t.period = period
+	t.changes.Add(1)
+	w := &t.a.s.timerWheel
 	if t.inFlight {
-		t.clk.Stop()
+		w.unlink(t)
 		t.refire = false
 		if due == 0 {
 			t.refire = true
 		} else {
-			t.clk.Reset(due)
+			w.relink(t, t.a.s.since()+due)
 		}
 		return nil
 	}
-	t.clk.Reset(due)
+	w.relink(t, t.a.s.since()+due)
 	return nil
 }
 
@@ -188,5 +221,5 @@ func (t *grainTimer) Stop() {
 
 func (t *grainTimer) stopLocked() {
 	t.stopped = true
-	t.clk.Stop()
+	t.a.s.timerWheel.unlink(t)
 }
