@@ -36,13 +36,19 @@ CLUSTER_GRACE   := 25
 # Flags for the chaos test, e.g. E2E_FLAGS='-hold 20s'.
 E2E_FLAGS       ?=
 
-# Benchmarks: which, how often, and for how long each run.
+# The scenario benchmarks (make bench): flags for both commands, e.g.
+# BENCH_FLAGS='-rounds 3' or BENCH_FLAGS='-scenario ping -duration 5s'.
+BENCH_FLAGS ?=
+# The peer frameworks' module, with its own go.mod.
+PEERS       := bench/peers
+
+# Micro-benchmarks (make microbench): which, how often, and for how long.
 BENCH       ?= .
 BENCH_COUNT ?= 6
 BENCH_TIME  ?= 1s
 BENCH_PKGS  ?= ./activation/ ./silo/
 
-.PHONY: all build test fmt-check vet lint race bench run generate generate-check tools clean postgres-up postgres-down \
+.PHONY: all build test fmt-check vet lint race peers-check bench microbench run generate generate-check tools clean postgres-up postgres-down \
 	image cluster-up cluster-down e2e chromium
 
 all: build
@@ -50,8 +56,8 @@ all: build
 build:
 	$(GO) build ./...
 
-## test: everything CI checks: formatting, vet, lint, fresh generated code, and the race-enabled tests.
-test: fmt-check vet lint generate-check race
+## test: everything CI checks: formatting, vet, lint, fresh generated code, the race-enabled tests, and the peers' module.
+test: fmt-check vet lint generate-check race peers-check
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -68,8 +74,18 @@ lint: $(STATICCHECK)
 race: $(GRPCURL)
 	GRANARY_GRPCURL=$(GRPCURL) $(GO) test -race -count=1 -timeout 20m ./...
 
-## bench: benchmarks with allocations, BENCH_COUNT runs each, summarised by benchstat.
-bench: $(BENCHSTAT)
+# peers-check: the benchmark peers' module (its own go.mod): formatting is
+# fmt-check's; here vet, lint and its race-enabled tests.
+peers-check: $(STATICCHECK)
+	cd $(PEERS) && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) test -race -count=1 -timeout 10m ./...
+
+## bench: every benchmark scenario on Granary, then on Granary and its peers side by side; rewrites the tables of docs/benchmarks.md.
+bench:
+	$(GO) run ./bench/cmd/granary-bench -docs docs/benchmarks.md $(BENCH_FLAGS)
+	cd $(PEERS) && $(GO) run ./cmd/peer-bench -docs ../../docs/benchmarks.md $(BENCH_FLAGS)
+
+## microbench: the packages' Go benchmarks with allocations, BENCH_COUNT runs each, summarised by benchstat and bench/ratios.
+microbench: $(BENCHSTAT)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) $(BENCH_PKGS) | tee bench.out
 	$(BENCHSTAT) bench.out
 	$(GO) run ./bench/ratios bench.out
