@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -143,38 +142,14 @@ func (cs closers) Close() error {
 	return first
 }
 
-// refs hands each caller index its own pinger reference, made once.
-type refs struct {
-	c      grain.Caller
-	prefix string
-	mu     sync.Mutex
-	byIdx  []benchpb.PingerRef
-	ready  atomic.Pointer[[]benchpb.PingerRef]
-}
+// refs hands each caller index its own pinger reference, made once:
+// references named prefix and the index.
+type refs = scenario.Indexed[benchpb.PingerRef]
 
 func newRefs(c grain.Caller, prefix string) *refs {
-	r := &refs{c: c, prefix: prefix}
-	r.grow(4096)
-	return r
-}
-
-// ref returns caller i's reference.
-func (r *refs) ref(i int) benchpb.PingerRef {
-	if all := *r.ready.Load(); i < len(all) {
-		return all[i]
-	}
-	r.grow(2 * (i + 1))
-	return (*r.ready.Load())[i]
-}
-
-func (r *refs) grow(n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for len(r.byIdx) < n {
-		r.byIdx = append(r.byIdx, benchpb.NewPingerRef(r.c, r.prefix+strconv.Itoa(len(r.byIdx))))
-	}
-	all := r.byIdx[:len(r.byIdx):len(r.byIdx)]
-	r.ready.Store(&all)
+	return scenario.NewIndexed(4096, func(i int) benchpb.PingerRef {
+		return benchpb.NewPingerRef(c, prefix+strconv.Itoa(i))
+	})
 }
 
 // pings is a Caller that pings caller i's own pinger.
@@ -186,7 +161,7 @@ type pings struct {
 var ping = &benchpb.PingRequest{N: 1}
 
 func (p pings) Call(ctx context.Context, i int) error {
-	_, err := p.refs.ref(i).Ping(ctx, ping)
+	_, err := p.refs.Get(i).Ping(ctx, ping)
 	return err
 }
 
@@ -307,7 +282,7 @@ type fanouts struct {
 }
 
 func (f fanouts) Call(ctx context.Context, i int) error {
-	_, err := f.refs.ref(i).Fanout(ctx, f.req)
+	_, err := f.refs.Get(i).Fanout(ctx, f.req)
 	return err
 }
 

@@ -3,7 +3,6 @@ package granarysys
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/granaryio/granary/bench/scenario"
 	"go.uber.org/goleak"
@@ -11,20 +10,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// tiny is a configuration small enough for the race detector.
-func tiny() scenario.Config {
-	return scenario.Config{
-		Duration: 50 * time.Millisecond, Warmup: 10 * time.Millisecond,
-		Callers: 8, Senders: 2, TellGrains: 4, FanoutWidth: 10,
-		Activations: 2000, ActivationCallers: 4, ActivationLimit: 30 * time.Second,
-		Timers: 200, TimerPeriod: 100 * time.Millisecond, TimerWindow: 300 * time.Millisecond,
-	}
-}
-
 // TestScenarios runs every scenario on Granary and checks that each
 // measured something.
 func TestScenarios(t *testing.T) {
-	cfg := tiny()
+	cfg := scenario.SmokeConfig()
 	for _, name := range scenario.Names() {
 		t.Run(name, func(t *testing.T) {
 			rs, err := scenario.Run(context.Background(), New(), name, cfg)

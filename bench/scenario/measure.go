@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -161,6 +162,9 @@ func calls(c Caller) worker {
 		prev := time.Now()
 		for !stop.Load() {
 			if err := c.Call(ctx, i); err != nil {
+				if errors.Is(err, errExhausted) {
+					break
+				}
 				return n, err
 			}
 			now := time.Now()

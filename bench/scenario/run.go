@@ -264,27 +264,8 @@ func runActivations(ctx context.Context, sys System, cfg Config) (rs []Result, e
 	}
 	defer closeInto(c, &err)
 	before := liveMemory()
-	var next atomic.Int64
-	limit := int64(cfg.Activations)
-	w := func(ctx context.Context, _ int, rec *Recorder, stop *atomic.Bool) (int64, error) {
-		var n int64
-		prev := time.Now()
-		for !stop.Load() {
-			k := next.Add(1) - 1
-			if k >= limit {
-				break
-			}
-			if err := c.Call(ctx, int(k)); err != nil {
-				return n, err
-			}
-			now := time.Now()
-			rec.Record(now.Sub(prev))
-			prev = now
-			n++
-		}
-		return n, nil
-	}
-	win, err := measure(ctx, cfg.ActivationCallers, cfg.ActivationLimit, w, nil)
+	fresh := &freshKeys{c: c, limit: int64(cfg.Activations)}
+	win, err := measure(ctx, cfg.ActivationCallers, cfg.ActivationLimit, calls(fresh), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -299,6 +280,28 @@ func runActivations(ctx context.Context, sys System, cfg Config) (rs []Result, e
 	}
 	return []Result{r}, nil
 }
+
+// errExhausted ends a caller's calls without an error: freshKeys has no
+// key left to give.
+var errExhausted = errors.New("scenario: every key was called")
+
+// freshKeys calls c with each key from 0 to limit-1 once, whichever
+// caller asks: every call is to a grain never called before.
+type freshKeys struct {
+	c     Caller
+	next  atomic.Int64
+	limit int64
+}
+
+func (f *freshKeys) Call(ctx context.Context, _ int) error {
+	k := f.next.Add(1) - 1
+	if k >= f.limit {
+		return errExhausted
+	}
+	return f.c.Call(ctx, int(k))
+}
+
+func (f *freshKeys) Close() error { return nil }
 
 // runTimers measures first an idle node's CPU, then the same node with
 // cfg.Timers timers: their CPU above idle and how late their ticks run,

@@ -208,3 +208,22 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// SmokeConfig is a configuration small enough for a System's tests under
+// the race detector: every scenario runs in well under a second.
+func SmokeConfig() Config {
+	return Config{
+		Duration:          50 * time.Millisecond,
+		Warmup:            10 * time.Millisecond,
+		Callers:           8,
+		Senders:           2,
+		TellGrains:        4,
+		FanoutWidth:       10,
+		Activations:       2000,
+		ActivationCallers: 4,
+		ActivationLimit:   30 * time.Second,
+		Timers:            200,
+		TimerPeriod:       100 * time.Millisecond,
+		TimerWindow:       300 * time.Millisecond,
+	}
+}

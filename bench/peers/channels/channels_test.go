@@ -22,20 +22,7 @@ var unsupported = map[string]bool{
 // unsupported, and nothing may be left running.
 func TestScenarios(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	cfg := scenario.Config{
-		Duration:          50 * time.Millisecond,
-		Warmup:            10 * time.Millisecond,
-		Callers:           8,
-		Senders:           2,
-		TellGrains:        4,
-		FanoutWidth:       10,
-		Activations:       2000,
-		ActivationCallers: 4,
-		ActivationLimit:   5 * time.Second,
-		Timers:            200,
-		TimerPeriod:       100 * time.Millisecond,
-		TimerWindow:       300 * time.Millisecond,
-	}
+	cfg := scenario.SmokeConfig()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sys := New()

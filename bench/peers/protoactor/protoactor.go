@@ -84,7 +84,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -184,37 +183,15 @@ func (n *node) Close() error {
 
 // names hands out grain identities by index, each built once: prefix
 // and the index in decimal.
-type names struct {
-	prefix string
-	mu     sync.Mutex
-	built  []string
-	ready  atomic.Pointer[[]string]
-}
+type names = scenario.Indexed[string]
 
 func newNames(prefix string) *names {
-	n := &names{prefix: prefix}
-	n.grow(4096)
-	return n
+	return scenario.NewIndexed(4096, func(i int) string { return prefix + strconv.Itoa(i) })
 }
 
-// name returns identity i.
-func (n *names) name(i int) string {
-	if all := *n.ready.Load(); i < len(all) {
-		return all[i]
-	}
-	n.grow(2 * (i + 1))
-	return (*n.ready.Load())[i]
-}
-
-func (n *names) grow(size int) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for len(n.built) < size {
-		n.built = append(n.built, n.prefix+strconv.Itoa(len(n.built)))
-	}
-	all := n.built[:len(n.built):len(n.built)]
-	n.ready.Store(&all)
-}
+// ping is every ping's request: a local request is passed, not copied,
+// and no grain changes it (as in bench/granarysys).
+var ping = &benchpb.PingRequest{N: 1}
 
 // pings is a Caller that pings caller i's own grain through c.
 type pings struct {
@@ -227,7 +204,7 @@ func (p pings) Call(ctx context.Context, i int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := call[*benchpb.PingReply](p.c, p.names.name(i), &benchpb.PingRequest{N: int64(i)})
+	_, err := call[*benchpb.PingReply](p.c, p.names.Get(i), ping)
 	return err
 }
 
@@ -343,7 +320,7 @@ func (f fanouts) Call(ctx context.Context, i int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := call[*benchpb.PingReply](f.c, f.names.name(i), f.req)
+	_, err := call[*benchpb.PingReply](f.c, f.names.Get(i), f.req)
 	return err
 }
 

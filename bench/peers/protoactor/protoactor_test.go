@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/granaryio/granary/bench/scenario"
 	"go.uber.org/goleak"
@@ -28,24 +27,6 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// smoke is the tiny configuration of the smoke test.
-func smoke() scenario.Config {
-	return scenario.Config{
-		Duration:          50 * time.Millisecond,
-		Warmup:            10 * time.Millisecond,
-		Callers:           8,
-		Senders:           2,
-		TellGrains:        4,
-		FanoutWidth:       10,
-		Activations:       2000,
-		ActivationCallers: 4,
-		ActivationLimit:   5 * time.Second,
-		Timers:            200,
-		TimerPeriod:       100 * time.Millisecond,
-		TimerWindow:       300 * time.Millisecond,
-	}
-}
-
 // TestScenarios runs every scenario once, briefly, and checks that each
 // either measured something or is unsupported.
 func TestScenarios(t *testing.T) {
@@ -60,7 +41,7 @@ func TestScenarios(t *testing.T) {
 				// gRPC server. The run without -race covers this scenario.
 				t.Skip("two protoactor members in one process race inside protoactor's remote.Start")
 			}
-			rs, err := scenario.Run(context.Background(), sys, name, smoke())
+			rs, err := scenario.Run(context.Background(), sys, name, scenario.SmokeConfig())
 			if name == scenario.ClientPing {
 				if !errors.Is(err, scenario.ErrUnsupported) {
 					t.Fatalf("%s: got %v, want ErrUnsupported", name, err)
