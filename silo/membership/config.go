@@ -144,6 +144,15 @@ type Config struct {
 	// PushPullInterval is how often a silo syncs its whole member list
 	// with a random other over TCP, which repairs what gossip lost and
 	// merges partitions after they heal. 0 disables it (not advised).
+	//
+	// It bounds how long the two sides of a healed partition go on taking
+	// each other for dead: by then the notices of the deaths have stopped
+	// circulating, so only a sync tells the majority that the minority's
+	// silos are alive. Meanwhile the majority refuses their directory
+	// registrations, and their calls fail. DefaultLANConfig syncs every
+	// 2 s for that reason (it was 15 s, and the chaos run's heal then
+	// failed calls for up to 10 s); memberlist stretches the interval
+	// itself in clusters of more than 32 silos.
 	PushPullInterval time.Duration
 	// TCPTimeout bounds a stream connection: a join, a push/pull, a TCP
 	// fallback probe. A join attempt per seed can take this long, and so
@@ -177,7 +186,7 @@ type Config struct {
 // (SuspicionMult 3: 3 * 500 ms up to 10 silos, then growing with log10 of
 // the size), reached once one other silo confirms the suspicion in
 // clusters of three or more, and at most 6 s (SuspicionMaxTimeoutMult 4)
-// when none does; gossip every 100 ms; a full sync every 15 s. A silo
+// when none does; gossip every 100 ms; a full sync every 2 s. A silo
 // whose own probes keep failing (Lifeguard awareness) stretches its probe
 // interval and timeout up to 8 times, detecting later rather than
 // accusing healthy silos.
@@ -201,7 +210,7 @@ func DefaultLANConfig() Config {
 		GossipInterval:          100 * time.Millisecond,
 		GossipNodes:             3,
 		RetransmitMult:          4,
-		PushPullInterval:        15 * time.Second,
+		PushPullInterval:        2 * time.Second,
 		TCPTimeout:              5 * time.Second,
 		LeavePropagateDelay:     300 * time.Millisecond,
 	}
