@@ -218,10 +218,8 @@ func firstCall(ctx context.Context, c scenario.Caller) error {
 		if err == nil {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if grain.Sleep(ctx, 10*time.Millisecond) != nil {
 			return fmt.Errorf("no call went through while the silos joined: %w", err)
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
@@ -352,28 +350,13 @@ func (System) Timers(ctx context.Context, n int, period time.Duration, late *sce
 		return nil, err
 	}
 	req := &benchpb.TimerRequest{PeriodNanos: int64(period)}
-	var next atomic.Int64
-	errs := make(chan error, timerStarters)
-	for range timerStarters {
-		go func() {
-			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				if _, err := benchpb.NewPingerRef(s, "timer"+strconv.FormatInt(i, 10)).StartTimer(ctx, req); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
-	var first error
-	for range timerStarters {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	if first != nil {
+	err = scenario.Parallel(ctx, n, timerStarters, func(i int) error {
+		_, err := benchpb.NewPingerRef(s, "timer"+strconv.Itoa(i)).StartTimer(ctx, req)
+		return err
+	})
+	if err != nil {
 		_ = s.Close()
-		return nil, first
+		return nil, err
 	}
 	return s, nil
 }

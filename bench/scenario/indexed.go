@@ -1,6 +1,8 @@
 package scenario
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
@@ -40,4 +42,31 @@ func (x *Indexed[T]) grow(n int) {
 	}
 	all := x.built[:len(x.built):len(x.built)]
 	x.ready.Store(&all)
+}
+
+// Parallel calls fn for every index from 0 to n-1, from workers
+// goroutines, and returns when all are done: the setup of many grains at
+// once (the timers of Timers, say). A failing call stops its goroutine;
+// the others go on until ctx ends or the indexes run out. It returns the
+// errors joined.
+func Parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if err := ctx.Err(); err != nil {
+					errs[w] = err
+					return
+				}
+				if err := fn(int(i)); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

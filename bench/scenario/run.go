@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/granaryio/granary/grain"
 )
 
 // Result is one measured variant of one scenario on one system.
@@ -318,13 +320,13 @@ func runTimers(ctx context.Context, sys System, cfg Config) ([]Result, error) {
 	}
 	// Each timer's first tick comes a period after it started; wait that
 	// out, and the warm-up, so the window sees ticks in their stride.
-	if err := sleepCtx(ctx, cfg.TimerPeriod+cfg.Warmup); err != nil {
+	if err := grain.Sleep(ctx, cfg.TimerPeriod+cfg.Warmup); err != nil {
 		_ = t.Close()
 		return nil, err
 	}
 	late.take()
 	u0, t0 := snapshot(), time.Now()
-	err = sleepCtx(ctx, cfg.TimerWindow)
+	err = grain.Sleep(ctx, cfg.TimerWindow)
 	lat, elapsed := late.take(), time.Since(t0)
 	u1 := snapshot()
 	if cerr := t.Close(); err == nil && cerr != nil {
@@ -357,7 +359,7 @@ func idleCPU(ctx context.Context, sys System, d time.Duration) (pct float64, err
 		return 0, err
 	}
 	u0, t0 := snapshot(), time.Now()
-	if err := sleepCtx(ctx, d); err != nil {
+	if err := grain.Sleep(ctx, d); err != nil {
 		return 0, err
 	}
 	_, _, cpu := snapshot().diff(u0)
@@ -369,17 +371,4 @@ func percentOfCore(cpu, wall time.Duration) float64 {
 		return 0
 	}
 	return 100 * cpu.Seconds() / wall.Seconds()
-}
-
-// sleepCtx waits d, or until ctx ends. The benchmark measures over
-// stretches of wall time; nothing here waits for another goroutine.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -80,11 +80,9 @@ package protoactor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -93,6 +91,7 @@ import (
 	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/granaryio/granary/bench/scenario"
+	"github.com/granaryio/granary/grain"
 	benchpb "github.com/granaryio/granary/proto/bench"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -260,16 +259,7 @@ func waitForCallee(ctx context.Context, caller, callee *cluster.Cluster, p pings
 }
 
 // pause waits a little before polling again, or until ctx ends.
-func pause(ctx context.Context) error {
-	t := time.NewTimer(10 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func pause(ctx context.Context) error { return grain.Sleep(ctx, 10*time.Millisecond) }
 
 // Gateway is unsupported: protoactor has no gateway for external clients.
 func (System) Gateway(context.Context) (scenario.Caller, error) {
@@ -395,31 +385,13 @@ func (System) Timers(ctx context.Context, n int, period time.Duration, late *sce
 	}
 	nd.env.late = late
 	req := &benchpb.TimerRequest{PeriodNanos: int64(period)}
-	var next atomic.Int64
-	errs := make(chan error, timerStarters)
-	for range timerStarters {
-		go func() {
-			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				if err := ctx.Err(); err != nil {
-					errs <- err
-					return
-				}
-				id := "timer" + strconv.FormatInt(i, 10)
-				if _, err := call[*emptypb.Empty](nd.c, id, req); err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		}()
-	}
-	var first error
-	for range timerStarters {
-		first = errors.Join(first, <-errs)
-	}
-	if first != nil {
+	err = scenario.Parallel(ctx, n, timerStarters, func(i int) error {
+		_, err := call[*emptypb.Empty](nd.c, "timer"+strconv.Itoa(i), req)
+		return err
+	})
+	if err != nil {
 		_ = nd.Close()
-		return nil, first
+		return nil, err
 	}
 	return nd, nil
 }
