@@ -83,18 +83,21 @@ func (t *Transport) Stats() Stats {
 	for _, ep := range eps {
 		st.Pending += ep.pendingCount()
 	}
+	// The counters are read in the reverse of the order sent and received
+	// add them, so a frame counted in one is counted in those read after:
+	// a snapshot that holds a frame's batch holds its envelopes and bytes.
 	c := &t.stats
-	st.BytesSent = c.bytesSent.Load()
-	st.BytesReceived = c.bytesReceived.Load()
-	st.BatchesReceived = c.framesReceived.Load()
-	st.EnvelopesSent = c.envelopesSent.Load()
-	st.EnvelopesReceived = c.envelopesReceived.Load()
 	st.BatchSizes = make([]uint64, batchBounds+1)
 	st.BatchBounds = make([]uint64, batchBounds)
 	for i := range st.BatchSizes {
 		st.BatchSizes[i] = c.batchSizes[i].Load()
 		st.BatchesSent += st.BatchSizes[i]
 	}
+	st.EnvelopesSent = c.envelopesSent.Load()
+	st.BytesSent = c.bytesSent.Load()
+	st.EnvelopesReceived = c.envelopesReceived.Load()
+	st.BatchesReceived = c.framesReceived.Load()
+	st.BytesReceived = c.bytesReceived.Load()
 	for i := range st.BatchBounds {
 		st.BatchBounds[i] = 1 << i
 	}

@@ -19,8 +19,11 @@ func TestBatchBucket(t *testing.T) {
 	}
 }
 
-// waitStats polls until cond holds for the two transports' stats: the
-// counters of a frame are added after its envelopes are delivered.
+// waitStats polls until cond holds for the two transports' stats. A
+// frame's counters are added after the frame is written or its envelopes
+// delivered, so the counters lag the traffic they count; cond should test
+// the ones added last (batches sent, envelopes received), which Stats
+// reads first, so that the rest of the snapshot holds the same frames.
 func waitStats(t *testing.T, p *pair, cond func(a, b Stats) bool) (Stats, Stats) {
 	t.Helper()
 	deadline := time.Now().Add(defaultTestTimeout)
@@ -51,7 +54,12 @@ func TestStatsCountCalls(t *testing.T) {
 			t.Fatal(r.err)
 		}
 	}
-	a, b := waitStats(t, p, func(a, b Stats) bool { return a.EnvelopesReceived == n })
+	// The counters lag the traffic they count: the last request may be
+	// answered before b counts its frame, or before a counts it sent.
+	a, b := waitStats(t, p, func(a, b Stats) bool {
+		return a.BatchesSent == n+1 && b.EnvelopesReceived == n+1 &&
+			b.BatchesSent == n && a.EnvelopesReceived == n
+	})
 	// a dialled b: a sent the hello and the requests, one frame each, as
 	// each call waited for its answer; b sent the responses.
 	for _, c := range []struct {
@@ -98,7 +106,9 @@ func TestStatsCountBatches(t *testing.T) {
 	}
 	release()
 	const total = n + 2 // the hello and the warm-up call
-	a, b := waitStats(t, p, func(a, b Stats) bool { return b.EnvelopesReceived == total })
+	a, b := waitStats(t, p, func(a, b Stats) bool {
+		return b.EnvelopesReceived == total && a.BatchesSent == b.BatchesReceived
+	})
 	if a.EnvelopesSent != total {
 		t.Errorf("a sent %d envelopes, want %d", a.EnvelopesSent, total)
 	}
