@@ -145,15 +145,30 @@ type Config struct {
 	// with a random other over TCP, which repairs what gossip lost and
 	// merges partitions after they heal. 0 disables it (not advised).
 	//
-	// It bounds how long the two sides of a healed partition go on taking
-	// each other for dead: by then the notices of the deaths have stopped
-	// circulating, so only a sync tells the majority that the minority's
-	// silos are alive. Meanwhile the majority refuses their directory
-	// registrations, and their calls fail. DefaultLANConfig syncs every
-	// 2 s for that reason (it was 15 s, and the chaos run's heal then
-	// failed calls for up to 10 s); memberlist stretches the interval
-	// itself in clusters of more than 32 silos.
+	// It also sets how long a silo keeps gossiping to a member it
+	// declared dead (the longer of this and 10 probe intervals), which is
+	// how a member wrongly declared dead hears of it and refutes. Sides
+	// of a partition that outlasts that window are merged by reconnecting
+	// (ReconnectInterval). memberlist stretches the interval itself in
+	// clusters of more than 32 silos.
 	PushPullInterval time.Duration
+	// ReconnectInterval is how often a silo tries to reach again the
+	// members it took for failed, for ReconnectTimeout after each
+	// failure. It is what merges the two sides of a healed partition:
+	// memberlist gossips to a dead member only for a short while, and
+	// syncs member lists only with live ones, so once both sides have
+	// declared each other dead nothing else brings them together, and
+	// they stay split until a silo restarts and joins both. An attempt is
+	// a join (a member-list sync over TCP) with the member's gossip
+	// address; while one member keeps failing them, its attempts back
+	// off, doubling up to 8 times the interval. A silo that was killed
+	// fails fast (its port is closed) or answers with a new member ID,
+	// which ends the attempts. 0 disables reconnecting (not advised).
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long after a member failed this silo goes
+	// on trying to reach it again. A partition that lasts longer does not
+	// heal by itself. Must be positive when ReconnectInterval is.
+	ReconnectTimeout time.Duration
 	// TCPTimeout bounds a stream connection: a join, a push/pull, a TCP
 	// fallback probe. A join attempt per seed can take this long, and so
 	// can announcing a graceful leave.
@@ -211,6 +226,8 @@ func DefaultLANConfig() Config {
 		GossipNodes:             3,
 		RetransmitMult:          4,
 		PushPullInterval:        2 * time.Second,
+		ReconnectInterval:       time.Second,
+		ReconnectTimeout:        time.Hour,
 		TCPTimeout:              5 * time.Second,
 		LeavePropagateDelay:     300 * time.Millisecond,
 	}
@@ -232,6 +249,7 @@ func DefaultWANConfig() Config {
 	c.GossipNodes = 4
 	c.RetransmitMult = 4
 	c.PushPullInterval = time.Minute
+	c.ReconnectInterval = 5 * time.Second
 	c.TCPTimeout = 20 * time.Second
 	c.LeavePropagateDelay = time.Second
 	return c
@@ -255,6 +273,8 @@ func DefaultLocalConfig() Config {
 		GossipNodes:             3,
 		RetransmitMult:          2,
 		PushPullInterval:        5 * time.Second,
+		ReconnectInterval:       200 * time.Millisecond,
+		ReconnectTimeout:        time.Minute,
 		TCPTimeout:              time.Second,
 		LeavePropagateDelay:     100 * time.Millisecond,
 	}
@@ -351,6 +371,10 @@ func (c *Config) validate() error {
 		return bad("ProbeTimeout", "%v must be less than ProbeInterval %v", c.ProbeTimeout, c.ProbeInterval)
 	case c.PushPullInterval < 0:
 		return bad("PushPullInterval", "%v must not be negative", c.PushPullInterval)
+	case c.ReconnectInterval < 0:
+		return bad("ReconnectInterval", "%v must not be negative", c.ReconnectInterval)
+	case c.ReconnectInterval > 0 && c.ReconnectTimeout <= 0:
+		return bad("ReconnectTimeout", "%v must be positive when ReconnectInterval is set", c.ReconnectTimeout)
 	case c.LeavePropagateDelay < 0:
 		return bad("LeavePropagateDelay", "%v must not be negative", c.LeavePropagateDelay)
 	case c.SuspicionMult < 1:

@@ -77,6 +77,8 @@ func TestConfigValidate(t *testing.T) {
 		{"GossipInterval", func(c *Config) { c.GossipInterval = -1 }},
 		{"TCPTimeout", func(c *Config) { c.TCPTimeout = 0 }},
 		{"PushPullInterval", func(c *Config) { c.PushPullInterval = -time.Second }},
+		{"ReconnectInterval", func(c *Config) { c.ReconnectInterval = -time.Second }},
+		{"ReconnectTimeout", func(c *Config) { c.ReconnectTimeout = 0 }},
 		{"LeavePropagateDelay", func(c *Config) { c.LeavePropagateDelay = -1 }},
 		{"SuspicionMult", func(c *Config) { c.SuspicionMult = 0 }},
 		{"SuspicionMaxTimeoutMult", func(c *Config) { c.SuspicionMaxTimeoutMult = 0 }},

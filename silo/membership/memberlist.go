@@ -58,6 +58,9 @@ type Memberlist struct {
 	// whose memberlist death has not been observed yet: their late alive
 	// and dead notifications are not events.
 	leaving map[string]bool
+
+	// rc holds the failed members to reach again (reconnect.go).
+	rc reconnector
 }
 
 type lifeState int
@@ -160,6 +163,10 @@ func (m *Memberlist) Start(ctx context.Context) error {
 	m.mu.Lock()
 	m.state = stateRunning
 	m.mu.Unlock()
+	if m.cfg.ReconnectInterval > 0 {
+		m.rc.wg.Add(1)
+		go m.reconnectLoop()
+	}
 	return nil
 }
 
@@ -375,6 +382,7 @@ func (m *Memberlist) shutdownLocked() {
 			m.log.Debug("membership: shutdown", zap.Error(err))
 		}
 	}
+	m.rc.wg.Wait() // closingc is closed: the loop ends, and joins in flight fail or finish
 	if m.q != nil {
 		m.q.stop()
 	}
@@ -468,6 +476,7 @@ func (m *Memberlist) observeAlive(n *memberlist.Node, kind EventKind) {
 	}
 	if _, known := m.others[mem.ID]; !known {
 		kind = EventJoined
+		m.rc.forget(mem.ID)
 	}
 	m.others[mem.ID] = mem
 	m.numNodes.Store(int64(len(m.others) + 1))
@@ -484,7 +493,10 @@ func (m *Memberlist) observeGone(id string, kind EventKind) {
 		delete(m.leaving, id)
 		return
 	}
-	m.removeLocked(id, kind)
+	addr := m.others[id].GossipAddr
+	if m.removeLocked(id, kind) && kind == EventFailed {
+		m.rc.failed(id, addr, time.Now(), m.cfg.ReconnectInterval)
+	}
 }
 
 // removeLocked forgets the alive member id and queues kind for it,
