@@ -310,23 +310,29 @@ func (d *Directory) RetryRegistrations() {
 
 // AskResync tells silo, which this one took for dead and now sees alive
 // again, to register all its activations again: their entries here, and
-// at every silo that purged them, are gone. Fire and forget. Any
-// goroutine.
-func (d *Directory) AskResync(silo string) {
+// at every silo that purged them, are gone. done gets the outcome; the
+// caller asks again while it fails, since the first messages on a link
+// just back may. Any goroutine.
+func (d *Directory) AskResync(silo string, done func(error)) {
 	if silo == d.self {
+		done(nil)
 		return
 	}
 	d.sender.Send(silo, &Request{Op: OpResync}, func(_ *Response, err error) {
 		if err != nil {
 			d.log.Debug("directory: asking a silo to register again failed", zap.String("silo", silo), zap.Error(err))
 		}
+		done(err)
 	})
 }
 
-// registerAll registers every activation Config.Local yields at its
-// owner, as after a membership change; losers go to Config.Lost. mu not
-// held.
-func (d *Directory) registerAll() {
+// RegisterAll registers every activation Config.Local yields at its
+// owner, as after a membership change; losers go to Config.Lost, and
+// registrations that could not be placed are sent again as
+// RetryRegistrations says. A silo calls it when another asks (OpResync)
+// and a while after a partition heals, to find the duplicates made on
+// either side of it. Any goroutine; mu not held.
+func (d *Directory) RegisterAll() {
 	if d.cfg.Local == nil {
 		return
 	}

@@ -142,8 +142,9 @@ func checkRequest(req *Request) error {
 // and the answer relayed, while Hops < Config.MaxHops; past that it fails
 // with Unavailable. Of a handoff, the items this silo owns are merged
 // first-wins and the others passed on, grouped by the owner it believes
-// in; items that cannot be placed are dropped (their holders register them
-// again). Bad requests fail with InvalidArgument. Any goroutine.
+// in; items that cannot be placed, or that name a silo this one takes
+// for dead, are answered as unplaced, for their holders to send again.
+// Bad requests fail with InvalidArgument. Any goroutine.
 func (d *Directory) Handle(from string, req *Request, reply func(*Response, error)) {
 	if err := checkRequest(req); err != nil {
 		d.log.Debug("directory: bad request", zap.String("from", from), zap.Error(err))
@@ -156,7 +157,7 @@ func (d *Directory) Handle(from string, req *Request, reply func(*Response, erro
 		return
 	case OpResync:
 		d.log.Info("directory: another silo took this one for dead; registering every activation again", zap.String("from", from))
-		d.registerAll()
+		d.RegisterAll()
 		reply(&Response{}, nil)
 		return
 	}
@@ -237,7 +238,11 @@ func (d *Directory) handleHandoff(req *Request, reply func(*Response, error)) {
 	ring := d.ring.Load()
 	for _, it := range req.Items {
 		if _, dead := d.dead[it.Entry.Silo]; dead {
+			// Either the entry outlived its silo, or the silo is alive
+			// and this one has not heard yet (a partition has just
+			// healed): back it goes, and a live holder sends it again.
 			dropped++
+			resp.Unplaced = append(resp.Unplaced, it)
 			continue
 		}
 		switch o := ring.OwnerOf(it.ID); {
@@ -256,7 +261,7 @@ func (d *Directory) handleHandoff(req *Request, reply func(*Response, error)) {
 	d.mu.Unlock()
 	if dropped > 0 {
 		d.dropped.Add(uint64(dropped))
-		d.log.Debug("directory: handoff entries dropped: dead silo, no owner or hop bound", zap.Int("entries", dropped))
+		d.log.Debug("directory: handoff entries sent back: dead silo, no owner or hop bound", zap.Int("entries", dropped))
 	}
 	d.settleRejected(&resp)
 	if len(away) == 0 {

@@ -51,6 +51,9 @@ import (
 //	handoff c          c.HandOffAll()
 //	crash c            c stops: requests it serves or is sent fail, replies to it are lost
 //	dead c             every live silo: SiloDead(c)
+//	dead@a,b c         only silos a and b: SiloDead(c)
+//	retry c            c.RetryRegistrations()
+//	registerall c      c.RegisterAll()
 //	advance 600        move the directories' clock on by 600 ms
 //
 // The network:
@@ -81,7 +84,7 @@ import (
 //	expect owner g1 c              every live silo believes c owns g1
 //	expect stats c entries=1 forwarded=0   fields of c.Stats(): entries, cache,
 //	                               silos, dead, forwarded, refused, handedoff,
-//	                               dropped, lost
+//	                               dropped, lost, retrying
 //	expect converged               nothing queued, views agree, one entry per
 //	                               grain at its owner, every activation holds it
 func TestScenarios(t *testing.T) {
@@ -211,6 +214,23 @@ func (s *scenario) step(f []string) error {
 		s.crash(args[0])
 	case cmd == "dead" && len(args) == 1:
 		s.dead(args[0])
+	case strings.HasPrefix(cmd, "dead@") && len(args) == 1:
+		for _, silo := range strings.Split(strings.TrimPrefix(cmd, "dead@"), ",") {
+			if err := s.known(silo); err != nil {
+				return err
+			}
+			s.dirs[silo].SiloDead(args[0])
+		}
+	case cmd == "retry" && len(args) == 1:
+		if err := s.known(args[0]); err != nil {
+			return err
+		}
+		s.dirs[args[0]].RetryRegistrations()
+	case cmd == "registerall" && len(args) == 1:
+		if err := s.known(args[0]); err != nil {
+			return err
+		}
+		s.dirs[args[0]].RegisterAll()
 	case cmd == "deliver":
 		return s.deliver(args)
 	case cmd == "fail":
@@ -593,6 +613,7 @@ func (s *scenario) expectStats(silo string, fields []string) error {
 		"entries": uint64(st.Entries), "cache": uint64(st.CacheEntries), "silos": uint64(st.Silos),
 		"dead": uint64(st.DeadSilos), "forwarded": st.Forwarded, "refused": st.Refused,
 		"handedoff": st.HandedOff, "dropped": st.Dropped, "lost": st.Lost,
+		"retrying": uint64(st.Retrying),
 	}
 	for _, f := range fields {
 		k, v, _ := strings.Cut(f, "=")

@@ -150,6 +150,11 @@ type cluster struct {
 	departed     map[string]bool
 	departedList []string
 
+	// heal is what a partition's heal left to do: the silos to ask to
+	// register again (OpResync) and when to check this silo's own
+	// registrations. The load loop does it.
+	heal healWork
+
 	closed    atomic.Bool // close began: no retries are armed any more
 	closeOnce sync.Once
 
@@ -357,7 +362,7 @@ func (cl *cluster) applyLocked(ev membership.Event) {
 			// naming it, so it must register its activations again.
 			delete(cl.departed, m.ID)
 			cl.log.Warn("a silo taken for dead is back; asking it to register its activations again", zap.String("member", m.ID))
-			defer cl.dir.AskResync(m.ID) // once it is a transport peer again
+			defer cl.healed(m.ID) // once it is a transport peer again
 		}
 		prev, had := cl.members[m.ID]
 		cl.members[m.ID] = m
@@ -534,6 +539,7 @@ func (cl *cluster) reportLoad() {
 		case <-tk.Chan():
 		}
 		cl.dir.RetryRegistrations()
+		cl.healTick()
 		now := [2]uint64{uint64(cl.s.live.Load()), uint64(cl.s.pool.Stats().QueuedGroups)}
 		if now == last {
 			continue

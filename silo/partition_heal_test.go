@@ -45,9 +45,6 @@ const partitionHealTimeout = 5 * time.Second
 func TestClusterPartitionHealLeavesOneActivation(t *testing.T) {
 	for _, heal := range []string{"together", "first message lost"} {
 		t.Run(heal, func(t *testing.T) {
-			if heal == "first message lost" {
-				t.Skip("known: a duplicate made during a partition outlives the heal when the first messages after it are lost; see the comment above")
-			}
 			testPartitionHeal(t, heal)
 		})
 	}
