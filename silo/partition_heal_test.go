@@ -34,14 +34,11 @@ const partitionHealTimeout = 5 * time.Second
 // "first message lost": the order of the chaos run in Docker, where
 // gossip is back before every silo has heard of it, and a message right
 // after the heal can fail. c hears first, and re-registers its grains
-// at a while a still takes c for dead, so a drops them; then a hears,
-// but its request that c register everything again (OpResync) fails, as
-// the first message on a link just back may. Nothing sends c's
-// registrations again: c keeps its activations of the grains a owns,
-// while a's entries name a's activations. This case fails today and is
-// skipped: making the dropped handoff and the resync request retry until
-// they land passed it, but did not rid the Docker chaos run of its
-// duplicates, so the change was taken back.
+// at a while a still takes c for dead, so a sends them back unplaced;
+// then a hears, but its request that c register everything again
+// (OpResync) fails, as the first message on a link just back may. c's
+// registrations must be sent again until they land (they were dropped
+// once), and so must the resync request.
 func TestClusterPartitionHealLeavesOneActivation(t *testing.T) {
 	for _, heal := range []string{"together", "first message lost"} {
 		t.Run(heal, func(t *testing.T) {
