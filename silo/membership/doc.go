@@ -48,7 +48,10 @@
 //     or a partition as EventFailed once failure detection declares the
 //     member dead (see Config for the detection time). A member declared
 //     dead that was in fact alive (a healed partition) comes back as
-//     EventJoined with its current metadata; its ID is unchanged.
+//     EventJoined with its current metadata; its ID is unchanged. Each
+//     silo tries to reach failed members again (Config.ReconnectInterval),
+//     since memberlist alone stops talking to a dead member soon after it
+//     is declared dead, and a partition longer than that would stay split.
 //     memberlist v0.7.0 cannot tell its delegate a leave from a death (see
 //     leave.go), so Leave first gossips a leave intent of its own, and the
 //     others report EventLeft when it arrives; one that misses the intent
