@@ -143,6 +143,11 @@ type cluster struct {
 	obsLookups map[string]*observerLookup
 	// retryArmed: a timer to send failed registrations again is set.
 	retryArmed atomic.Bool
+	// retryMu guards the backoff of those timers: retryDelay is the last
+	// delay armed, retryLast when it was.
+	retryMu    sync.Mutex
+	retryDelay time.Duration
+	retryLast  time.Time
 	// departed remembers the members that left or failed, most recent
 	// last, bounded by maxDeparted: an entry naming one of them is gone,
 	// while one naming a member this silo has not heard of yet may be
@@ -508,12 +513,23 @@ func (cl *cluster) reregister(a *activationRec) {
 }
 
 // retryRegistrations has the directory send again, shortly, the
-// registrations it could not deliver: one timer at a time.
+// registrations it could not deliver: one timer at a time. While rounds
+// keep coming back (an owner that still takes this silo for dead answers
+// every one), the delay doubles from registrationRetryDelay up to the
+// load tick, which retries too; a quiet spell resets it.
 func (cl *cluster) retryRegistrations() {
 	if cl.closed.Load() || !cl.retryArmed.CompareAndSwap(false, true) {
 		return
 	}
-	cl.s.clock.AfterFunc(registrationRetryDelay, func() {
+	now := cl.s.clock.Now()
+	cl.retryMu.Lock()
+	d := registrationRetryDelay
+	if !cl.retryLast.IsZero() && now.Sub(cl.retryLast) < 4*cl.retryDelay {
+		d = min(2*cl.retryDelay, max(cl.cfg.LoadReportInterval, registrationRetryDelay))
+	}
+	cl.retryDelay, cl.retryLast = d, now
+	cl.retryMu.Unlock()
+	cl.s.clock.AfterFunc(d, func() {
 		cl.retryArmed.Store(false)
 		if !cl.closed.Load() {
 			cl.dir.RetryRegistrations()

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // After a partition heals, each side holds activations the other side
@@ -15,13 +17,17 @@ import (
 //
 //   - a silo asks each silo it took for dead and sees alive again to
 //     register its activations again (OpResync), and asks again on every
-//     load tick until one request is answered;
+//     load tick until one is answered, or refused as a request it will
+//     never take (InvalidArgument, Unimplemented);
 //   - a silo that sees such a silo come back registers all its own
 //     activations again twice: healCheckFirst after the last such
 //     return, when the first gossip about it has spread, and again after
-//     two member-list syncs (membership's PushPullInterval), by which
-//     time every silo has heard of it. Each activation whose
-//     registration meets another entry loses and deactivates.
+//     two member-list syncs (membership's PushPullInterval, at least
+//     healCheckSecondMin), by which time most silos have heard of it in
+//     a small cluster (memberlist stretches the sync interval itself
+//     above 32 silos; registrations an owner refuses meanwhile are sent
+//     again anyway, as below). Each activation whose registration meets
+//     another entry loses and deactivates.
 //
 // Registrations sent to a silo that still takes this one for dead come
 // back unplaced and are sent again (Directory.RetryRegistrations).
@@ -29,6 +35,10 @@ import (
 // healCheckFirst is how long after a silo taken for dead comes back this
 // one first registers its activations again.
 const healCheckFirst = time.Second
+
+// healCheckSecondMin is the least wait for the second check after the
+// first, when member-list syncs are frequent or off.
+const healCheckSecondMin = 2 * time.Second
 
 // maxResyncAsks bounds the resync requests sent to one silo that does
 // not answer: past it, the silo is taken to be gone again, which its
@@ -55,7 +65,7 @@ func (cl *cluster) healed(member string) {
 		h.resync, h.asking = map[string]int{}, map[string]bool{}
 	}
 	h.resync[member] = 0
-	second := 2*cl.cfg.Membership.PushPullInterval + healCheckFirst
+	second := healCheckFirst + max(2*cl.cfg.Membership.PushPullInterval, healCheckSecondMin)
 	h.checks = append(h.checks[:0], now.Add(healCheckFirst), now.Add(second))
 	h.mu.Unlock()
 	cl.askResync(member)
@@ -81,9 +91,17 @@ func (cl *cluster) askResync(member string) {
 	h.asking[member] = true
 	h.mu.Unlock()
 	cl.dir.AskResync(member, func(err error) {
+		retry := true // it did not arrive, or its answer did not
+		switch status.Code(err) {
+		case codes.OK:
+			retry = false
+		case codes.InvalidArgument, codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
+			retry = false // it arrived and will never be taken
+			cl.log.Warn("a silo taken for dead refused the request to register again", zap.String("member", member), zap.Error(err))
+		}
 		h.mu.Lock()
 		delete(h.asking, member)
-		if err == nil {
+		if !retry {
 			delete(h.resync, member)
 		}
 		h.mu.Unlock()

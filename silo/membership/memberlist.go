@@ -361,7 +361,9 @@ func (m *Memberlist) Leave(ctx context.Context) error {
 // ProbeInterval (a probe in flight) or a TCPTimeout (a stream being
 // served), and never call onEvent again. If Start is still joining, it
 // returns ErrClosed, after the join attempt in flight (at most TCPTimeout
-// per seed). Idempotent; any goroutine but onEvent's.
+// per seed), and waits for a join in flight to a failed member's
+// address (reconnect.go), which a silent partition can hold for up to
+// TCPTimeout. Idempotent; any goroutine but onEvent's.
 func (m *Memberlist) Close() error {
 	m.beginClose()
 	m.lifeMu.Lock()

@@ -39,6 +39,13 @@ type reconnectState struct {
 	next     time.Time // when to try next
 	wait     time.Duration
 	inFlight bool
+	gen      uint64 // which failure: a join's outcome counts for its own only
+}
+
+// reconnectAttempt is a join to start: at addr, for the failure gen.
+type reconnectAttempt struct {
+	addr string
+	gen  uint64
 }
 
 // reconnector holds the failed members to reach again. Its mu is taken
@@ -47,6 +54,7 @@ type reconnector struct {
 	mu      sync.Mutex
 	members map[string]*reconnectState // by member ID
 	order   []string                   // member IDs, oldest failure first
+	gen     uint64                     // failures recorded
 	wg      sync.WaitGroup             // the loop and the joins in flight
 }
 
@@ -61,10 +69,15 @@ func (r *reconnector) failed(id, addr string, now time.Time, interval time.Durat
 	if r.members == nil {
 		r.members = make(map[string]*reconnectState)
 	}
-	if _, ok := r.members[id]; !ok {
+	prev, ok := r.members[id]
+	if !ok {
 		r.order = append(r.order, id)
 	}
-	r.members[id] = &reconnectState{addr: addr, failed: now, next: now.Add(interval), wait: interval}
+	r.gen++
+	// A join still in flight for an earlier failure keeps a second one
+	// from starting; its outcome will not count for this failure.
+	r.members[id] = &reconnectState{addr: addr, failed: now, next: now.Add(interval), wait: interval,
+		inFlight: ok && prev.inFlight, gen: r.gen}
 	for len(r.order) > maxReconnecting {
 		delete(r.members, r.order[0])
 		r.order = r.order[1:]
@@ -94,7 +107,7 @@ func (r *reconnector) forgetLocked(id string) {
 
 // due returns the members to try now, marked in flight, and drops those
 // past timeout. It starts at most maxReconnectsInFlight joins at once.
-func (r *reconnector) due(now time.Time, timeout time.Duration) map[string]string {
+func (r *reconnector) due(now time.Time, timeout time.Duration) map[string]reconnectAttempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	inFlight := 0
@@ -103,7 +116,7 @@ func (r *reconnector) due(now time.Time, timeout time.Duration) map[string]strin
 			inFlight++
 		}
 	}
-	var out map[string]string
+	var out map[string]reconnectAttempt
 	for _, id := range append([]string(nil), r.order...) {
 		st := r.members[id]
 		switch {
@@ -114,22 +127,27 @@ func (r *reconnector) due(now time.Time, timeout time.Duration) map[string]strin
 			st.inFlight = true
 			inFlight++
 			if out == nil {
-				out = make(map[string]string)
+				out = make(map[string]reconnectAttempt)
 			}
-			out[id] = st.addr
+			out[id] = reconnectAttempt{st.addr, st.gen}
 		}
 	}
 	return out
 }
 
-// attempted records the outcome of a join at member id: success ends the
-// attempts, failure doubles the wait up to maxWait.
-func (r *reconnector) attempted(id string, ok bool, now time.Time, maxWait time.Duration) {
+// attempted records the outcome of a join at member id for its failure
+// gen: success ends the attempts, failure doubles the wait up to
+// maxWait.
+func (r *reconnector) attempted(id string, gen uint64, ok bool, now time.Time, maxWait time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.members[id]
-	if st == nil {
+	switch {
+	case st == nil:
 		return // seen alive meanwhile
+	case st.gen != gen:
+		st.inFlight = false // it failed again since: try afresh
+		return
 	}
 	if ok {
 		r.forgetLocked(id)
@@ -153,16 +171,17 @@ func (m *Memberlist) reconnectLoop() {
 			return
 		case <-t.C:
 		}
-		for id, addr := range m.rc.due(time.Now(), m.cfg.ReconnectTimeout) {
+		for id, at := range m.rc.due(time.Now(), m.cfg.ReconnectTimeout) {
 			m.rc.wg.Add(1)
-			go m.reconnect(id, addr, reconnectMaxBackoff*every)
+			go m.reconnect(id, at, reconnectMaxBackoff*every)
 		}
 	}
 }
 
-// reconnect tries one join at addr, where member id gossiped.
-func (m *Memberlist) reconnect(id, addr string, maxWait time.Duration) {
+// reconnect tries one join where member id gossiped.
+func (m *Memberlist) reconnect(id string, at reconnectAttempt, maxWait time.Duration) {
 	defer m.rc.wg.Done()
+	addr := at.addr
 	n, err := m.ml.Join([]string{addr})
 	ok := err == nil && n > 0
 	if ok {
@@ -170,5 +189,5 @@ func (m *Memberlist) reconnect(id, addr string, maxWait time.Duration) {
 	} else {
 		m.log.Debug("membership: a failed member's address does not answer", zap.String("failed", id), zap.String("addr", addr), zap.Error(err))
 	}
-	m.rc.attempted(id, ok, time.Now(), maxWait)
+	m.rc.attempted(id, at.gen, ok, time.Now(), maxWait)
 }

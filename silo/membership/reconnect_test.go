@@ -175,20 +175,30 @@ func TestReconnectorSchedule(t *testing.T) {
 		}
 	}
 	expect(0)
-	expect(every, "m")
+	gen := r.due(at(every), time.Minute)["m"].gen
 	expect(every) // in flight
 	// Failures double the wait, up to the cap.
 	waits := []time.Duration{2 * every, 4 * every, 4 * every}
 	now := every
 	for _, w := range waits {
-		r.attempted("m", false, at(now), 4*every)
+		r.attempted("m", gen, false, at(now), 4*every)
 		expect(now + w - time.Millisecond)
 		now += w
 		expect(now, "m")
 	}
 	// A success ends the attempts.
-	r.attempted("m", true, at(now), 4*every)
+	r.attempted("m", gen, true, at(now), 4*every)
 	expect(10 * every)
+
+	// A member that fails again while a join is in flight: no second
+	// join meanwhile, and the first one's success does not count.
+	r.failed("m", "10.0.0.1:7946", at(20*every), every)
+	first := r.due(at(21*every), time.Minute)["m"]
+	r.failed("m", "10.0.0.1:7946", at(21*every), every)
+	expect(23 * every) // the first join is still in flight
+	r.attempted("m", first.gen, true, at(23*every), 4*every)
+	expect(23*every, "m")
+	r.forget("m")
 
 	// Past the timeout, a member is dropped.
 	r.failed("old", "10.0.0.2:7946", t0, every)

@@ -56,9 +56,11 @@ func TestStatsCountCalls(t *testing.T) {
 	}
 	// The counters lag the traffic they count: the last request may be
 	// answered before b counts its frame, or before a counts it sent.
+	// It waits for at least the counts wanted, so that a count too high
+	// fails below, and one too low as "never settled".
 	a, b := waitStats(t, p, func(a, b Stats) bool {
-		return a.BatchesSent == n+1 && b.EnvelopesReceived == n+1 &&
-			b.BatchesSent == n && a.EnvelopesReceived == n
+		return a.BatchesSent >= n+1 && b.EnvelopesReceived >= n+1 &&
+			b.BatchesSent >= n && a.EnvelopesReceived >= n
 	})
 	// a dialled b: a sent the hello and the requests, one frame each, as
 	// each call waited for its answer; b sent the responses.
@@ -112,7 +114,8 @@ func TestStatsCountBatches(t *testing.T) {
 	if a.EnvelopesSent != total {
 		t.Errorf("a sent %d envelopes, want %d", a.EnvelopesSent, total)
 	}
-	if a.BatchesSent != b.BatchesReceived || a.BytesSent != b.BytesReceived {
+	// Batches sent and received are equal by the wait; bytes need not be.
+	if a.BytesSent != b.BytesReceived {
 		t.Errorf("a sent %d batches of %d bytes; b received %d of %d", a.BatchesSent, a.BytesSent, b.BatchesReceived, b.BytesReceived)
 	}
 	if sum(a.BatchSizes) != a.BatchesSent {
