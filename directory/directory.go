@@ -485,7 +485,7 @@ type Stats struct {
 	Forwarded    uint64  // requests passed on to the silo believed to own them
 	Refused      uint64  // requests refused at the hop bound
 	HandedOff    uint64  // entries sent to new owners, moved or registered again
-	Dropped      uint64  // handoff entries lost: send failed, no owner, hop bound, dead silo
+	Dropped      uint64  // handoff entries not placed: send failed, no owner, hop bound, dead silo (a live holder sends its own again)
 	Lost         uint64  // own activations reported to Config.Lost
 	Retrying     int     // own activations whose registration waits to be sent again
 

@@ -276,7 +276,8 @@ func (d *Directory) keepForRetry(items []Item) (n int) {
 // RetryRegistrations sends again the registrations of this silo's own
 // activations that a membership change moved to a new owner and that
 // could not be delivered then (the owner was unreachable for a moment,
-// as when a partition heals): without them an activation has no entry,
+// or sent them back because it still took this silo for dead, as when a
+// partition heals): without them an activation has no entry,
 // and a duplicate made while views disagreed would never be found. The
 // silo calls it periodically; a registration that fails again is kept
 // for the next call, one whose activation ended (Unregister) is dropped,

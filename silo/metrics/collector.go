@@ -52,7 +52,7 @@ var (
 	dirForwarded = desc("directory_forwarded_total", "Directory requests passed on to the silo believed to own them.")
 	dirRefused   = desc("directory_refused_total", "Directory requests refused at the hop bound while silos' views disagreed.")
 	dirHandedOff = desc("directory_handed_off_total", "Directory entries sent to new owners after membership changes.")
-	dirDropped   = desc("directory_dropped_total", "Directory handoff entries lost: the send failed, no owner, hop bound or dead silo.")
+	dirDropped   = desc("directory_dropped_total", "Directory handoff entries not placed: the send failed, no owner, hop bound or dead silo; a live silo sends its own again.")
 	dirLost      = desc("directory_lost_activations_total", "Activations of this silo that lost their directory registration to another and were deactivated.")
 
 	tpPeers          = desc("transport_peers", "Silos the transport knows an address for.")
