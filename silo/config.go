@@ -7,6 +7,7 @@ import (
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -81,6 +82,14 @@ type Config struct {
 	// Logger receives the silo's logs; grain loggers derive from it.
 	// Default: a no-op logger.
 	Logger *zap.Logger
+
+	// Rejections counts and logs what the silo's listeners refuse (failed
+	// handshakes, gossip under another key, malformed frames, failed
+	// authentication): granary_rejected_total. Share one with the admin
+	// server so that every refusal of the process is in one place.
+	// Default: one of the silo's own, logging to Logger (see
+	// Silo.Rejections).
+	Rejections *security.Rejections
 
 	// Clock drives call timeouts, timers, grain.Sleep and collection.
 	// Tests pass a fake clock and advance it. Default: the real clock.

@@ -14,6 +14,7 @@ import (
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/granaryio/granary/silo/storage/boltstore"
 	"github.com/granaryio/granary/silo/transport"
@@ -138,6 +139,9 @@ func New(cfg Config) (*Silo, error) {
 	if cfg.Scheduler.Logger == nil {
 		cfg.Scheduler.Logger = cfg.Logger
 	}
+	if cfg.Rejections == nil {
+		cfg.Rejections = security.NewRejections(cfg.Logger.With(zap.String("silo", cfg.Name)))
+	}
 	s := &Silo{
 		cfg:      cfg,
 		log:      cfg.Logger.With(zap.String("silo", cfg.Name)),
@@ -151,6 +155,10 @@ func New(cfg Config) (*Silo, error) {
 	s.closed, s.closeNow = context.WithCancel(context.Background())
 	return s, nil
 }
+
+// Rejections returns what counts and logs the refusals of the silo's
+// listeners: Config.Rejections, or the silo's own.
+func (s *Silo) Rejections() *security.Rejections { return s.cfg.Rejections }
 
 // RegisterGrain registers a grain type; generated RegisterXGrain functions
 // call it. It fails after Start, for a type registered twice, and for

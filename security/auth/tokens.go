@@ -1,0 +1,237 @@
+package auth
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+)
+
+// Limits of a token file.
+const (
+	// MinTokenLength is the shortest token accepted: 16 characters of a
+	// random token are beyond guessing.
+	MinTokenLength = 16
+	// MaxTokenLength and MaxPrincipalLength bound a line's fields.
+	MaxTokenLength     = 512
+	MaxPrincipalLength = 256
+	// MaxTokenFileSize bounds the file.
+	MaxTokenFileSize = 4 << 20
+)
+
+// Tokens maps bearer tokens to principals. Tokens are held by their
+// SHA-256, so a lookup's time says nothing about how much of a guess was
+// right, and a heap dump holds no token.
+type Tokens struct {
+	byHash map[[sha256.Size]byte]string
+}
+
+// Len returns how many tokens there are.
+func (t *Tokens) Len() int { return len(t.byHash) }
+
+// Lookup returns the principal of token, or false.
+func (t *Tokens) Lookup(token string) (string, bool) {
+	if t == nil || len(token) < MinTokenLength || len(token) > MaxTokenLength {
+		return "", false
+	}
+	p, ok := t.byHash[sha256.Sum256([]byte(token))]
+	return p, ok
+}
+
+// ParseTokens reads a token file: one "TOKEN PRINCIPAL" a line, separated
+// by spaces or tabs; blank lines and lines starting with # are ignored.
+// A token is at least MinTokenLength printable ASCII characters without
+// spaces; a principal is printable UTF-8 without spaces. A token listed
+// twice is an error, and every error names its line, never quoting a
+// token.
+func ParseTokens(data []byte) (*Tokens, error) {
+	if len(data) > MaxTokenFileSize {
+		return nil, fmt.Errorf("auth: the token file is %d bytes; at most %d", len(data), MaxTokenFileSize)
+	}
+	t := &Tokens{byHash: map[[sha256.Size]byte]string{}}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), MaxTokenFileSize)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("auth: token file line %d: has %d fields; want TOKEN PRINCIPAL", n, len(f))
+		}
+		token, principal := f[0], f[1]
+		switch {
+		case len(token) < MinTokenLength:
+			return nil, fmt.Errorf("auth: token file line %d: the token is %d characters; at least %d", n, len(token), MinTokenLength)
+		case len(token) > MaxTokenLength:
+			return nil, fmt.Errorf("auth: token file line %d: the token is %d characters; at most %d", n, len(token), MaxTokenLength)
+		case strings.IndexFunc(token, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0:
+			return nil, fmt.Errorf("auth: token file line %d: the token is not printable ASCII", n)
+		case len(principal) > MaxPrincipalLength:
+			return nil, fmt.Errorf("auth: token file line %d: the principal is %d bytes; at most %d", n, len(principal), MaxPrincipalLength)
+		case !validPrincipal(principal):
+			return nil, fmt.Errorf("auth: token file line %d: the principal %q is not printable UTF-8", n, principal)
+		}
+		h := sha256.Sum256([]byte(token))
+		if _, dup := t.byHash[h]; dup {
+			return nil, fmt.Errorf("auth: token file line %d: the token is listed twice", n)
+		}
+		t.byHash[h] = principal
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("auth: token file: %w", err)
+	}
+	return t, nil
+}
+
+func validPrincipal(p string) bool {
+	if p == "" {
+		return false
+	}
+	for _, r := range p {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// DefaultCheckInterval is how often at most a TokenFile re-reads its
+// file: a token removed from it is refused within about this long.
+const DefaultCheckInterval = time.Second
+
+// TokenFile is a token file re-read when it changes: a lookup checks the
+// file first when a check is due (at most once per interval), so a token
+// added or revoked takes effect within an interval, with no goroutine. A
+// change that does not parse is logged and the tokens in use are kept.
+// Its methods may be called from any goroutine.
+type TokenFile struct {
+	path     string
+	log      *zap.Logger
+	clock    clockwork.Clock
+	interval time.Duration
+
+	cur       atomic.Pointer[loadedTokens]
+	nextCheck atomic.Int64
+	mu        sync.Mutex
+	failed    []byte
+}
+
+type loadedTokens struct {
+	raw    []byte
+	tokens *Tokens
+}
+
+// TokenFileOptions tune a TokenFile.
+type TokenFileOptions struct {
+	// CheckInterval: DefaultCheckInterval when 0.
+	CheckInterval time.Duration
+	Logger        *zap.Logger
+	Clock         clockwork.Clock
+}
+
+// LoadTokenFile reads path, which must parse.
+func LoadTokenFile(path string, o TokenFileOptions) (*TokenFile, error) {
+	if path == "" {
+		return nil, errors.New("auth: no token file named")
+	}
+	if o.CheckInterval <= 0 {
+		o.CheckInterval = DefaultCheckInterval
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	f := &TokenFile{path: path, log: o.Logger, clock: o.Clock, interval: o.CheckInterval}
+	raw, err := f.read()
+	if err != nil {
+		return nil, err
+	}
+	t, err := ParseTokens(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s)", err, path)
+	}
+	f.cur.Store(&loadedTokens{raw: raw, tokens: t})
+	f.nextCheck.Store(f.clock.Now().Add(f.interval).UnixNano())
+	return f, nil
+}
+
+// Path returns the file's path.
+func (f *TokenFile) Path() string { return f.path }
+
+// Lookup returns the principal of token, after re-reading the file when a
+// check is due.
+func (f *TokenFile) Lookup(token string) (string, bool) {
+	return f.Tokens().Lookup(token)
+}
+
+// Tokens returns the tokens in use, after re-reading the file when a
+// check is due.
+func (f *TokenFile) Tokens() *Tokens {
+	if now := f.clock.Now().UnixNano(); now >= f.nextCheck.Load() && f.mu.TryLock() {
+		if now >= f.nextCheck.Load() {
+			f.nextCheck.Store(now + f.interval.Nanoseconds())
+			_ = f.checkLocked()
+		}
+		f.mu.Unlock()
+	}
+	return f.cur.Load().tokens
+}
+
+// Check re-reads the file now, returning the error that kept a change
+// out.
+func (f *TokenFile) Check() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextCheck.Store(f.clock.Now().Add(f.interval).UnixNano())
+	return f.checkLocked()
+}
+
+func (f *TokenFile) checkLocked() error {
+	raw, err := f.read()
+	if err == nil && bytes.Equal(raw, f.cur.Load().raw) {
+		return nil
+	}
+	var t *Tokens
+	if err == nil {
+		t, err = ParseTokens(raw)
+	}
+	if err != nil {
+		if !bytes.Equal(raw, f.failed) || raw == nil {
+			f.failed = raw
+			f.log.Warn("token file changed but cannot be used: keeping the tokens in use", zap.String("file", f.path), zap.Error(err))
+		}
+		return err
+	}
+	f.failed = nil
+	f.cur.Store(&loadedTokens{raw: raw, tokens: t})
+	f.log.Info("token file re-read", zap.String("file", f.path), zap.Int("tokens", t.Len()))
+	return nil
+}
+
+func (f *TokenFile) read() ([]byte, error) {
+	fh, err := os.Open(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("auth: token file: %w", err)
+	}
+	defer fh.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(fh, MaxTokenFileSize+1)); err != nil {
+		return nil, fmt.Errorf("auth: token file %s: %w", f.path, err)
+	}
+	return buf.Bytes(), nil
+}
