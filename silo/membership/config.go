@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/granaryio/granary/security"
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
 )
@@ -184,6 +185,13 @@ type Config struct {
 	// level (memberlist logs expected failures as errors: a dead peer's
 	// refused probe, a foreign cluster's packet). Default: a no-op logger.
 	Logger *zap.Logger
+
+	// Rejections counts and warns of gossip this silo refuses: packets
+	// and streams its SecretKey cannot decrypt, those labelled with
+	// another cluster's ID, and those that do not decode; and joins that
+	// fail because a seed answers under another key. Default: none
+	// (memberlist's lines still reach Logger at debug level).
+	Rejections *security.Rejections
 
 	// Transport replaces memberlist's UDP/TCP transport on
 	// BindAddr:BindPort, for tests or wrapping. Default nil. Beware

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/granaryio/granary/security"
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
 )
@@ -175,7 +176,7 @@ func (m *Memberlist) startLocked(ctx context.Context) error {
 	mc := m.cfg.memberlistConfig(m.id)
 	d := &delegate{m}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
-	mc.Logger = log.New(logWriter{m.log}, "", 0)
+	mc.Logger = log.New(logWriter{m.log, m.cfg.Rejections}, "", 0)
 	m.q = newEventQueue(m.onEvent)
 	m.q.start()
 	ml, err := memberlist.Create(mc)
@@ -206,6 +207,11 @@ func (m *Memberlist) join(ctx context.Context) error {
 				return nil
 			}
 			err = errors.Join(err, jerr)
+		}
+		if reason := gossipReason(fmt.Sprint(err)); reason != "" {
+			// A seed that answers under another key or cluster ID will
+			// never let this silo in: say so, not only at debug level.
+			m.cfg.Rejections.Reject(security.ListenerGossip, reason, strings.Join(seeds, ","), fmt.Errorf("joining through the seeds: %w", err))
 		}
 		m.log.Debug("membership: join failed, retrying", zap.Error(err))
 		if werr := m.waitRetry(ctx); werr != nil {
@@ -516,11 +522,17 @@ func (m *Memberlist) removeLocked(id string, kind EventKind) bool {
 }
 
 // logWriter routes memberlist's log lines, "[LEVEL] memberlist: text",
-// into zap at debug level with the level as a field.
-type logWriter struct{ log *zap.Logger }
+// into zap at debug level with the level as a field. Lines that report a
+// refusal (gossip under another key, from another cluster, or that does
+// not decode) are also counted and warned of through Rejections.
+type logWriter struct {
+	log *zap.Logger
+	rej *security.Rejections
+}
 
 func (w logWriter) Write(p []byte) (int, error) {
-	if !w.log.Core().Enabled(zap.DebugLevel) {
+	debug := w.log.Core().Enabled(zap.DebugLevel)
+	if !debug && w.rej == nil {
 		return len(p), nil
 	}
 	s := strings.TrimRight(string(p), "\r\n")
@@ -531,6 +543,43 @@ func (w logWriter) Write(p []byte) (int, error) {
 		}
 	}
 	s = strings.TrimPrefix(s, "memberlist: ")
-	w.log.Debug("memberlist: "+s, zap.String("memberlist_level", level))
+	if w.rej != nil {
+		if reason := gossipReason(s); reason != "" {
+			w.rej.Reject(security.ListenerGossip, reason, fromAddr(s), errors.New(s))
+		}
+	}
+	if debug {
+		w.log.Debug("memberlist: "+s, zap.String("memberlist_level", level))
+	}
 	return len(p), nil
+}
+
+// gossipReason classifies a memberlist error line or join error as a
+// refusal, or returns "" for one that is not.
+func gossipReason(s string) string {
+	switch {
+	case strings.Contains(s, "decrypt"), strings.Contains(s, "Decrypt"):
+		return security.ReasonGossipDecrypt
+	case strings.Contains(s, "unacceptable label"), strings.Contains(s, "label header"):
+		return security.ReasonGossipCluster
+	case strings.Contains(s, "Failed to decode"), strings.Contains(s, "invalid msgType"),
+		strings.Contains(s, "not supported"), strings.Contains(s, "missing message type"),
+		strings.Contains(s, "invalid checksum"):
+		return security.ReasonMalformedFrame
+	}
+	return ""
+}
+
+// fromAddr picks the remote address out of a memberlist line, which ends
+// "from=ADDR".
+func fromAddr(s string) string {
+	i := strings.LastIndex(s, "from=")
+	if i < 0 {
+		return ""
+	}
+	addr := s[i+len("from="):]
+	if j := strings.IndexAny(addr, " )"); j >= 0 {
+		addr = addr[:j]
+	}
+	return addr
 }

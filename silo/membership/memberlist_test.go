@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/granaryio/granary/security"
 	"io"
 	"log"
 	"slices"
@@ -223,15 +224,22 @@ func TestOtherClusterCannotJoin(t *testing.T) {
 
 func TestSecretKey(t *testing.T) {
 	key := []byte("0123456789abcdef")
+	seedCore, seedLogs := observer.New(zap.WarnLevel)
+	seedRej := security.NewRejections(zap.New(seedCore))
 	keyed := func(name string, seeds ...string) Config {
 		cfg := localConfig(name, seeds...)
 		cfg.SecretKey = key
+		if len(seeds) == 0 {
+			cfg.Rejections = seedRej
+		}
 		return cfg
 	}
 	ms, recs := startCluster(t, 2, keyed)
 	for name, k := range map[string][]byte{"wrong key": []byte("fedcba9876543210"), "no key": nil} {
 		cfg := keyed("stranger", ms[0].Local().GossipAddr)
 		cfg.SecretKey = k
+		core, logs := observer.New(zap.WarnLevel)
+		cfg.Rejections = security.NewRejections(zap.New(core))
 		x, err := New(cfg, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -243,6 +251,17 @@ func TestSecretKey(t *testing.T) {
 			t.Errorf("%s: Start = %v, want a join timeout", name, err)
 		}
 		x.Close()
+		if name == "wrong key" {
+			// Both sides say why: the seed cannot decrypt the stranger,
+			// and the stranger cannot decrypt the seed's answer.
+			if cfg.Rejections.Count(security.ListenerGossip, security.ReasonGossipDecrypt) == 0 || logs.Len() == 0 {
+				t.Errorf("the silo with the wrong key logged nothing: %v", logs.All())
+			}
+		}
+	}
+	if seedRej.Count(security.ListenerGossip, security.ReasonGossipDecrypt) == 0 ||
+		seedLogs.FilterField(zap.String("reason", security.ReasonGossipDecrypt)).Len() == 0 {
+		t.Errorf("the seed did not warn of gossip it cannot decrypt: %v", seedLogs.All())
 	}
 	for i, m := range ms {
 		if n := len(m.Members()); n != 2 {
@@ -568,7 +587,7 @@ func median(ds []time.Duration) time.Duration {
 
 func TestLogWriter(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
-	l := log.New(logWriter{zap.New(core)}, "", 0)
+	l := log.New(logWriter{log: zap.New(core)}, "", 0)
 	l.Printf("[WARN] memberlist: Refuting a suspect message (from: %s)", "b")
 	l.Printf("no prefix at all")
 	entries := logs.AllUntimed()
@@ -584,7 +603,7 @@ func TestLogWriter(t *testing.T) {
 	}
 	// Disabled debug costs no parsing and loses nothing else.
 	quiet, qlogs := observer.New(zap.InfoLevel)
-	log.New(logWriter{zap.New(quiet)}, "", 0).Print("[ERR] memberlist: x")
+	log.New(logWriter{log: zap.New(quiet)}, "", 0).Print("[ERR] memberlist: x")
 	if qlogs.Len() != 0 {
 		t.Error("logged below the level")
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/granaryio/granary/security"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 )
@@ -48,6 +49,36 @@ type Config struct {
 	// forgotten. Default 1 s.
 	SweepInterval time.Duration
 
+	// HandshakeTimeout bounds how long a new connection to a listener may
+	// take to finish its TLS and HTTP/2 handshakes; one that has not by
+	// then is closed. Default 10 s.
+	HandshakeTimeout time.Duration
+	// MaxConnections caps the connections a listener holds at once. A
+	// connection over the cap is closed as soon as it is accepted, and
+	// counted as a refusal. Default 4096.
+	MaxConnections int
+	// MaxConnectionIdle closes a connection that has had no stream open
+	// for this long: silos and clients hold a stream open while they use
+	// a connection, so only abandoned ones are closed. Default 5 min.
+	MaxConnectionIdle time.Duration
+	// MaxConcurrentStreams caps the streams one connection may open at
+	// once: a silo opens one per peer, a client one per gateway, plain
+	// gRPC clients one per call in flight. Default 1024.
+	MaxConcurrentStreams uint32
+	// KeepaliveMinTime is how often at most a peer may ping a connection;
+	// one that pings faster is closed (gRPC's keepalive enforcement).
+	// Default 10 s, which client.Dial's 20 s pings respect.
+	KeepaliveMinTime time.Duration
+
+	// Listener names the listener in the refusals counted by Rejections:
+	// security.ListenerSilo or security.ListenerGateway. Default: the
+	// silo listener.
+	Listener string
+	// Rejections counts and logs what the transport refuses: malformed
+	// frames, streams without a hello, connections over the cap.
+	// Default: none.
+	Rejections *security.Rejections
+
 	// Logger receives the transport's logs. Default: a no-op logger.
 	Logger *zap.Logger
 	// Clock drives deadlines and the sweep. Default: the real clock.
@@ -65,6 +96,12 @@ func DefaultConfig() Config {
 		RedialBackoff:  200 * time.Millisecond,
 		ResponseGrace:  5 * time.Second,
 		SweepInterval:  time.Second,
+
+		HandshakeTimeout:     10 * time.Second,
+		MaxConnections:       4096,
+		MaxConnectionIdle:    5 * time.Minute,
+		MaxConcurrentStreams: 1024,
+		KeepaliveMinTime:     10 * time.Second,
 	}
 }
 
@@ -102,8 +139,24 @@ func (c *Config) validate() error {
 		return bad("ResponseGrace", "%v must not be negative", c.ResponseGrace)
 	case c.SweepInterval <= 0:
 		return bad("SweepInterval", "%v must be positive", c.SweepInterval)
+	case c.HandshakeTimeout < 0:
+		return bad("HandshakeTimeout", "%v must not be negative", c.HandshakeTimeout)
+	case c.MaxConnections < 0:
+		return bad("MaxConnections", "%d must not be negative", c.MaxConnections)
+	case c.MaxConnectionIdle < 0:
+		return bad("MaxConnectionIdle", "%v must not be negative", c.MaxConnectionIdle)
+	case c.KeepaliveMinTime < 0:
+		return bad("KeepaliveMinTime", "%v must not be negative", c.KeepaliveMinTime)
 	}
 	return nil
+}
+
+// listener is the label of the transport's refusals.
+func (c *Config) listener() string {
+	if c.Listener == "" {
+		return security.ListenerSilo
+	}
+	return c.Listener
 }
 
 // maxFrame is the largest frame a writer sends under cfg.

@@ -482,7 +482,7 @@ func (ep *endpoint) deliverFrame(f []byte) {
 	err := splitFrame(f, ep.deliverOne)
 	proto.Reset(&ep.rx)
 	if err != nil {
-		ep.t.log.Warn("dropped the rest of a malformed frame", zap.String("peer", ep.peer), zap.Int("bytes", len(f)), zap.Error(err))
+		ep.t.rejectMalformed(ep.peer, ep.conn, fmt.Errorf("dropped the rest of a %d-byte frame: %w", len(f), err))
 	}
 }
 
@@ -558,7 +558,7 @@ func (ep *endpoint) answerGoAway() {
 // sender answered when its call ID can be read.
 func (ep *endpoint) malformed(b []byte, err error) {
 	kind, id, ok := peekHeader(b)
-	ep.t.log.Warn("dropped a malformed envelope", zap.String("peer", ep.peer), zap.Int("bytes", len(b)), zap.Error(err))
+	ep.t.rejectMalformed(ep.peer, ep.conn, fmt.Errorf("dropped a %d-byte envelope: %w", len(b), err))
 	if !ok {
 		return
 	}

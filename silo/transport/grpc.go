@@ -8,7 +8,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
+	grpcpeer "google.golang.org/grpc/peer"
 )
 
 // The gRPC services whose Connect method carries streams of frames:
@@ -90,19 +92,30 @@ const (
 
 // ServerOptions returns the gRPC server options that silo streams need
 // under cfg: message size limits that fit the largest frame, windows for
-// throughput, and WaitForHandlers, so that the server's Stop waits for
-// the Serve calls of the streams it ends (as Listener.Stop promises)
-// instead of leaving them delivering into a silo that has stopped. The
-// last applies to every service on the server.
+// throughput, the connection hygiene of cfg (handshake deadline, idle
+// connections closed, a cap on streams, keepalive enforcement), and
+// WaitForHandlers, so that the server's Stop waits for the Serve calls of
+// the streams it ends (as Listener.Stop promises) instead of leaving them
+// delivering into a silo that has stopped. The last applies to every
+// service on the server. Options given after these override them.
 func ServerOptions(cfg Config) []grpc.ServerOption {
 	limit := cfg.maxFrame() + 1024
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.WaitForHandlers(true),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.MaxConnectionIdle}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: true}),
 	}
+	if cfg.HandshakeTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(cfg.HandshakeTimeout))
+	}
+	if cfg.MaxConcurrentStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams))
+	}
+	return opts
 }
 
 // serverConn is the accepting end of a silo stream. Its Close does
@@ -123,6 +136,14 @@ func (c serverConn) Recv() ([]byte, error) {
 }
 
 func (serverConn) Close() error { return nil } // Serve's return ends the stream
+
+// RemoteAddr is the address of the connection the stream came on.
+func (c serverConn) RemoteAddr() string {
+	if p, ok := grpcpeer.FromContext(c.ss.Context()); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
 
 func (serverConn) CloseSend() error { return nil } // the stream ends when Serve returns
 

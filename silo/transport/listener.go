@@ -37,7 +37,8 @@ type GRPCListener struct {
 }
 
 // ListenGRPC listens on addr ("host:port"; port 0 picks a free one) with a
-// gRPC server whose options fit cfg, plus opts (credentials, say).
+// gRPC server whose options fit cfg, plus opts (credentials, say), and at
+// most cfg.MaxConnections connections at once.
 // Register other services on Server before Serve.
 func ListenGRPC(addr string, cfg Config, opts ...grpc.ServerOption) (*GRPCListener, error) {
 	return ListenGRPCService(addr, SiloService, nil, cfg, opts...)
@@ -49,6 +50,9 @@ func ListenGRPCService(addr, service string, extra []grpc.MethodDesc, cfg Config
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.MaxConnections > 0 {
+		lis = LimitListener(lis, cfg.MaxConnections, cfg.Rejections, cfg.listener())
 	}
 	srv := grpc.NewServer(append(ServerOptions(cfg), opts...)...)
 	return &GRPCListener{lis: lis, srv: srv, service: service, extra: extra, done: make(chan struct{})}, nil

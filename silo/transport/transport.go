@@ -9,6 +9,7 @@ import (
 	"time"
 
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/security"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -496,11 +497,11 @@ func (t *Transport) serve(conn Conn, ended <-chan struct{}) error {
 		}
 		rest = append(rest, b)
 	}); err != nil || hello == nil || hello.Kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO || hello.Hello == nil || hello.Hello.Silo == "" {
-		t.log.Warn("refused a stream that did not open with a hello")
+		t.cfg.Rejections.Reject(t.cfg.listener(), security.ReasonMalformedFrame, remoteAddr(conn), errNoHello)
 		return status.Error(codes.InvalidArgument, "granary: a silo stream must open with a hello")
 	}
 	if hello.Hello.ClusterId != t.cfg.ClusterID {
-		t.log.Warn("refused a stream from another cluster", zap.String("cluster", hello.Hello.ClusterId), zap.String("silo", hello.Hello.Silo))
+		t.log.Warn("refused a stream from another cluster", zap.String("cluster", hello.Hello.ClusterId), zap.String("silo", hello.Hello.Silo), zap.String("remote", remoteAddr(conn)))
 		return status.Errorf(codes.PermissionDenied, "granary: silo %s is in cluster %q, not %q", t.cfg.Self, t.cfg.ClusterID, hello.Hello.ClusterId)
 	}
 	ep := newEndpoint(t, hello.Hello.Silo, "", false)
@@ -635,4 +636,25 @@ func (t *Transport) Close() error {
 	}
 	t.wg.Wait()
 	return nil
+}
+
+var errNoHello = errors.New("transport: a stream must open with a hello")
+
+// rejectMalformed counts and logs (rate-limited) a frame or envelope that
+// does not decode, from peer over conn. Without Rejections it logs each.
+func (t *Transport) rejectMalformed(peer string, conn Conn, err error) {
+	if t.cfg.Rejections == nil {
+		t.log.Warn("malformed frame", zap.String("peer", peer), zap.String("remote", remoteAddr(conn)), zap.Error(err))
+		return
+	}
+	t.cfg.Rejections.Reject(t.cfg.listener(), security.ReasonMalformedFrame, peer+" "+remoteAddr(conn), err)
+}
+
+// remoteAddr is the network address conn came from, or "" when unknown
+// (a dialled stream, the in-memory network).
+func remoteAddr(conn Conn) string {
+	if r, ok := conn.(interface{ RemoteAddr() string }); ok {
+		return r.RemoteAddr()
+	}
+	return ""
 }

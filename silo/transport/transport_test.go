@@ -415,7 +415,10 @@ func TestMalformedEnvelopeAnswered(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "still here") {
 		t.Fatalf("after a garbage frame the stream answered %q, %v", b, err)
 	}
-	if p.logs.FilterMessage("dropped the rest of a malformed frame").Len() != 1 || p.logs.FilterMessage("dropped a malformed envelope").Len() != 1 {
+	if p.logs.FilterMessage("malformed frame").FilterFieldKey("error").Len() != 2 ||
+		p.logs.FilterMessageSnippet("malformed").Filter(func(e observer.LoggedEntry) bool {
+			return strings.Contains(e.ContextMap()["error"].(string), "dropped the rest of a 4-byte frame")
+		}).Len() != 1 {
 		t.Fatalf("logs = %v, want one malformed frame and one malformed envelope", p.logs.All())
 	}
 }

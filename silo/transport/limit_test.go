@@ -1,0 +1,143 @@
+package transport
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/security"
+	"go.uber.org/zap"
+)
+
+// listenIdle starts a listener of the default configuration, tweaked, that
+// serves a transport, and returns its address and rejections.
+func listenIdle(t *testing.T, tweak func(*Config)) (string, *security.Rejections) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.ClusterID, cfg.Self = "c", "s"
+	cfg.Rejections = security.NewRejections(zap.NewNop())
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	l, err := ListenGRPC("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gn := NewGRPCNetwork(cfg)
+	t.Cleanup(func() { gn.Close() })
+	tr, err := New(cfg, gn, newEcho())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Serve(tr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Stop()
+		tr.Close()
+	})
+	return l.Addr(), cfg.Rejections
+}
+
+// TestIdleConnectionsAreReapedWithinTheHandshakeTimeout opens 2,000
+// connections that never send a byte: with the default configuration
+// every one is closed by the server within 20 s.
+func TestIdleConnectionsAreReapedWithinTheHandshakeTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the 10 s handshake timeout")
+	}
+	addr, _ := listenIdle(t, nil)
+	const n = 2000
+	start := time.Now()
+	var wg sync.WaitGroup
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The bound: a connection still open at 20 s fails the test.
+			c.SetReadDeadline(start.Add(20 * time.Second))
+			buf := make([]byte, 512)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					if ne, ok := err.(net.Error); ok && ne.Timeout() {
+						t.Error("a connection was still open after 20 s")
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if took < DefaultConfig().HandshakeTimeout/2 {
+		t.Errorf("connections closed after %v, long before the handshake timeout: not by it", took)
+	}
+	t.Logf("%d idle connections closed within %v", n, took)
+}
+
+// TestConnectionsOverTheCapAreClosedAndCounted holds a listener's cap of
+// connections open and checks that the next is closed at once, counted,
+// and that a closed connection frees its place.
+func TestConnectionsOverTheCapAreClosedAndCounted(t *testing.T) {
+	addr, rej := listenIdle(t, func(c *Config) { c.MaxConnections = 3 })
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	over.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+	if _, err := over.Read(make([]byte, 1)); err == nil {
+		t.Fatal("the connection over the cap was served")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the connection over the cap was left open")
+	}
+	if got := rej.Count(security.ListenerSilo, security.ReasonConnectionLimit); got != 1 {
+		t.Errorf("%d refusals counted, want 1", got)
+	}
+	held[0].Close()
+	held = held[1:]
+	// The freed place goes to the next connection: the server writes its
+	// HTTP/2 settings to a connection it serves.
+	deadline := time.Now().Add(defaultTestTimeout)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		_, err = c.Read(make([]byte, 1))
+		if err == nil {
+			c.Close()
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("a closed connection never freed its place")
+		}
+	}
+}
