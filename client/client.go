@@ -113,9 +113,11 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 	}
 	tcfg.Logger = o.log.Named("transport")
 	dial := []grpc.DialOption{grpc.WithKeepaliveParams(o.keepalive)}
-	if o.creds != nil {
-		dial = append(dial, grpc.WithTransportCredentials(o.creds))
+	creds, err := o.dialCredentials()
+	if err != nil {
+		return nil, err
 	}
+	dial = append(dial, creds...)
 	dial = append(dial, o.dialOptions...)
 	c := &Client{
 		o:          o,
@@ -198,6 +200,7 @@ func (c *Client) seeds() []string {
 // fetchFromSeeds asks the seeds for the gateway list until one answers.
 func (c *Client) fetchFromSeeds(ctx context.Context) (*granaryv1.GatewaysResponse, error) {
 	var errs []error
+	refusal := codes.OK // the first refusal of the client's credentials
 	seeds := c.seeds()
 	if len(seeds) == 0 {
 		return nil, status.Errorf(codes.Unavailable, "client: the gateway DNS name %s resolves to no address", c.o.dnsSeed)
@@ -211,9 +214,17 @@ func (c *Client) fetchFromSeeds(ctx context.Context) (*granaryv1.GatewaysRespons
 			return list, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		if code := status.Code(err); refusal == codes.OK && (code == codes.Unauthenticated || code == codes.PermissionDenied) {
+			refusal = code
+		}
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	if refusal != codes.OK {
+		// A gateway answered, and refused the client's credentials:
+		// trying again will not help, and Unavailable would say it might.
+		return nil, status.Errorf(refusal, "client: a gateway refused the client: %v", errors.Join(errs...))
 	}
 	return nil, status.Errorf(codes.Unavailable, "client: no gateway answered: %v", errors.Join(errs...))
 }

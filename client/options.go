@@ -1,13 +1,16 @@
 package client
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/security/tlsfiles"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -30,6 +33,13 @@ type options struct {
 	lookupHost   func(host string) ([]string, error)
 	gatewayRetry time.Duration
 	outgoing     []grain.OutgoingFilter
+
+	// token is the bearer token sent with every call and stream, "" for
+	// none; insecureToken lets it go over plaintext.
+	token         string
+	insecureToken bool
+	// tlsFiles are the PEM files of WithTLSFiles, loaded at Dial.
+	tlsFiles *tlsfiles.Files
 }
 
 func defaultOptions() options {
@@ -71,12 +81,43 @@ func WithLogger(l *zap.Logger) Option {
 // WithTransportCredentials secures the connections to the gateways.
 // Default: plaintext.
 func WithTransportCredentials(c credentials.TransportCredentials) Option {
-	return func(o *options) { o.creds = c }
+	return func(o *options) { o.creds, o.tlsFiles = c, nil }
 }
 
 // WithTLS secures the connections to the gateways with TLS under cfg.
 func WithTLS(cfg *tls.Config) Option {
 	return WithTransportCredentials(credentials.NewTLS(cfg))
+}
+
+// WithTLSFiles secures the connections to the gateways with TLS from PEM
+// files, re-read when they change (package security/tlsfiles): ca is the
+// bundle the gateways' certificates must chain to ("": the system's
+// roots), and cert and key, when given, the client's certificate for a
+// gateway that asks for one (mutual TLS, or a gateway that takes
+// certificates as credentials). The gateway's certificate must be for
+// the host name or IP address the client dials. It replaces
+// WithTransportCredentials and WithTLS.
+func WithTLSFiles(ca, cert, key string) Option {
+	return func(o *options) {
+		o.tlsFiles = &tlsfiles.Files{CA: ca, Cert: cert, Key: key}
+		o.creds = nil
+	}
+}
+
+// WithToken sends token as a bearer token ("authorization: Bearer
+// TOKEN" metadata) with every call and stream, for a gateway that
+// authenticates clients by token (silo.GatewayConfig.Authenticator with
+// auth.Bearer). A token is a secret: Dial refuses to send it over
+// plaintext unless WithInsecureToken is given too.
+func WithToken(token string) Option {
+	return func(o *options) { o.token = token }
+}
+
+// WithInsecureToken lets WithToken's token travel over plaintext, for
+// tests and for networks whose links are encrypted beneath gRPC. Anyone
+// who can read the traffic can then call as the token's principal.
+func WithInsecureToken() Option {
+	return func(o *options) { o.insecureToken = true }
 }
 
 // WithCallTimeout bounds every call whose method, call options and
@@ -153,6 +194,17 @@ func (o *options) validate() error {
 			return bad("WithOutgoingFilters", "filter %d is nil", i)
 		}
 	}
+	if o.tlsFiles != nil && o.tlsFiles.Empty() {
+		return bad("WithTLSFiles", "names no file: give at least the CA bundle, or cert and key")
+	}
+	if o.token != "" {
+		if strings.ContainsAny(o.token, " \t\r\n") {
+			return bad("WithToken", "the token holds white space")
+		}
+		if !o.insecureToken && o.tlsFiles == nil && (o.creds == nil || o.creds.Info().SecurityProtocol == "insecure") {
+			return bad("WithToken", "a bearer token is sent only over TLS: add WithTLSFiles, WithTLS or WithTransportCredentials, or WithInsecureToken to send it in plaintext")
+		}
+	}
 	switch {
 	case o.callTimeout <= 0:
 		return bad("WithCallTimeout", "%v must be positive", o.callTimeout)
@@ -165,3 +217,38 @@ func (o *options) validate() error {
 	}
 	return nil
 }
+
+// dialCredentials returns the transport credentials and the per-RPC
+// credentials the options ask for: the TLS files loaded, the token.
+func (o *options) dialCredentials() ([]grpc.DialOption, error) {
+	var out []grpc.DialOption
+	creds := o.creds
+	if o.tlsFiles != nil {
+		src, err := tlsfiles.Load(*o.tlsFiles, tlsfiles.Options{Logger: o.log.Named("tls")})
+		if err != nil {
+			return nil, &ConfigError{Option: "WithTLSFiles", Reason: err.Error()}
+		}
+		creds = credentials.NewTLS(src.ClientConfig(tlsfiles.ClientOptions{}))
+	}
+	if creds != nil {
+		out = append(out, grpc.WithTransportCredentials(creds))
+	}
+	if o.token != "" {
+		out = append(out, grpc.WithPerRPCCredentials(bearer{token: o.token, secure: !o.insecureToken}))
+	}
+	return out, nil
+}
+
+// bearer sends a bearer token with each call and stream.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity makes gRPC refuse to send the token on a
+// connection without TLS, unless WithInsecureToken said otherwise.
+func (b bearer) RequireTransportSecurity() bool { return b.secure }

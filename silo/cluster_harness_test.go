@@ -115,6 +115,23 @@ func (tc *testCluster) startNoWait(name string, tweak func(*Config)) *Silo {
 	return s
 }
 
+// keyOn returns a key of a probe grain that activates on s when called
+// through s.
+func (tc *testCluster) keyOn(s *Silo) string {
+	tc.t.Helper()
+	for _, k := range keys("k", 200) {
+		r, err := tc.call(s, k, nil)
+		if err != nil {
+			tc.t.Fatal(err)
+		}
+		if r.Text == s.cfg.Name {
+			return k
+		}
+	}
+	tc.t.Fatalf("no grain activated on %s", s.cfg.Name)
+	return ""
+}
+
 // addrOf is the in-memory address of the silo called name.
 func addrOf(name string) string { return name + ":7947" }
 

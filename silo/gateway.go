@@ -13,6 +13,8 @@ import (
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo/grpcapi"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/transport"
@@ -47,8 +49,11 @@ type GatewayConfig struct {
 	// then advertises the address each client reached it at).
 	Advertise string
 
-	// Transport sets the limits of client streams: the largest message,
-	// batching, the send queue. Its ClusterID and Self are filled in.
+	// Transport sets the limits of client streams (the largest message,
+	// batching, the send queue) and of the gateway's connections (the
+	// handshake deadline, the cap on connections and on streams of one,
+	// idle connections closed). Its ClusterID, Self and Rejections are
+	// filled in.
 	// MaxMessageSize also bounds the requests of plain gRPC clients.
 	Transport transport.Config
 
@@ -56,7 +61,8 @@ type GatewayConfig struct {
 	// plaintext.
 	Credentials credentials.TransportCredentials
 
-	// Keepalive is how the gateway pings idle client connections, and
+	// Keepalive is how the gateway pings idle client connections (its
+	// MaxConnectionIdle, when 0, is Transport's), and
 	// KeepaliveEnforcement how often clients may ping it. The default
 	// enforcement lets clients ping every 10 s, also without calls in
 	// flight, which is what client.Dial does.
@@ -65,6 +71,11 @@ type GatewayConfig struct {
 
 	// ServerOptions are added to the gateway's gRPC server options:
 	// interceptors, say. They apply to the plain gRPC grain services.
+	// Interceptors added with grpc.ChainUnaryInterceptor and
+	// grpc.ChainStreamInterceptor run after the gateway's authentication
+	// and see the verified principal (grain.Principal of their context);
+	// one set with grpc.UnaryInterceptor or grpc.StreamInterceptor runs
+	// before it, on calls not yet authenticated.
 	ServerOptions []grpc.ServerOption
 
 	// Services are grain types the gateway serves over plain gRPC besides
@@ -74,6 +85,20 @@ type GatewayConfig struct {
 	// (bankpb.Account_ServiceDesc). A call to a type no live silo hosts
 	// fails with NotFound.
 	Services []*grain.ServiceDesc
+
+	// Authenticator tells who is calling: every call from a client (but
+	// the health service's) must prove a principal to it, or is refused
+	// with Unauthenticated; the principal reaches grains as
+	// grain.Principal, which incoming filters authorize with. Build it
+	// with package auth: auth.Chain(auth.ClientCert(),
+	// auth.Bearer(tokenFile)) takes a client certificate's common name,
+	// else a bearer token from a token file; append auth.Anonymous() to
+	// let callers without credentials in as "" and leave the decision to
+	// filters. It needs Credentials: tokens and certificates are not for
+	// plaintext. Nil: no authentication, every caller is anonymous ("").
+	// Either way a client cannot name its own principal: the gateway
+	// removes grain.PrincipalHeader from what clients send.
+	Authenticator auth.Authenticator
 }
 
 // DefaultGatewayConfig returns the gateway configuration described on
@@ -97,6 +122,9 @@ func (c *GatewayConfig) validate() error {
 		if _, port, err := net.SplitHostPort(c.Advertise); err != nil || port == "" || port == "0" {
 			return bad("Advertise", "%q is not a dialable host:port", c.Advertise)
 		}
+	}
+	if c.Authenticator != nil && (c.Credentials == nil || c.Credentials.Info().SecurityProtocol == "insecure") {
+		return bad("Authenticator", "needs Credentials with TLS: bearer tokens would cross the network in the clear, and plaintext has no client certificates")
 	}
 	for i, d := range c.Services {
 		if d == nil || d.Type == "" || d.Observer {
@@ -128,6 +156,9 @@ type gateway struct {
 	tport     *transport.Transport
 	health    *health.Server
 
+	// auth authenticates clients; nil without GatewayConfig.Authenticator.
+	auth *gatewayAuth
+
 	homes homes
 
 	// cancels holds what cancels the calls clients may cancel.
@@ -142,12 +173,18 @@ type gateway struct {
 // known before the silo joins its cluster. Start calls it.
 func (s *Silo) listenGateway() error {
 	cfg := *s.cfg.Gateway
-	opts := []grpc.ServerOption{grpc.KeepaliveParams(cfg.Keepalive), grpc.KeepaliveEnforcementPolicy(cfg.KeepaliveEnforcement)}
-	if cfg.Credentials != nil {
-		opts = append(opts, grpc.Creds(cfg.Credentials))
+	g := &gateway{s: s, cfg: cfg, log: s.log.Named("gateway"), auth: newGatewayAuth(cfg.Authenticator, s.Rejections())}
+	cfg.Transport.Listener, cfg.Transport.Rejections = security.ListenerGateway, s.Rejections()
+	ka := cfg.Keepalive
+	if ka.MaxConnectionIdle == 0 {
+		ka.MaxConnectionIdle = cfg.Transport.MaxConnectionIdle
 	}
+	opts := []grpc.ServerOption{grpc.KeepaliveParams(ka), grpc.KeepaliveEnforcementPolicy(cfg.KeepaliveEnforcement)}
+	if cfg.Credentials != nil {
+		opts = append(opts, grpc.Creds(security.WatchHandshakes(cfg.Credentials, s.Rejections(), security.ListenerGateway, "")))
+	}
+	opts = append(opts, g.authServerOptions()...)
 	opts = append(opts, cfg.ServerOptions...)
-	g := &gateway{s: s, cfg: cfg, log: s.log.Named("gateway")}
 	g.homes.m = map[string]directory.Entry{}
 	gw, err := transport.ListenGRPCService(cfg.Listen, transport.GatewayService, []grpc.MethodDesc{g.gatewaysMethod()}, cfg.Transport, opts...)
 	if err != nil {
@@ -190,6 +227,7 @@ func (s *Silo) startGateway() error {
 		tcfg.Clock = s.clock
 	}
 	g.clusterID, g.self = tcfg.ClusterID, tcfg.Self
+	tcfg.Listener, tcfg.Rejections = security.ListenerGateway, s.Rejections()
 	var err error
 	if g.tport, err = transport.New(tcfg, noNetwork{}, g); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
@@ -243,12 +281,18 @@ func (noNetwork) Forget(string) {}
 func (g *gateway) gatewaysMethod() grpc.MethodDesc {
 	return grpc.MethodDesc{
 		MethodName: "Gateways",
-		Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 			var req granaryv1.GatewaysRequest
 			if err := dec(&req); err != nil {
 				return nil, err
 			}
-			return g.gateways(ctx)
+			if interceptor == nil {
+				return g.gateways(ctx)
+			}
+			// Through the interceptors, which authenticate the caller:
+			// the list names the cluster's gateways.
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + transport.GatewayService + "/Gateways"}
+			return interceptor(ctx, &req, info, func(ctx context.Context, _ any) (any, error) { return g.gateways(ctx) })
 		},
 	}
 }
@@ -287,17 +331,17 @@ func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 }
 
 // Deliver takes an envelope from a client: a call, routed as a call from
-// another silo is, or the cancellation of one. The stream's reader
-// goroutine; it does not block.
+// another silo is, or the cancellation of one. With an Authenticator,
+// each call (and HOME) is authenticated again with its stream's
+// credentials. A call's principal header is the one the gateway verified,
+// never one the client sent. The stream's reader goroutine; it does not
+// block.
 func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
 	switch env.Kind {
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
 		g.cancels.cancel(remoteCall{from, env.CallId})
 		return
-	case granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME:
-		g.home(from, r)
-		return
-	case granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
+	case granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME, granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
 	default:
 		if r.Expects() {
 			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: a gateway takes no %v envelopes from clients", env.Kind)))
@@ -306,6 +350,19 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	}
 	s := g.s
 	refuse := transport.Refuser(r, g.log, "dropped a one-way call from a client", from)
+	var principal string
+	if g.auth != nil {
+		var err error
+		if principal, err = g.auth.clientPrincipal(from); err != nil {
+			refuse(codes.Unauthenticated, "%s", status.Convert(err).Message())
+			return
+		}
+	}
+	if env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME {
+		g.home(from, r)
+		return
+	}
+	env.Headers = withPrincipal(env.Headers, principal)
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
 	switch {
 	case id.Type == "" || strings.Contains(id.Type, "/"):
@@ -317,6 +374,7 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	case env.Method == reminderMethodName && !env.Observer:
 		// The runtime's own method: only the silo that owns a reminder
 		// calls it, and other silos take it only from silos.
+		s.Rejections().Reject(security.ListenerGateway, security.ReasonPermissionDenied, "", errReminderMethod)
 		refuse(codes.PermissionDenied, "granary: %s is the runtime's method; clients cannot call it", reminderMethodName)
 		return
 	}
@@ -339,9 +397,18 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	s.route(nil, s.incoming(from, env, id, m, r, clientWaiter, &g.cancels, &g.inflight))
 }
 
+// errReminderMethod is why a client's call to the reminder method is
+// refused, for the count.
+var errReminderMethod = errors.New("a client called the runtime's reminder method")
+
 // reply answers a client's call; settle calls it once the outcome is in.
+// Calls a grain's filter refused as unauthenticated or forbidden are
+// counted here, at the edge, once each, wherever the grain ran.
 func (g *gateway) reply(c *call) {
 	defer g.inflight.done()
+	if c.err != nil {
+		g.countRefused("", c.err)
+	}
 	answer(c, "")
 }
 

@@ -84,22 +84,9 @@ func TestGatewayCancelReachesRemoteGrain(t *testing.T) {
 	})
 	b := tc.startNoWait("b", nil)
 	tc.waitConverged()
-	keyOn := func(s *Silo) string {
-		for _, k := range keys("k", 200) {
-			r, err := tc.call(s, k, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Text == s.cfg.Name {
-				return k
-			}
-		}
-		t.Fatalf("no grain activated on %s", s.cfg.Name)
-		return ""
-	}
 	rc := dialRaw(t, "test", gw.GatewayAddr())
 	for _, s := range []*Silo{gw, b} {
-		id, answer := rc.call(sleepRequest(keyOn(s), time.Hour))
+		id, answer := rc.call(sleepRequest(tc.keyOn(s), time.Hour))
 		if err := rc.t.Send(rc.peer, &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL, CallId: id}, time.Time{}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,13 @@
 // Command bank tells a short story with Granary grains: two accounts, many
 // concurrent transfers between them, an overdraft that is refused, and an
 // audit whose calls go round in a circle, which the runtime refuses at once
-// as a deadlock instead of letting it hang until the response timeout.
+// as a deadlock instead of letting it hang until the response timeout, and
+// an incoming filter that lets only an account's owner withdraw from it.
+//
+// The story is told in-process, so its callers name their principal
+// themselves (grain.WithPrincipal), as trusted code may; a client outside
+// the cluster proves it to a gateway instead, with a bearer token or a
+// client certificate, and authz_test.go shows the same rules through one.
 //
 // The balances are persistent grain state, kept in the silo's embedded
 // store under the data directory (-data, default .data/bank): a later run
@@ -64,6 +70,7 @@ func run(ctx context.Context, stdout io.Writer, dataDir string) error {
 	cfg.Name = "bank"
 	cfg.Logger = logger
 	cfg.DataDir = dataDir
+	cfg.IncomingFilters = []grain.IncomingFilter{authorize}
 	l := newLedger()
 	s, err := startSilo(ctx, cfg, l)
 	if err != nil {
@@ -81,6 +88,7 @@ func run(ctx context.Context, stdout io.Writer, dataDir string) error {
 		{"serialised accounts", b.serialised},
 		{"overdraft", b.overdraft},
 		{"audit", b.audit},
+		{"authorization", b.authorization},
 	}
 	for i, step := range steps {
 		fmt.Fprintf(stdout, "%d. %s\n", i+1, step.name)
@@ -119,6 +127,8 @@ func startSilo(ctx context.Context, cfg silo.Config, l *ledger) (*silo.Silo, err
 }
 
 // bank drives the story from outside any grain: the silo is its Caller.
+// Each call names who makes it (as), since the bank serves no anonymous
+// caller.
 type bank struct {
 	s            *silo.Silo
 	out          io.Writer
@@ -127,6 +137,11 @@ type bank struct {
 }
 
 func (b *bank) account(name string) bankpb.AccountRef { return bankpb.NewAccountRef(b.s, name) }
+
+// as returns ctx whose calls are made by principal.
+func as(ctx context.Context, principal string) context.Context {
+	return grain.WithPrincipal(ctx, principal)
+}
 
 func (b *bank) transfer() bankpb.TransferRef {
 	b.nextTransfer++
@@ -142,6 +157,7 @@ func (b *bank) open(ctx context.Context) error {
 		name   string
 		amount int64
 	}{{"alice", aliceOpening}, {"bob", bobOpening}} {
+		ctx := as(ctx, o.name)
 		bal, err := b.account(o.name).GetBalance(ctx, &bankpb.GetBalanceRequest{})
 		if err != nil {
 			return err
@@ -165,8 +181,8 @@ func (b *bank) concurrentTransfers(ctx context.Context) error {
 	var runs []grain.Waiter
 	for range transfersEachWay {
 		runs = append(runs,
-			b.transfer().RunAsync(ctx, &bankpb.TransferRequest{From: "alice", To: "bob", Amount: 1}),
-			b.transfer().RunAsync(ctx, &bankpb.TransferRequest{From: "bob", To: "alice", Amount: 1}))
+			b.transfer().RunAsync(as(ctx, "alice"), &bankpb.TransferRequest{From: "alice", To: "bob", Amount: 1}),
+			b.transfer().RunAsync(as(ctx, "bob"), &bankpb.TransferRequest{From: "bob", To: "alice", Amount: 1}))
 	}
 	if err := grain.AwaitAll(ctx, runs...); err != nil {
 		return err
@@ -203,7 +219,7 @@ func (b *bank) overdraft(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = b.transfer().Run(ctx, &bankpb.TransferRequest{From: "alice", To: "bob", Amount: 1000})
+	_, err = b.transfer().Run(as(ctx, "alice"), &bankpb.TransferRequest{From: "alice", To: "bob", Amount: 1000})
 	if grain.Code(err) != codes.FailedPrecondition {
 		return fmt.Errorf("transfer of 1000 from alice: got %v, want FailedPrecondition", err)
 	}
@@ -224,7 +240,7 @@ func (b *bank) overdraft(ctx context.Context) error {
 // the last call at once with Aborted, naming the chain.
 func (b *bank) audit(ctx context.Context) error {
 	start := time.Now()
-	_, err := b.account("alice").Audit(ctx, &bankpb.AuditRequest{Peer: "bob"})
+	_, err := b.account("alice").Audit(as(ctx, "alice"), &bankpb.AuditRequest{Peer: "bob"})
 	took := time.Since(start)
 	const chain = "bank.Account/alice → bank.Account/bob → bank.Account/alice"
 	if grain.Code(err) != codes.Aborted || !strings.Contains(err.Error(), chain) {
@@ -243,8 +259,32 @@ func (b *bank) audit(ctx context.Context) error {
 	return nil
 }
 
-// balances reads and prints both balances.
+// authorization shows the bank's filter refusing: bob may not withdraw
+// from alice's account, nor bob start a transfer from it, and an
+// anonymous caller may not even read a balance. Nothing moves.
+func (b *bank) authorization(ctx context.Context) error {
+	_, err := b.account("alice").Withdraw(as(ctx, "bob"), &bankpb.WithdrawRequest{Amount: 1})
+	if grain.Code(err) != codes.PermissionDenied {
+		return fmt.Errorf("bob withdrawing from alice: got %v, want PermissionDenied", err)
+	}
+	fmt.Fprintf(b.out, "   bob withdrawing from alice refused: %s: %s\n", grain.Code(err), status.Convert(err).Message())
+	_, err = b.transfer().Run(as(ctx, "bob"), &bankpb.TransferRequest{From: "alice", To: "bob", Amount: 1})
+	if grain.Code(err) != codes.PermissionDenied {
+		return fmt.Errorf("bob transferring from alice: got %v, want PermissionDenied", err)
+	}
+	fmt.Fprintf(b.out, "   bob transferring alice→bob refused: %s (the withdrawal runs as bob)\n", grain.Code(err))
+	_, err = b.account("alice").GetBalance(ctx, &bankpb.GetBalanceRequest{})
+	if grain.Code(err) != codes.Unauthenticated {
+		return fmt.Errorf("anonymous balance read: got %v, want Unauthenticated", err)
+	}
+	fmt.Fprintf(b.out, "   anonymous balance read refused: %s\n", grain.Code(err))
+	_, _, err = b.balances(ctx)
+	return err
+}
+
+// balances reads and prints both balances, as the bank's auditor.
 func (b *bank) balances(ctx context.Context) (alice, bob int64, err error) {
+	ctx = as(ctx, "auditor")
 	a, err := b.account("alice").GetBalance(ctx, &bankpb.GetBalanceRequest{})
 	if err != nil {
 		return 0, 0, err

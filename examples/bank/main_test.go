@@ -43,7 +43,10 @@ func TestRun(t *testing.T) {
 		"   balances unchanged\n",
 		"   audit of alice against bob refused: Aborted: granary: deadlock: call chain bank.Account/alice → bank.Account/bob → bank.Account/alice",
 		"   failed fast: under 1s, not after the 30s response timeout\n",
-		"6. graceful stop\n   silo stopped\n",
+		"6. authorization\n   bob withdrawing from alice refused: PermissionDenied: bob may not withdraw from alice's account\n",
+		"   bob transferring alice→bob refused: PermissionDenied (the withdrawal runs as bob)\n",
+		"   anonymous balance read refused: Unauthenticated\n",
+		"7. graceful stop\n   silo stopped\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
