@@ -2,6 +2,8 @@ package silo
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"iter"
 	"net"
@@ -12,10 +14,14 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/placement"
 	"github.com/granaryio/granary/silo/transport"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // ClusterConfig makes a silo a member of a cluster: it gossips with the
@@ -35,9 +41,19 @@ type ClusterConfig struct {
 	// ":7947".
 	GRPCListen string
 
-	// Transport sets the limits of the streams between silos. Its
-	// ClusterID and Self are filled in.
+	// Transport sets the limits of the streams between silos and of the
+	// connections to GRPCListen. Its ClusterID, Self and Rejections are
+	// filled in.
 	Transport transport.Config
+
+	// ServerTLS and DialTLS secure the streams between silos with mutual
+	// TLS: ServerTLS is the listener's (it must require and verify a
+	// client certificate), DialTLS is for dialling peers (it presents
+	// this silo's certificate and verifies theirs). Set both or neither;
+	// ClusterTLS makes both from a tlsfiles.Source. Nil (the default):
+	// plaintext, for a network no one else shares. Ignored with Listener
+	// and Network, which bring their own.
+	ServerTLS, DialTLS *tls.Config
 
 	// Directory configures this silo's part of the grain directory. Its
 	// Logger, Clock and Lost are filled in.
@@ -96,6 +112,10 @@ func (c *ClusterConfig) validate() error {
 		return bad("LoadReportInterval", "%v must be positive", c.LoadReportInterval)
 	case c.ShutdownGossipDelay < 0:
 		return bad("ShutdownGossipDelay", "%v must not be negative", c.ShutdownGossipDelay)
+	case (c.ServerTLS == nil) != (c.DialTLS == nil):
+		return bad("ServerTLS", "set ServerTLS and DialTLS together: mutual TLS needs both sides")
+	case c.ServerTLS != nil && c.ServerTLS.ClientAuth != tls.RequireAndVerifyClientCert && c.ServerTLS.ClientAuth != tls.RequireAnyClientCert:
+		return bad("ServerTLS", "must require client certificates (ClientAuth %v): between silos only mutual TLS keeps a stranger from sending envelopes", c.ServerTLS.ClientAuth)
 	}
 	if c.Listener == nil {
 		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
@@ -120,6 +140,9 @@ type cluster struct {
 	net      transport.Network
 	dir      *directory.Directory
 	placer   *placement.Placer
+	// gate admits members once a TLS handshake proves them silos of the
+	// cluster's CA; nil without mutual TLS.
+	gate *peerGate
 
 	view atomic.Pointer[clusterView]
 
@@ -200,6 +223,7 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	}()
 	tcfg := cfg.Transport
 	tcfg.ClusterID = cfg.Membership.ClusterID
+	tcfg.Listener, tcfg.Rejections = security.ListenerSilo, s.cfg.Rejections
 	if tcfg.Logger == nil {
 		tcfg.Logger = s.log.Named("transport")
 	}
@@ -209,7 +233,11 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 
 	cl.lis = cfg.Listener
 	if cl.lis == nil {
-		gl, err := transport.ListenGRPC(cfg.GRPCListen, tcfg)
+		var opts []grpc.ServerOption
+		if cfg.ServerTLS != nil {
+			opts = append(opts, grpc.Creds(security.WatchHandshakes(credentials.NewTLS(cfg.ServerTLS), s.cfg.Rejections, security.ListenerSilo, "")))
+		}
+		gl, err := transport.ListenGRPC(cfg.GRPCListen, tcfg, opts...)
 		if err != nil {
 			return fmt.Errorf("silo: cluster: listening on %s: %w", cfg.GRPCListen, err)
 		}
@@ -222,6 +250,9 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	}
 	if mcfg.Logger == nil {
 		mcfg.Logger = s.log.Named("membership")
+	}
+	if mcfg.Rejections == nil {
+		mcfg.Rejections = s.cfg.Rejections
 	}
 	mcfg.Types = s.hostedTypes()
 	if s.gw != nil && mcfg.GatewayAddr == "" {
@@ -250,10 +281,17 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	tcfg.Self = cl.self
 	cl.net = cfg.Network
 	if cl.net == nil {
-		cl.net = transport.NewGRPCNetwork(tcfg)
+		var opts []grpc.DialOption
+		if cfg.DialTLS != nil {
+			opts = append(opts, grpc.WithTransportCredentials(security.WatchHandshakes(credentials.NewTLS(cfg.DialTLS), s.cfg.Rejections, "", security.ListenerDial)))
+		}
+		cl.net = transport.NewGRPCNetwork(tcfg, opts...)
 	}
 	if cl.tport, err = transport.New(tcfg, cl.net, cl); err != nil {
 		return fmt.Errorf("silo: cluster: %w", err)
+	}
+	if cfg.DialTLS != nil && cfg.Network == nil {
+		cl.gate = newPeerGate(cl, cfg.DialTLS, tcfg.DialTimeout, cfg.LoadReportInterval)
 	}
 	dcfg := cfg.Directory
 	dcfg.Logger, dcfg.Clock, dcfg.Lost, dcfg.RetryNeeded = s.log.Named("directory"), s.clock, cl.lost, cl.retryRegistrations
@@ -294,6 +332,26 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	cl.log.Info("silo joined the cluster", zap.String("member", cl.self), zap.String("grpc", mcfg.GRPCAddr),
 		zap.Int("members", len(cl.mship.Members())))
 	return nil
+}
+
+// ClusterTLS returns ServerTLS and DialTLS for mutual TLS between silos
+// from src, which needs a certificate, its key and the cluster's CA. A
+// peer is a silo when its certificate chains to the CA and is for both
+// server and client use; names are not checked, since silos dial each
+// other by the addresses they gossip, IPs as often as not. So a client's
+// certificate (client use only) from the same CA cannot pass for a
+// silo's; keep the cluster's CA for silos alone all the same.
+func ClusterTLS(src *tlsfiles.Source) (server, dial *tls.Config, err error) {
+	if !src.HasCert() || !src.HasCA() {
+		return nil, nil, &ConfigError{Field: "Cluster.ServerTLS", Reason: "mutual TLS between silos needs a certificate, its key and the cluster's CA"}
+	}
+	server, err = src.ServerConfig(tlsfiles.MTLS, tlsfiles.ServerOptions{
+		RequireUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return server, src.ClientConfig(tlsfiles.ClientOptions{SkipNameCheck: true}), nil
 }
 
 // advertisedAddr is the gRPC address other silos dial: the listener's,
@@ -353,6 +411,9 @@ func (cl *cluster) onEvent(ev membership.Event) {
 func (cl *cluster) applyLocked(ev membership.Event) {
 	m := ev.Member
 	if m.ID == cl.self {
+		return
+	}
+	if cl.gate != nil && !cl.gate.admitLocked(ev) {
 		return
 	}
 	gone := ev.Kind == membership.EventLeft || ev.Kind == membership.EventFailed
@@ -670,6 +731,9 @@ func (cl *cluster) close() {
 
 func (cl *cluster) closeNow() {
 	cl.cancels.cancelAll()
+	if cl.gate != nil {
+		cl.gate.close()
+	}
 	if cl.loadStop != nil {
 		close(cl.loadStop)
 		<-cl.loadDone

@@ -22,6 +22,12 @@ import (
 // (none: it only calls). seeds are gossip addresses to join.
 func grpcSilo(tb testing.TB, name string, seeds []string, register func(*Silo)) *Silo {
 	tb.Helper()
+	return grpcSiloWith(tb, name, seeds, register, nil)
+}
+
+// grpcSiloWith is grpcSilo with tweak applied to the configuration.
+func grpcSiloWith(tb testing.TB, name string, seeds []string, register func(*Silo), tweak func(*Config)) *Silo {
+	tb.Helper()
 	cfg := DefaultConfig()
 	cfg.Name = name
 	cc := DefaultClusterConfig()
@@ -31,6 +37,9 @@ func grpcSilo(tb testing.TB, name string, seeds []string, register func(*Silo)) 
 	cc.GRPCListen = "127.0.0.1:0"
 	cc.ShutdownGossipDelay = 0
 	cfg.Cluster = &cc
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	s, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
@@ -87,13 +96,19 @@ func (g *benchProbe) Tell(ctx grain.Context, req *probe.Request) (*emptypb.Empty
 // benchPair is a two-silo cluster: the caller hosts no grains, so every
 // grain it calls lives on the callee, one network hop away.
 func benchPair(b *testing.B) (caller *Silo, told *tally) {
+	return benchPairWith(b, func(string) func(*Config) { return nil })
+}
+
+// benchPairWith is benchPair with tweak(name) applied to each silo's
+// configuration.
+func benchPairWith(b *testing.B, tweak func(name string) func(*Config)) (caller *Silo, told *tally) {
 	told = &tally{reached: make(chan struct{}, 1)}
-	callee := grpcSilo(b, "callee", nil, func(s *Silo) {
+	callee := grpcSiloWith(b, "callee", nil, func(s *Silo) {
 		if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchProbe{told: told} }); err != nil {
 			b.Fatal(err)
 		}
-	})
-	caller = grpcSilo(b, "caller", []string{gossipAddr(callee)}, nil)
+	}, tweak("callee"))
+	caller = grpcSiloWith(b, "caller", []string{gossipAddr(callee)}, nil, tweak("caller"))
 	waitFor(b, "the caller to see the callee host probes", func() bool {
 		return len(caller.cl.view.Load().hosts[probe.ProbeGrainType]) == 1
 	})
@@ -114,6 +129,28 @@ func BenchmarkCrossSiloThroughput(b *testing.B) {
 	caller, _ := benchPair(b)
 	benchConcurrent(b, caller)
 }
+
+// mtlsPair is benchPair with mutual TLS between the silos, from files of
+// a test CA.
+func mtlsPair(b *testing.B) *Silo {
+	ca := newTestCA(b, "bench")
+	caller, _ := benchPairWith(b, func(name string) func(*Config) {
+		tweak := withClusterTLS(b, ca.siloFiles(name), nil, nil)
+		return func(cfg *Config) {
+			tweak(cfg)
+			cfg.Cluster.LoadReportInterval = time.Second // as the plaintext pair's
+		}
+	})
+	return caller
+}
+
+// BenchmarkCrossSiloCallMTLS is BenchmarkCrossSiloCall with mutual TLS
+// between the silos: the cost of TLS records on a call's round trip.
+func BenchmarkCrossSiloCallMTLS(b *testing.B) { benchSequential(b, mtlsPair(b)) }
+
+// BenchmarkCrossSiloThroughputMTLS is BenchmarkCrossSiloThroughput with
+// mutual TLS between the silos.
+func BenchmarkCrossSiloThroughputMTLS(b *testing.B) { benchConcurrent(b, mtlsPair(b)) }
 
 // benchSequential makes one call at a time through c to one probe grain.
 func benchSequential(b *testing.B, c grain.Caller) {

@@ -29,6 +29,9 @@ var pairs = []struct {
 	{"LocalCall", "BaselineChanAsk", 2},
 	{"GrainToGrain", "BaselineChanAsk", 0},
 	{"CrossSiloCall", "BaselineGRPCBidiPingPong", 1.5},
+	{"CrossSiloCallMTLS", "CrossSiloCall", 1.15},
+	// Throughput at least 0.85x plaintext's: ns/op at most 1/0.85 times.
+	{"CrossSiloThroughputMTLS", "CrossSiloThroughput", 1.176},
 	{"ClientCall/sequential", "CrossSiloCall", 0},
 	{"ClientCall/concurrent=256", "CrossSiloThroughput", 0},
 	{"Handoff/inline", "BaselineChanRoundTrip", 2},

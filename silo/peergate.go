@@ -1,0 +1,160 @@
+package silo
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/silo/membership"
+	"go.uber.org/zap"
+)
+
+// peerGate admits members to the cluster view only once they have proved,
+// with a TLS handshake to the gRPC address they gossip, that they hold a
+// silo certificate of the cluster's CA. Gossip is not TLS: a silo with the
+// gossip key but a certificate from another CA would otherwise be seen as
+// a member, placed grains on and given directory ranges, and every call
+// routed to it would fail. Until the handshake succeeds the member is
+// pending: the view, placement, the directory ring and the transport know
+// nothing of it. A failed handshake is counted and warned of (the other
+// side counts it too) and tried again, at growing intervals up to
+// maxGateRetry, while the member is alive.
+//
+// The gate is only made with Cluster.ServerTLS; without TLS every member
+// is admitted at once, as before.
+type peerGate struct {
+	cl  *cluster
+	tls *tls.Config // DialTLS, offering h2 as gRPC does
+	// timeout bounds one handshake: the transport's DialTimeout.
+	timeout time.Duration
+	retry   time.Duration // the first wait after a failed handshake
+
+	// pending holds the latest event of each member being verified;
+	// verified the members admitted. viewMu.
+	pending  map[string]membership.Member
+	verified map[string]bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// maxGateRetry bounds the wait between two handshakes with a member that
+// failed one.
+const maxGateRetry = 30 * time.Second
+
+func newPeerGate(cl *cluster, dial *tls.Config, timeout, retry time.Duration) *peerGate {
+	c := dial.Clone()
+	if len(c.NextProtos) == 0 {
+		c.NextProtos = []string{"h2"}
+	}
+	return &peerGate{
+		cl: cl, tls: c, timeout: timeout, retry: retry,
+		pending:  map[string]membership.Member{},
+		verified: map[string]bool{},
+		stop:     make(chan struct{}),
+	}
+}
+
+// admitLocked reports whether ev may be applied to the view now. A member
+// not yet verified is held pending, and its verification started, instead.
+// viewMu held.
+func (g *peerGate) admitLocked(ev membership.Event) bool {
+	id := ev.Member.ID
+	if ev.Kind == membership.EventLeft || ev.Kind == membership.EventFailed {
+		_, waiting := g.pending[id]
+		delete(g.pending, id)
+		was := g.verified[id]
+		delete(g.verified, id) // a return is verified again
+		// A member never admitted is unknown to the view: nothing to undo.
+		return was || !waiting
+	}
+	if g.verified[id] {
+		return true
+	}
+	_, probing := g.pending[id]
+	g.pending[id] = ev.Member
+	if !probing {
+		g.wg.Add(1)
+		go g.verify(id)
+	}
+	return false
+}
+
+// verify shakes hands with member id until it passes, it leaves, or the
+// silo stops; on success it applies the member's latest event. It owns no
+// lock while it waits.
+func (g *peerGate) verify(id string) {
+	defer g.wg.Done()
+	wait := g.retry
+	for {
+		g.cl.viewMu.Lock()
+		m, ok := g.pending[id]
+		g.cl.viewMu.Unlock()
+		if !ok {
+			return
+		}
+		err := g.handshake(m.GRPCAddr)
+		if err == nil {
+			g.cl.viewMu.Lock()
+			m, ok = g.pending[id]
+			if ok && !g.cl.closed.Load() {
+				delete(g.pending, id)
+				g.verified[id] = true
+				g.cl.log.Info("silo verified by mutual TLS: admitted to the cluster", zap.String("member", id), zap.String("grpc", m.GRPCAddr))
+				g.cl.applyLocked(membership.Event{Kind: membership.EventJoined, Member: m})
+			}
+			g.cl.viewMu.Unlock()
+			return
+		}
+		var ne *net.OpError
+		if errors.As(err, &ne) && ne.Op == "dial" {
+			// Not up yet, or gone: not a refusal.
+			g.cl.log.Debug("cannot reach a silo to verify it yet", zap.String("member", id), zap.Error(err))
+		} else {
+			g.cl.s.cfg.Rejections.Reject(security.ListenerDial, security.HandshakeReason(err), m.GRPCAddr,
+				errors.New("silo "+id+" is kept out of the cluster: "+err.Error()))
+		}
+		select {
+		case <-g.stop:
+			return
+		case <-g.cl.s.clock.After(wait):
+		}
+		wait = min(2*wait, maxGateRetry)
+	}
+}
+
+// handshake runs one TLS handshake with the silo at addr.
+func (g *peerGate) handshake(addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-g.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	d := tls.Dialer{Config: g.tls}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	// TLS 1.3 tells a client its certificate was refused only on the
+	// first read after the handshake: read until the server has spoken
+	// (its HTTP/2 settings) or refused.
+	tc := conn.(*tls.Conn)
+	_ = tc.SetReadDeadline(time.Now().Add(g.timeout))
+	_, err = tc.Read(make([]byte, 1))
+	tc.Close()
+	return err
+}
+
+// close stops the verifications and waits for them.
+func (g *peerGate) close() {
+	close(g.stop)
+	g.wg.Wait()
+}
