@@ -3,7 +3,8 @@
 //
 // Usage:
 //
-//	granaryctl [--admin ADDR] [--timeout DURATION] [-o table|json] COMMAND [ARG]
+//	granaryctl [--admin ADDR] [--timeout DURATION] [-o table|json]
+//	           [--tls-ca FILE] [--tls-cert FILE --tls-key FILE] [--token-file FILE] COMMAND [ARG]
 //
 // Global flags:
 //
@@ -15,6 +16,22 @@
 //	                    ("10s", the default; "1m").
 //	-o, --output FORMAT table (the default) prints for people; json prints
 //	                    the admin API's document, indented.
+//	--tls-ca FILE       the PEM CA bundle the admin server's certificate
+//	                    must chain to ($GRANARY_TLS_CA). With it, or with a
+//	                    client certificate, a host:port --admin is spoken
+//	                    to over https, and an http:// URL is refused.
+//	--tls-cert FILE     a client certificate to present, with its key
+//	--tls-key FILE      ($GRANARY_TLS_CERT, $GRANARY_TLS_KEY): an admin's,
+//	                    when the silos admit admin client certificates, or
+//	                    the one mutual TLS asks for.
+//	--token-file FILE   the admin token to send as "Authorization: Bearer"
+//	                    ($GRANARY_TOKEN_FILE): a file holding the token
+//	                    alone, or a silo's token file of "TOKEN PRINCIPAL"
+//	                    lines, whose first token is used. Blank lines and
+//	                    lines starting with # are skipped. Sending a token
+//	                    over plain HTTP draws a warning.
+//
+// Each flag wins over its environment variable.
 //
 // Commands:
 //
@@ -36,6 +53,16 @@
 //	drain SILO           asks SILO (its name or member ID) to hand its grains
 //	                     over and leave the cluster, and prints which silo
 //	                     accepted. json: the DrainReply.
+//	certs --out DIR [--silo NAME[,SAN...]]... [--client NAME]... [--ip IP]... [--localhost]
+//	                     writes a CA (ca.crt, ca.key; reused when DIR has
+//	                     both) and, signed by it, NAME.crt and NAME.key for
+//	                     each silo (server and client use, valid for NAME,
+//	                     its other names and IPs, every --ip, and with
+//	                     --localhost localhost, 127.0.0.1 and ::1) and each
+//	                     client (client use only; NAME is its principal).
+//	                     Keys are mode 0600. Needs no admin server and no
+//	                     openssl. --ca-name names a new CA; --validity sets
+//	                     the certificates' lifetime (default a year).
 //	help [COMMAND]       help for granaryctl or a command.
 //
 // A grain is named TYPE/KEY, e.g. bank.Account/alice: the type is everything
@@ -50,7 +77,12 @@
 //	1  the admin API answered with an error, or could not be reached; the
 //	   message on standard error names the admin address
 //	2  a usage error: an unknown command or flag, a missing or malformed
-//	   argument, a bad --admin, --timeout or --output
+//	   argument, a bad --admin, --timeout or --output, a TLS or token file
+//	   that cannot be read
+//
+// A silo with an admin token file answers 401 without the token; one
+// with no admin credentials configured refuses deactivate and drain with
+// 403, naming the settings that turn them on.
 //
 // Examples:
 //
@@ -58,4 +90,6 @@
 //	GRANARY_ADMIN=localhost:8081 granaryctl -o json silos
 //	granaryctl lookup bank.Account/alice
 //	granaryctl drain silo-2
+//	granaryctl certs --out ./certs --silo silo-0,silo-0.granary --client ops --localhost
+//	granaryctl --admin silo-0.granary:8080 --tls-ca certs/ca.crt --token-file ~/.granary-token drain silo-2
 package main

@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/granaryio/granary/silo/admin/adminapi"
 	"github.com/spf13/cobra"
 )
@@ -26,7 +31,15 @@ const (
 	defaultAdmin   = "localhost:8080"
 	defaultTimeout = 10 * time.Second
 	adminEnv       = "GRANARY_ADMIN"
+	tlsCAEnv       = "GRANARY_TLS_CA"
+	tlsCertEnv     = "GRANARY_TLS_CERT"
+	tlsKeyEnv      = "GRANARY_TLS_KEY"
+	tokenFileEnv   = "GRANARY_TOKEN_FILE"
 )
+
+// maxTokenFileSize bounds the token file granaryctl reads: one token, or
+// a silo's token file of them.
+const maxTokenFileSize = 4 << 20
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
@@ -70,6 +83,8 @@ type options struct {
 	adminFrom string
 	timeout   time.Duration
 	output    string
+	// The TLS files and the token file, from flags or the environment.
+	tlsCA, tlsCert, tlsKey, tokenFile string
 	// client speaks to the admin API, made by resolve on its own
 	// transport, whose idle connections call closes.
 	client    *adminapi.Client
@@ -102,6 +117,13 @@ in the directory and forwards requests to the silo concerned.`,
 		"admin address of a silo: host:port or an http(s) URL (env "+adminEnv+")")
 	flags.DurationVar(&o.timeout, "timeout", defaultTimeout, "how long to wait for the admin API's answer")
 	flags.StringVarP(&o.output, "output", "o", outputTable, "output format: table or json")
+	flags.StringVar(&o.tlsCA, "tls-ca", "",
+		"PEM file of the CA the admin server's certificate must chain to; speaks https (env "+tlsCAEnv+")")
+	flags.StringVar(&o.tlsCert, "tls-cert", "",
+		"PEM file of a client certificate to present (an admin certificate); speaks https (env "+tlsCertEnv+")")
+	flags.StringVar(&o.tlsKey, "tls-key", "", "PEM file of --tls-cert's key (env "+tlsKeyEnv+")")
+	flags.StringVar(&o.tokenFile, "token-file", "",
+		"file holding the admin token: the token alone, or a silo's TOKEN PRINCIPAL lines, whose first is used (env "+tokenFileEnv+")")
 
 	root.AddCommand(
 		newStatusCmd(o),
@@ -110,6 +132,7 @@ in the directory and forwards requests to the silo concerned.`,
 		newLookupCmd(o),
 		newDeactivateCmd(o),
 		newDrainCmd(o),
+		newCertsCmd(),
 	)
 	return root
 }
@@ -128,13 +151,97 @@ func (o *options) resolve(cmd *cobra.Command) error {
 	if o.output != outputTable && o.output != outputJSON {
 		return fmt.Errorf("--output %q: want table or json", o.output)
 	}
+	caFrom := o.fromEnv(cmd, "tls-ca", tlsCAEnv, &o.tlsCA)
+	certFrom := o.fromEnv(cmd, "tls-cert", tlsCertEnv, &o.tlsCert)
+	keyFrom := o.fromEnv(cmd, "tls-key", tlsKeyEnv, &o.tlsKey)
+	tokenFrom := o.fromEnv(cmd, "token-file", tokenFileEnv, &o.tokenFile)
+
 	o.transport = http.DefaultTransport.(*http.Transport).Clone()
-	c, err := adminapi.NewClient(o.admin, &http.Client{Transport: o.transport})
+	var tlsConfig *tls.Config
+	if o.tlsCA != "" || o.tlsCert != "" || o.tlsKey != "" {
+		if (o.tlsCert == "") != (o.tlsKey == "") {
+			return fmt.Errorf("%s and %s: a client certificate needs its key and a key its certificate; give both or neither", certFrom, keyFrom)
+		}
+		src, err := tlsfiles.Load(tlsfiles.Files{CA: o.tlsCA, Cert: o.tlsCert, Key: o.tlsKey}, tlsfiles.Options{})
+		if err != nil {
+			return fmt.Errorf("%s, %s, %s: %w", caFrom, certFrom, keyFrom, err)
+		}
+		tlsConfig = src.ClientConfig(tlsfiles.ClientOptions{NextProtos: []string{"h2", "http/1.1"}})
+		o.transport.TLSClientConfig = tlsConfig
+		// A TLSClientConfig of our own turns HTTP/2 off unless asked.
+		o.transport.ForceAttemptHTTP2 = true
+	}
+	var token string
+	if o.tokenFile != "" {
+		var err error
+		if token, err = readToken(o.tokenFile); err != nil {
+			return fmt.Errorf("%s %s: %w", tokenFrom, o.tokenFile, err)
+		}
+	}
+	c, err := adminapi.NewClientWith(o.admin, adminapi.ClientOptions{
+		HTTPClient: &http.Client{Transport: o.transport},
+		TLS:        tlsConfig,
+		Token:      token,
+	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.adminFrom, err)
 	}
+	if token != "" && strings.HasPrefix(c.URL(), "http://") {
+		fmt.Fprintf(cmd.ErrOrStderr(), "granaryctl: warning: sending the admin token over plain HTTP to %s; give --tls-ca to speak https\n", c.URL())
+	}
 	o.client = c
 	return nil
+}
+
+// fromEnv sets *value from the environment variable env when the flag was
+// not given, and returns where the value came from, for error messages.
+func (o *options) fromEnv(cmd *cobra.Command, flag, env string, value *string) string {
+	if cmd.Flags().Changed(flag) {
+		return "--" + flag
+	}
+	if v := o.getenv(env); v != "" {
+		*value = v
+		return env
+	}
+	return "--" + flag
+}
+
+// readToken reads the admin token from path: the first field of the first
+// line that is neither blank nor a comment, so that the file may hold the
+// token alone or be a silo's token file ("TOKEN PRINCIPAL" lines). Errors
+// never quote the file's contents.
+func readToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxTokenFileSize+1))
+	if err != nil {
+		return "", err
+	}
+	if len(data) > maxTokenFileSize {
+		return "", fmt.Errorf("over %d bytes: not a token file", maxTokenFileSize)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), maxTokenFileSize)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		token := strings.Fields(line)[0]
+		for i := 0; i < len(token); i++ {
+			if b := token[i]; b < 0x21 || b > 0x7e {
+				return "", errors.New("the token has characters other than printable ASCII")
+			}
+		}
+		return token, nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", errors.New("holds no token: every line is blank or a comment")
 }
 
 // call runs f with a client of the admin API and a context bounded by

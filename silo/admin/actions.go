@@ -117,7 +117,8 @@ func (s *Server) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 			writeSiloError(w, "deactivating "+id.String(), err)
 			return
 		}
-		s.log.Info("grain deactivated by an admin request", zap.Stringer("grain", id), zap.Bool("was_active", done))
+		s.log.Info("grain deactivated by an admin request",
+			append(callerOf(r).logFields(), zap.Stringer("grain", id), zap.Bool("was_active", done))...)
 		writeJSON(w, http.StatusOK, adminapi.Deactivation{Grain: id.String(), Deactivated: done, Member: info.Member})
 		return
 	}
@@ -129,7 +130,7 @@ func (s *Server) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 	}
 	peer := members[i]
 	var reply adminapi.Deactivation
-	err := s.forward(ctx, peer, func(ctx context.Context, c *adminapi.Client) (err error) {
+	err := s.forward(ctx, peer, callerOf(r).token, func(ctx context.Context, c *adminapi.Client) (err error) {
 		reply, err = c.Deactivate(ctx, id.String())
 		return err
 	})
@@ -144,13 +145,13 @@ func (s *Server) handleDeactivate(w http.ResponseWriter, r *http.Request) {
 // admin API.
 var errNoAdminAddr = errors.New("the member gossips no admin address")
 
-// forward runs call with a client of peer's admin server, within
-// Config.PeerTimeout of ctx.
-func (s *Server) forward(ctx context.Context, peer membership.Member, call func(context.Context, *adminapi.Client) error) error {
+// forward runs call with a client of peer's admin server that sends
+// token (the caller's; "" for none), within Config.PeerTimeout of ctx.
+func (s *Server) forward(ctx context.Context, peer membership.Member, token string, call func(context.Context, *adminapi.Client) error) error {
 	if peer.AdminAddr == "" {
 		return errNoAdminAddr
 	}
-	c, err := s.peerClient(peer.AdminAddr)
+	c, err := s.peerClient(peer.AdminAddr, token)
 	if err != nil {
 		return err
 	}
@@ -173,7 +174,7 @@ func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request) {
 	}
 	info := a.sl.Info()
 	if name == info.Name || (info.Member != "" && name == info.Member) {
-		s.drainSelf(w, info)
+		s.drainSelf(w, info, callerOf(r))
 		return
 	}
 	others := otherMembers(info, a.sl.Members())
@@ -201,7 +202,7 @@ func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request) {
 	}
 	peer := match[0]
 	var reply adminapi.DrainReply
-	err := s.forward(r.Context(), peer, func(ctx context.Context, c *adminapi.Client) (err error) {
+	err := s.forward(r.Context(), peer, callerOf(r).token, func(ctx context.Context, c *adminapi.Client) (err error) {
 		reply, err = c.Drain(ctx, peer.ID)
 		return err
 	})
@@ -213,13 +214,14 @@ func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request) {
 }
 
 // drainSelf starts this silo's drain: Config.Drain, once.
-func (s *Server) drainSelf(w http.ResponseWriter, info silo.Info) {
+func (s *Server) drainSelf(w http.ResponseWriter, info silo.Info, by caller) {
 	if s.cfg.Drain == nil {
 		writeError(w, http.StatusNotImplemented, codes.Unimplemented, "silo %s cannot be drained through its admin server: its host set no drain function", info.Name)
 		return
 	}
 	s.drainOnce.Do(func() {
-		s.log.Info("drain requested through the admin server", zap.String("silo", info.Name), zap.String("member", info.Member))
+		s.log.Info("drain requested through the admin server",
+			append(by.logFields(), zap.String("silo", info.Name), zap.String("member", info.Member))...)
 		s.cfg.Drain()
 	})
 	writeJSON(w, http.StatusAccepted, adminapi.DrainReply{Member: info.Member, Name: info.Name})

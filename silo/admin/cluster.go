@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"sync"
 
+	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/admin/adminapi"
 	"github.com/granaryio/granary/silo/membership"
@@ -42,8 +44,9 @@ func memberName(members []membership.Member, id string) string {
 }
 
 // clusterReport gathers this silo's report and every other live member's,
-// asking them all at once, each within PeerTimeout.
-func (s *Server) clusterReport(ctx context.Context, a *attachment) adminapi.ClusterReport {
+// asking them all at once, each within PeerTimeout, with the caller's
+// token ("" for none).
+func (s *Server) clusterReport(ctx context.Context, a *attachment, token string) adminapi.ClusterReport {
 	info := a.sl.Info()
 	others := otherMembers(info, a.sl.Members())
 	own := s.siloReport(a)
@@ -52,7 +55,7 @@ func (s *Server) clusterReport(ctx context.Context, a *attachment) adminapi.Clus
 	failures := make([]error, len(others))
 	var wg sync.WaitGroup
 	for i, m := range others {
-		wg.Go(func() { reports[i], failures[i] = s.askPeer(ctx, m) })
+		wg.Go(func() { reports[i], failures[i] = s.askPeer(ctx, m, token) })
 	}
 	wg.Wait()
 
@@ -78,9 +81,10 @@ func (s *Server) clusterReport(ctx context.Context, a *attachment) adminapi.Clus
 	return out
 }
 
-// askPeer fetches the report of member m from its admin server.
-func (s *Server) askPeer(ctx context.Context, m membership.Member) (r adminapi.SiloReport, err error) {
-	err = s.forward(ctx, m, func(ctx context.Context, c *adminapi.Client) (err error) {
+// askPeer fetches the report of member m from its admin server, sending
+// token.
+func (s *Server) askPeer(ctx context.Context, m membership.Member, token string) (r adminapi.SiloReport, err error) {
+	err = s.forward(ctx, m, token, func(ctx context.Context, c *adminapi.Client) (err error) {
 		r, err = c.Silo(ctx)
 		return err
 	})
@@ -124,8 +128,9 @@ func mergeReports(out *adminapi.ClusterReport) {
 }
 
 // handleEvents streams the cluster report as server-sent events: one at
-// once, then one every EventInterval, until the client goes away or the
-// server stops.
+// once, then one every EventInterval, until the client goes away, the
+// server stops, or the caller's credentials are no longer an admin's (a
+// token removed from the token file ends the stream at the next event).
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if !allow(w, r, http.MethodGet) {
 		return
@@ -153,8 +158,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	tk := s.clock.NewTicker(EventInterval)
 	defer tk.Stop()
 	ctx := r.Context()
-	for {
-		body, err := json.Marshal(s.clusterReport(ctx, a))
+	token := callerOf(r).token
+	for first := true; ; first = false {
+		if !first && !s.stillAdmin(r) {
+			s.cfg.Rejections.Reject(security.ListenerAdmin, security.ReasonUnauthenticated, r.RemoteAddr,
+				errors.New("an event stream's credentials are no longer an admin's: stream ended"))
+			return
+		}
+		body, err := json.Marshal(s.clusterReport(ctx, a, token))
 		if err != nil {
 			s.log.Error("encoding the cluster report", zap.Error(err))
 			return

@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/admin"
 	"github.com/granaryio/granary/silo/admin/adminapi"
@@ -29,11 +31,13 @@ const peerTimeout = time.Second
 
 // testCluster is silos in one process on an in-memory membership hub and
 // network, each with an admin server on loopback TCP whose address it
-// gossips.
+// gossips. The admin servers share a token file holding adminToken,
+// each loading it on its own, as silos of one cluster do.
 type testCluster struct {
-	t   *testing.T
-	hub *membership.Hub
-	net *transport.MemNetwork
+	t         *testing.T
+	hub       *membership.Hub
+	net       *transport.MemNetwork
+	tokenPath string
 
 	mu    sync.Mutex
 	nodes map[string]*node
@@ -55,6 +59,14 @@ type nodeOptions struct {
 	adminAddr string
 	// sampleInterval is the admin server's SampleInterval.
 	sampleInterval time.Duration
+	// noTokens makes admin servers without admin credentials.
+	noTokens bool
+	// tokenPath, when set, is the admin server's token file instead of
+	// the cluster's.
+	tokenPath string
+	// serverTLS and peerTLS, when set, are the admin servers' TLS and
+	// PeerTLS, with CertAdmins.
+	serverTLS, peerTLS *tls.Config
 }
 
 // newTestCluster starts silos with the names given and waits until each
@@ -67,7 +79,8 @@ func newTestCluster(t *testing.T, names ...string) *testCluster {
 // newTestClusterWith is newTestCluster with options for every node.
 func newTestClusterWith(t *testing.T, opts nodeOptions, names ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, hub: membership.NewHub(), net: transport.NewMemNetwork(), nodes: map[string]*node{}}
+	c := &testCluster{t: t, hub: membership.NewHub(), net: transport.NewMemNetwork(), nodes: map[string]*node{},
+		tokenPath: writeTokenFile(t, adminToken+" ops")}
 	t.Cleanup(c.stopAll)
 	for _, name := range names {
 		c.start(name, opts)
@@ -84,14 +97,25 @@ func (c *testCluster) start(name string, opts nodeOptions) *node {
 	n.m = m
 	adminAddr := opts.adminAddr
 	if adminAddr == "" {
-		srv, err := admin.Listen(admin.Config{
+		cfg := admin.Config{
 			Listen:         "127.0.0.1:0",
 			Gatherer:       reg,
 			Drain:          func() { n.drains.Add(1) },
 			PeerTimeout:    peerTimeout,
 			SampleInterval: opts.sampleInterval,
 			Logger:         testLogger().Named(name),
-		})
+			TLS:            opts.serverTLS,
+			PeerTLS:        opts.peerTLS,
+			CertAdmins:     opts.serverTLS != nil,
+		}
+		if !opts.noTokens {
+			path := c.tokenPath
+			if opts.tokenPath != "" {
+				path = opts.tokenPath
+			}
+			cfg.Tokens = loadTokens(c.t, path, auth.TokenFileOptions{})
+		}
+		srv, err := admin.Listen(cfg)
 		if err != nil {
 			c.t.Fatal(err)
 		}
@@ -214,7 +238,7 @@ func TestClusterReportListsEverySilo(t *testing.T) {
 	}
 	for _, asked := range c.names() {
 		n := c.node(asked)
-		r, err := client(t, n.srv.Addr()).Cluster(testCtx(t))
+		r, err := adminClient(t, n.srv.Addr()).Cluster(testCtx(t))
 		if err != nil {
 			t.Fatalf("cluster report of %s: %v", asked, err)
 		}
@@ -249,7 +273,7 @@ func TestLookupAndDeactivateForwarded(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
 	key := c.keyOn("a", "c")
 	grainID := probeType + "/" + key
-	ca := client(t, c.node("a").srv.Addr())
+	ca := adminClient(t, c.node("a").srv.Addr())
 	ctx := testCtx(t)
 
 	loc, err := ca.Lookup(ctx, grainID)
@@ -271,7 +295,7 @@ func TestLookupAndDeactivateForwarded(t *testing.T) {
 
 func TestDrainForwarded(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "c")
-	ca := client(t, c.node("a").srv.Addr())
+	ca := adminClient(t, c.node("a").srv.Addr())
 	reply, err := ca.Drain(testCtx(t), "b")
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +304,7 @@ func TestDrainForwarded(t *testing.T) {
 		t.Errorf("drain of b answered %+v", reply)
 	}
 	// By member ID, and with the status the API promises.
-	a := do(t, http.MethodPost, c.node("a").srv.Addr(), adminapi.PathDrain, query("silo", c.node("c").sl.Member()))
+	a := doAuth(t, http.MethodPost, c.node("a").srv.Addr(), adminapi.PathDrain, query("silo", c.node("c").sl.Member()), adminToken)
 	var dr adminapi.DrainReply
 	a.decode(t, http.StatusAccepted, &dr)
 	if dr.Name != "c" {
@@ -291,7 +315,7 @@ func TestDrainForwarded(t *testing.T) {
 			t.Errorf("%s drained %d times, want %d", name, got, want)
 		}
 	}
-	do(t, http.MethodPost, c.node("a").srv.Addr(), adminapi.PathDrain, query("silo", "d")).
+	doAuth(t, http.MethodPost, c.node("a").srv.Addr(), adminapi.PathDrain, query("silo", "d"), adminToken).
 		wantError(t, http.StatusNotFound, codes.NotFound, `"d"`)
 }
 
@@ -333,7 +357,7 @@ func TestUnreachablePeers(t *testing.T) {
 	}
 
 	begin := time.Now()
-	r, err := client(t, c.node("a").srv.Addr()).Cluster(testCtx(t))
+	r, err := adminClient(t, c.node("a").srv.Addr()).Cluster(testCtx(t))
 	took := time.Since(begin)
 	if err != nil {
 		t.Fatal(err)
@@ -364,9 +388,9 @@ func TestUnreachablePeers(t *testing.T) {
 
 	// A request forwarded to a peer that fails is 502, naming it.
 	key := c.keyOn("a", "c")
-	do(t, http.MethodPost, c.node("a").srv.Addr(), adminapi.PathDeactivate, query("grain", probeType+"/"+key)).
+	doAuth(t, http.MethodPost, c.node("a").srv.Addr(), adminapi.PathDeactivate, query("grain", probeType+"/"+key), adminToken).
 		wantError(t, http.StatusBadGateway, codes.Unavailable, cNode.sl.Member())
-	_, err = client(t, c.node("a").srv.Addr()).Drain(testCtx(t), "c")
+	_, err = adminClient(t, c.node("a").srv.Addr()).Drain(testCtx(t), "c")
 	var ae *adminapi.APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway {
 		t.Errorf("drain of c with its admin server stopped: %v, want 502", err)

@@ -35,6 +35,20 @@
 //     AdminAddr each gossips) at once, each within PeerTimeout; a member
 //     that does not answer is listed as unreachable, never left out
 //     silently and never waited on past the timeout.
+//   - Access (auth.go): /healthz, /readyz, /metrics and the dashboard's
+//     static files are open. With Config.Tokens or Config.CertAdmins set,
+//     everything else needs an admin's credentials (a bearer token of the
+//     token file, or a verified client certificate): 401 with
+//     WWW-Authenticate: Bearer without them. With neither set, reading is
+//     open and deactivate and drain are off: 403 naming admin.token_file
+//     and admin.tls. Each refusal is counted in Config.Rejections. A
+//     token removed from the token file is refused within the file's
+//     check interval, and ends an event stream it opened at the next
+//     event. Tokens are taken from the Authorization header only, never
+//     from a URL.
+//   - With Config.TLS the server serves HTTPS only (h2 and http/1.1);
+//     with Config.PeerTLS it speaks https to the other silos. A request
+//     forwarded to another silo carries the caller's token.
 //   - A POST that a browser marks as coming from another site (its
 //     Origin names another host, or Sec-Fetch-Site says cross-site or
 //     same-site) is refused with 403, so a page an operator has open
@@ -51,6 +65,8 @@
 //
 // The dashboard (GET /) is a page of plain HTML, CSS and JavaScript
 // embedded in the binary; it loads nothing from elsewhere and follows the
-// event stream, falling back to polling the cluster report when the
-// stream fails.
+// event stream (read with fetch, so that it can send the token), falling
+// back to polling the cluster report when the stream fails. When the
+// server answers 401, the page asks for the token, keeps it in the tab's
+// sessionStorage and sends it as a bearer token.
 package admin

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/admin"
 	"github.com/granaryio/granary/silo/admin/adminapi"
@@ -160,12 +163,31 @@ func do(t testing.TB, method, addr, path string, query url.Values) answer {
 	return doURL(t, method, u)
 }
 
+// doAuth is do with "Authorization: Bearer token".
+func doAuth(t testing.TB, method, addr, path string, query url.Values, token string) answer {
+	t.Helper()
+	u := "http://" + addr + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	return doURLWith(t, method, u, http.Header{"Authorization": {"Bearer " + token}})
+}
+
 // doURL sends a request without a body to u.
 func doURL(t testing.TB, method, u string) answer {
+	t.Helper()
+	return doURLWith(t, method, u, nil)
+}
+
+// doURLWith sends a request without a body and with header to u.
+func doURLWith(t testing.TB, method, u string, header http.Header) answer {
 	t.Helper()
 	req, err := http.NewRequestWithContext(testCtx(t), method, u, http.NoBody)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
@@ -213,6 +235,53 @@ func (a answer) wantError(t testing.TB, wantStatus int, code codes.Code, parts .
 func client(t testing.TB, addr string) *adminapi.Client {
 	t.Helper()
 	c, err := adminapi.NewClient(addr, httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// adminToken is the admin token of the tests' token files.
+const adminToken = "test-admin-token-0123456789abcdef"
+
+// writeTokenFile writes a token file of lines into a new file and returns
+// its path.
+func writeTokenFile(t testing.TB, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "admin-tokens")
+	rewriteTokenFile(t, path, lines...)
+	return path
+}
+
+// rewriteTokenFile replaces the token file at path by lines.
+func rewriteTokenFile(t testing.TB, path string, lines ...string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loadTokens loads the token file at path with o.
+func loadTokens(t testing.TB, path string, o auth.TokenFileOptions) *auth.TokenFile {
+	t.Helper()
+	f, err := auth.LoadTokenFile(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// testTokens returns a token file holding adminToken for "ops".
+func testTokens(t testing.TB) *auth.TokenFile {
+	t.Helper()
+	return loadTokens(t, writeTokenFile(t, adminToken+" ops"), auth.TokenFileOptions{})
+}
+
+// adminClient returns an adminapi client of the server at addr that
+// sends adminToken.
+func adminClient(t testing.TB, addr string) *adminapi.Client {
+	t.Helper()
+	c, err := adminapi.NewClientWith(addr, adminapi.ClientOptions{HTTPClient: httpClient, Token: adminToken})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/admin/adminapi"
 	"github.com/granaryio/granary/silo/metrics"
@@ -73,6 +76,43 @@ type Config struct {
 	// requests. Default 2 s.
 	PeerTimeout time.Duration
 
+	// TLS, when set, makes the server serve HTTPS only, with ALPN h2 and
+	// http/1.1 (added when NextProtos is empty). It must give a
+	// certificate (Certificates, GetCertificate or GetConfigForClient).
+	// Nil: plain HTTP, which sends admin tokens in the clear.
+	TLS *tls.Config
+
+	// PeerTLS, when set, is the client configuration for requests to
+	// other silos' admin servers (gathering the cluster report,
+	// forwarding deactivate and drain): they are made over https, and it
+	// presents this silo's certificate when a peer asks for one. Nil:
+	// plain HTTP. Every silo of a cluster must agree: a silo serving TLS
+	// refuses a peer speaking plain HTTP.
+	PeerTLS *tls.Config
+
+	// Tokens, when set, holds the admin tokens: a request bearing one
+	// ("Authorization: Bearer TOKEN") is an admin's. With Tokens set, the
+	// JSON API, the event stream and deactivate and drain all need an
+	// admin's credentials; the probes, /metrics and the dashboard's
+	// static files stay open. Every silo of a cluster should share one
+	// token file: a forwarded request carries the caller's token.
+	Tokens *auth.TokenFile
+
+	// CertAdmins, when true, makes a client certificate that TLS verified
+	// an admin's credentials, whose principal is the certificate's
+	// subject common name. It needs TLS to ask for client certificates
+	// and verify them (tlsfiles' configurations with a CA file do, in
+	// VerifyConnection): Listen refuses a TLS that would pass an
+	// unverified certificate. Every certificate of the CA counts, silos'
+	// included, which is what lets a silo forward a request it took on a
+	// certificate's strength.
+	CertAdmins bool
+
+	// Rejections counts and logs the requests refused for want of
+	// credentials, and the failed TLS handshakes, as listener "admin".
+	// Nil: not counted (the refusals are still answered).
+	Rejections *security.Rejections
+
 	// Logger receives the server's logs. Default: a no-op logger.
 	Logger *zap.Logger
 	// Clock drives the sampler, the event stream and uptimes. Tests pass
@@ -112,6 +152,17 @@ func (c Config) withDefaults() (Config, error) {
 	case c.PeerTimeout == 0:
 		c.PeerTimeout = DefaultPeerTimeout
 	}
+	if c.CertAdmins {
+		switch {
+		case c.TLS == nil:
+			return c, bad("CertAdmins", "client certificates need TLS; set TLS (admin.tls.mode tls or mtls, with admin.tls.ca_file)")
+		case !verifiesClientCerts(c.TLS):
+			return c, bad("CertAdmins", "TLS does not verify client certificates (ClientAuth %v and no VerifyConnection); set admin.tls.ca_file", c.TLS.ClientAuth)
+		}
+	}
+	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil {
+		return c, bad("TLS", "no certificate: set Certificates or GetCertificate (admin.tls.cert_file and admin.tls.key_file)")
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -135,6 +186,10 @@ type Server struct {
 	transport *http.Transport
 	// metricsHandler serves Config.Gatherer; nil without one.
 	metricsHandler http.Handler
+	// certsVerifiedByCallback: Config.TLS verifies client certificates in
+	// a callback, so a certificate present on a request was verified
+	// though VerifiedChains is empty (certPrincipal).
+	certsVerifiedByCallback bool
 
 	// att is set once, by Attach.
 	att atomic.Pointer[attachment]
@@ -177,6 +232,11 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // silos speak to each other directly
+	if cfg.PeerTLS != nil {
+		tr.TLSClientConfig = cfg.PeerTLS.Clone()
+		// A TLSClientConfig of our own turns HTTP/2 off unless asked.
+		tr.ForceAttemptHTTP2 = true
+	}
 	s := &Server{
 		cfg:       cfg,
 		log:       cfg.Logger,
@@ -186,6 +246,8 @@ func Listen(cfg Config) (*Server, error) {
 		peers:     &http.Client{Transport: tr},
 		stopc:     make(chan struct{}),
 		serveDone: make(chan struct{}),
+
+		certsVerifiedByCallback: verifiesByCallback(cfg.TLS),
 	}
 	if cfg.Gatherer != nil {
 		s.metricsHandler = promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
@@ -196,15 +258,30 @@ func Listen(cfg Config) (*Server, error) {
 	s.srv = &http.Server{
 		Handler:           s.routes(),
 		ReadHeaderTimeout: readHeaderTimeout,
-		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
+		ErrorLog:          newHTTPErrorLog(s.log.Named("http"), cfg.Rejections),
+	}
+	if cfg.TLS != nil {
+		tc := cfg.TLS.Clone()
+		if len(tc.NextProtos) == 0 {
+			tc.NextProtos = []string{"h2", "http/1.1"}
+		}
+		s.srv.TLSConfig = tc
 	}
 	go func() {
 		defer close(s.serveDone)
-		if err := s.srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if cfg.TLS != nil {
+			// ServeTLS sets HTTP/2 up; the certificate is TLSConfig's.
+			err = s.srv.ServeTLS(lis, "", "")
+		} else {
+			err = s.srv.Serve(lis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("admin server stopped serving", zap.Error(err))
 		}
 	}()
-	s.log.Info("admin server listening", zap.String("addr", s.Addr()))
+	s.log.Info("admin server listening", zap.String("addr", s.Addr()), zap.Bool("tls", cfg.TLS != nil),
+		zap.Bool("admin_tokens", cfg.Tokens != nil), zap.Bool("cert_admins", cfg.CertAdmins))
 	return s, nil
 }
 
@@ -273,19 +350,23 @@ func (s *Server) attached(w http.ResponseWriter) *attachment {
 // routes returns the server's handler.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc(adminapi.PathHealthz, s.handleHealthz)
-	mux.HandleFunc(adminapi.PathReadyz, s.handleReadyz)
-	mux.HandleFunc(adminapi.PathMetrics, s.handleMetrics)
-	mux.HandleFunc(adminapi.PathSilo, s.handleSilo)
-	mux.HandleFunc(adminapi.PathCluster, s.handleCluster)
-	mux.HandleFunc(adminapi.PathEvents, s.handleEvents)
-	mux.HandleFunc(adminapi.PathLookup, s.handleLookup)
-	mux.HandleFunc(adminapi.PathDeactivate, s.handleDeactivate)
-	mux.HandleFunc(adminapi.PathDrain, s.handleDrain)
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+	// Each path's access (auth.go): probes, metrics and the dashboard's
+	// static files open; what tells of the cluster read; what changes it
+	// write.
+	handle := func(path string, level access, h http.HandlerFunc) { mux.HandleFunc(path, s.guard(level, h)) }
+	handle(adminapi.PathHealthz, accessOpen, s.handleHealthz)
+	handle(adminapi.PathReadyz, accessOpen, s.handleReadyz)
+	handle(adminapi.PathMetrics, accessOpen, s.handleMetrics)
+	handle(adminapi.PathSilo, accessRead, s.handleSilo)
+	handle(adminapi.PathCluster, accessRead, s.handleCluster)
+	handle(adminapi.PathEvents, accessRead, s.handleEvents)
+	handle(adminapi.PathLookup, accessRead, s.handleLookup)
+	handle(adminapi.PathDeactivate, accessWrite, s.handleDeactivate)
+	handle(adminapi.PathDrain, accessWrite, s.handleDrain)
+	handle("/api/", accessRead, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codes.NotFound, "no API path %q", r.URL.Path)
 	})
-	mux.HandleFunc(adminapi.PathDashboard, s.handleDashboard)
+	handle(adminapi.PathDashboard, accessOpen, s.handleDashboard)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		if s.closed {
@@ -347,12 +428,13 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 	if a == nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, s.clusterReport(r.Context(), a))
+	writeJSON(w, http.StatusOK, s.clusterReport(r.Context(), a, callerOf(r).token))
 }
 
-// peerClient returns a client of the admin server at addr.
-func (s *Server) peerClient(addr string) (*adminapi.Client, error) {
-	return adminapi.NewClient(addr, s.peers)
+// peerClient returns a client of the admin server at addr that sends
+// token ("" for none) and speaks https when Config.PeerTLS is set.
+func (s *Server) peerClient(addr, token string) (*adminapi.Client, error) {
+	return adminapi.NewClientWith(addr, adminapi.ClientOptions{HTTPClient: s.peers, TLS: s.cfg.PeerTLS, Token: token})
 }
 
 // peerContext bounds one request to another silo.

@@ -247,8 +247,8 @@ func TestClusterReportAlone(t *testing.T) {
 }
 
 func TestLookupAndDeactivate(t *testing.T) {
-	srv, sl := startAlone(t, admin.Config{})
-	c := client(t, srv.Addr())
+	srv, sl := startAlone(t, admin.Config{Tokens: testTokens(t)})
+	c := adminClient(t, srv.Addr())
 	ctx := testCtx(t)
 	grainID := probeType + "/x"
 
@@ -281,7 +281,7 @@ func TestLookupAndDeactivate(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	srv, _ := startAlone(t, admin.Config{Drain: func() {}})
+	srv, _ := startAlone(t, admin.Config{Drain: func() {}, Tokens: testTokens(t)})
 	addr := srv.Addr()
 	tests := []struct {
 		name   string
@@ -318,7 +318,7 @@ func TestBadInput(t *testing.T) {
 			if tt.query != "" {
 				u += "?" + tt.query
 			}
-			a := doURL(t, tt.method, u)
+			a := doURLWith(t, tt.method, u, http.Header{"Authorization": {"Bearer " + adminToken}})
 			a.wantError(t, tt.status, tt.code, tt.parts...)
 			if tt.status == http.StatusMethodNotAllowed && a.header.Get("Allow") == "" {
 				t.Error("405 without an Allow header")
@@ -329,8 +329,8 @@ func TestBadInput(t *testing.T) {
 
 func TestDrain(t *testing.T) {
 	var drains atomic.Int32
-	srv, _ := startAlone(t, admin.Config{Drain: func() { drains.Add(1) }})
-	c := client(t, srv.Addr())
+	srv, _ := startAlone(t, admin.Config{Drain: func() { drains.Add(1) }, Tokens: testTokens(t)})
+	c := adminClient(t, srv.Addr())
 	for i := range 3 {
 		reply, err := c.Drain(testCtx(t), "alone")
 		if err != nil {
@@ -343,15 +343,15 @@ func TestDrain(t *testing.T) {
 	if n := drains.Load(); n != 1 {
 		t.Fatalf("Drain called %d times, want once", n)
 	}
-	a := do(t, http.MethodPost, srv.Addr(), adminapi.PathDrain, query("silo", "alone"))
+	a := doAuth(t, http.MethodPost, srv.Addr(), adminapi.PathDrain, query("silo", "alone"), adminToken)
 	if a.status != http.StatusAccepted {
 		t.Errorf("drain status %d, want 202", a.status)
 	}
 }
 
 func TestDrainWithoutFunc(t *testing.T) {
-	srv, _ := startAlone(t, admin.Config{})
-	do(t, http.MethodPost, srv.Addr(), adminapi.PathDrain, query("silo", "alone")).
+	srv, _ := startAlone(t, admin.Config{Tokens: testTokens(t)})
+	doAuth(t, http.MethodPost, srv.Addr(), adminapi.PathDrain, query("silo", "alone"), adminToken).
 		wantError(t, http.StatusNotImplemented, codes.Unimplemented, "alone")
 }
 
@@ -376,7 +376,7 @@ func TestDashboardFiles(t *testing.T) {
 		path, contentType, holds string
 	}{
 		{"/", "text/html; charset=utf-8", `id="silos"`},
-		{"/app.js", "text/javascript; charset=utf-8", "EventSource"},
+		{"/app.js", "text/javascript; charset=utf-8", "getReader"},
 		{"/style.css", "text/css; charset=utf-8", ".badge"},
 	}
 	for _, tt := range tests {
@@ -509,10 +509,11 @@ func TestAttachTwicePanics(t *testing.T) {
 
 // A page of another site that an operator has open in a browser cannot
 // drain the silo or deactivate grains: the browser says where the request
-// comes from, and the server refuses it before acting.
+// comes from, and the server refuses it before acting, even with an admin
+// token (a browser may have one to send).
 func TestCrossSitePostsRefused(t *testing.T) {
 	var drains atomic.Int32
-	srv, _ := startAlone(t, admin.Config{Drain: func() { drains.Add(1) }})
+	srv, _ := startAlone(t, admin.Config{Drain: func() { drains.Add(1) }, Tokens: testTokens(t)})
 	for _, h := range []struct{ name, value string }{
 		{"Origin", "http://evil.example"},
 		{"Sec-Fetch-Site", "cross-site"},
@@ -523,6 +524,7 @@ func TestCrossSitePostsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			req.Header.Set(h.name, h.value)
+			req.Header.Set("Authorization", "Bearer "+adminToken)
 			resp, err := httpClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -540,6 +542,7 @@ func TestCrossSitePostsRefused(t *testing.T) {
 	// send it, is taken.
 	req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, "http://"+srv.Addr()+adminapi.PathDrain+"?silo=alone", http.NoBody)
 	req.Header.Set("Origin", "http://"+srv.Addr())
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

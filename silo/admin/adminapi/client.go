@@ -3,6 +3,7 @@ package adminapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +73,30 @@ func (e *APIError) Error() string {
 type Client struct {
 	base *url.URL // scheme, host and an optional path prefix without a trailing '/'
 	hc   *http.Client
+	// auth is the Authorization header's value, "" for none. It is never
+	// part of an error's text.
+	auth string
+	// authErr, when set, fails every request: WithToken was given a
+	// token that cannot be sent.
+	authErr error
+}
+
+// ClientOptions are the optional settings of NewClientWith. The zero
+// value is NewClient's plain HTTP client without a token.
+type ClientOptions struct {
+	// HTTPClient sends the requests. Nil: an http.Client with
+	// DefaultTimeout whose transport uses TLS below.
+	HTTPClient *http.Client
+	// TLS, when not nil, means the admin server serves HTTPS: a host:port
+	// address is spoken to over https, and an http:// URL is an error
+	// rather than a token sent in the clear. It configures the transport
+	// made when HTTPClient is nil; a caller that passes HTTPClient too
+	// must have given its transport this configuration.
+	TLS *tls.Config
+	// Token, when not empty, is sent with every request as
+	// "Authorization: Bearer TOKEN": an admin token of the silo's
+	// admin.token_file.
+	Token string
 }
 
 // NewClient returns a Client for the admin server at addr, which is either
@@ -80,14 +105,73 @@ type Client struct {
 // sends the requests; nil means an http.Client with DefaultTimeout. An
 // addr that is neither form is an error naming it.
 func NewClient(addr string, hc *http.Client) (*Client, error) {
+	return NewClientWith(addr, ClientOptions{HTTPClient: hc})
+}
+
+// NewClientWith is NewClient with a TLS configuration and a bearer token:
+// see ClientOptions.
+func NewClientWith(addr string, o ClientOptions) (*Client, error) {
 	base, err := parseAddr(addr)
 	if err != nil {
 		return nil, err
 	}
+	if o.TLS != nil {
+		switch {
+		case !strings.Contains(addr, "://"):
+			base.Scheme = "https"
+		case base.Scheme != "https":
+			return nil, fmt.Errorf("adminapi: admin address %q: TLS is configured, so the URL must be https://", addr)
+		}
+	}
+	hc := o.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Timeout: DefaultTimeout}
+		if o.TLS != nil {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.TLSClientConfig = o.TLS.Clone()
+			// A TLSClientConfig of our own turns HTTP/2 off unless asked.
+			tr.ForceAttemptHTTP2 = true
+			hc.Transport = tr
+		}
 	}
-	return &Client{base: base, hc: hc}, nil
+	c := &Client{base: base, hc: hc}
+	if o.Token != "" {
+		if c, err = c.withToken(o.Token); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// WithToken returns a copy of c that sends token with every request as
+// "Authorization: Bearer TOKEN"; an empty token sends none. A token that
+// cannot be a header's value (white space, control or non-ASCII
+// characters) gives a Client whose every request fails saying so; the
+// error never quotes the token.
+func (c *Client) WithToken(token string) *Client {
+	out, err := c.withToken(token)
+	if err != nil {
+		out = &Client{base: c.base, hc: c.hc, authErr: err}
+	}
+	return out
+}
+
+// errBadToken is the failure of a request of a Client with a bad token.
+var errBadToken = errors.New("adminapi: the token has characters a bearer token cannot hold (white space, control or non-ASCII); check the token file")
+
+func (c *Client) withToken(token string) (*Client, error) {
+	out := *c
+	out.auth, out.authErr = "", nil
+	if token == "" {
+		return &out, nil
+	}
+	for i := 0; i < len(token); i++ {
+		if b := token[i]; b < 0x21 || b > 0x7e {
+			return nil, errBadToken
+		}
+	}
+	out.auth = "Bearer " + token
+	return &out, nil
 }
 
 // parseAddr turns an admin address into the base URL of its API.
@@ -248,6 +332,12 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values) 
 		return nil, fmt.Errorf("adminapi: %s %s: %w", method, c.endpoint(path), err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.authErr != nil {
+		return nil, c.authErr
+	}
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		// The *url.Error names the method and the URL.

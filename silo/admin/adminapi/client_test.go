@@ -2,6 +2,7 @@ package adminapi
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -467,6 +468,70 @@ func TestClientConcurrentUse(t *testing.T) {
 	for range n {
 		if err := <-errc; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// A token is sent as a bearer token on every request, WithToken gives a
+// copy with another (or none), and a token that cannot be a header's
+// value fails each request without being quoted.
+func TestClientToken(t *testing.T) {
+	var got atomic.Value
+	srv, plain := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"name":"s","status":"active"}`)
+	}))
+	const token = "client-token-0123456789abcdef"
+	c, err := NewClientWith(srv.URL, ClientOptions{HTTPClient: srv.Client(), Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		c    *Client
+		want string
+	}{
+		{"NewClientWith", c, "Bearer " + token},
+		{"WithToken", plain.WithToken("other-token-0123456789abcdef"), "Bearer other-token-0123456789abcdef"},
+		{"WithToken empty", c.WithToken(""), ""},
+		{"NewClient", plain, ""},
+	} {
+		if _, err := tc.c.Silo(testContext(t)); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if h, _ := got.Load().(string); h != tc.want {
+			t.Errorf("%s: Authorization %q, want %q", tc.name, h, tc.want)
+		}
+	}
+	bad := "bad token\r\nX-Injected: 1"
+	if _, err := plain.WithToken(bad).Silo(testContext(t)); err == nil || strings.Contains(err.Error(), "bad token") {
+		t.Errorf("a token with white space: %v, want an error that does not quote it", err)
+	}
+	if _, err := NewClientWith(srv.URL, ClientOptions{Token: bad}); err == nil || strings.Contains(err.Error(), "bad token") {
+		t.Errorf("NewClientWith with a bad token: %v, want an error that does not quote it", err)
+	}
+}
+
+// With TLS, host:port is spoken to over https and an http:// URL refused.
+func TestClientTLSAddress(t *testing.T) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	for _, tc := range []struct{ addr, want, errHas string }{
+		{"10.0.0.7:8080", "https://10.0.0.7:8080", ""},
+		{":8080", "https://localhost:8080", ""},
+		{"https://admin.example/granary/", "https://admin.example/granary", ""},
+		{"http://10.0.0.7:8080", "", "must be https://"},
+	} {
+		c, err := NewClientWith(tc.addr, ClientOptions{TLS: cfg})
+		switch {
+		case tc.errHas != "":
+			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("NewClientWith(%q, TLS): %v, want an error saying %q", tc.addr, err, tc.errHas)
+			}
+		case err != nil:
+			t.Errorf("NewClientWith(%q, TLS): %v", tc.addr, err)
+		case c.URL() != tc.want:
+			t.Errorf("NewClientWith(%q, TLS).URL() = %s, want %s", tc.addr, c.URL(), tc.want)
 		}
 	}
 }

@@ -15,6 +15,11 @@
 //	POST /api/v1/drain?silo=S          DrainReply
 //	GET  /api/v1/cluster/sse           ClusterReport as server-sent events
 //
+// /healthz, /readyz and /metrics are always open. When the silo has admin
+// credentials configured, the rest needs "Authorization: Bearer TOKEN" (or
+// an admin client certificate) and answers 401 Unauthenticated without;
+// with none configured, deactivate and drain answer 403 PermissionDenied.
+//
 // Every answer outside 2xx carries an Error body: the name of the gRPC code
 // that best describes the failure (InvalidArgument for a malformed grain
 // ID, NotFound for an unknown silo, ...) and a message.
@@ -24,6 +29,10 @@
 //   - NewClient takes host:port (plain HTTP) or an http:// or https:// URL,
 //     optionally with a path prefix; any other address is an error naming
 //     it. A nil http.Client means one with DefaultTimeout.
+//   - NewClientWith adds ClientOptions: a TLS configuration (host:port is
+//     then spoken to over https, and an http:// URL refused) and a bearer
+//     token sent with every request; WithToken gives a copy with another
+//     token. A token never appears in an error.
 //   - Each method makes one request, bounded by its context and the
 //     http.Client's timeout, and may be called from any goroutine.
 //   - A non-2xx answer is an *APIError with the status, and the code and

@@ -3,6 +3,15 @@
 // stream fails, the page polls the report instead and tries the stream
 // again now and then. Every text from a report goes in through
 // textContent, never as HTML.
+//
+// When the admin server answers 401 (it has admin.token_file), the page
+// shows a form for the token, keeps it in sessionStorage (this tab only)
+// and sends it as "Authorization: Bearer". The stream is read with
+// fetch rather than EventSource, which cannot send that header: a token
+// in the URL would land in access logs and the browser's history.
+//
+// One feed loop runs at a time: startStream and poll hand over to each
+// other, and needToken ends the loop until the form starts it again.
 'use strict';
 
 (function () {
@@ -11,6 +20,39 @@
   const POLL_MS = 2000;
   // While polling, the stream is tried again after this many polls.
   const POLLS_BEFORE_STREAM_RETRY = 15;
+  // TOKEN_KEY names the admin token in sessionStorage.
+  const TOKEN_KEY = 'granary-admin-token';
+
+  function storedToken() {
+    try {
+      return window.sessionStorage.getItem(TOKEN_KEY) || '';
+    } catch (err) {
+      return ''; // storage refused (a sandboxed frame): no token
+    }
+  }
+
+  function storeToken(token) {
+    try {
+      if (token) window.sessionStorage.setItem(TOKEN_KEY, token);
+      else window.sessionStorage.removeItem(TOKEN_KEY);
+    } catch (err) {
+      // Without storage the token lasts only as long as this variable.
+    }
+    memoryToken = token;
+    document.getElementById('forget').hidden = !token;
+  }
+
+  // memoryToken stands in for sessionStorage where it is refused.
+  let memoryToken = storedToken();
+
+  // headers are a request's: what it accepts, and the token when there
+  // is one.
+  function headers(accept) {
+    const h = { Accept: accept };
+    const token = storedToken() || memoryToken;
+    if (token) h.Authorization = 'Bearer ' + token;
+    return h;
+  }
 
   // el makes an element with a class and a text, both optional.
   function el(tag, className, text) {
@@ -180,51 +222,126 @@
   }
 
   // The feed: the event stream, or polling while the stream fails.
-  let stream = null;
   let polls = 0;
 
-  function startStream() {
-    if (!window.EventSource) {
+  // needToken stops the feed and shows the token form; a stored token the
+  // server refused is dropped.
+  function needToken(refused) {
+    const had = storedToken() || memoryToken;
+    storeToken('');
+    setFeed('locked');
+    showProblem(had && refused ? 'the admin server refused the token: ' + refused : '');
+    const form = document.getElementById('login');
+    form.hidden = false;
+    document.getElementById('token').focus();
+  }
+
+  // errorText reads an API error's message from a response.
+  async function errorText(resp) {
+    const body = await resp.json().catch(function () { return null; });
+    return resp.status + ' ' + ((body && body.message) || resp.statusText);
+  }
+
+  // startStream reads the event stream until it ends or fails, then
+  // polls; a 401 asks for a token instead.
+  async function startStream() {
+    if (!window.fetch || !window.ReadableStream || !window.TextDecoder) {
       poll();
       return;
     }
-    stream = new EventSource(STREAM_URL);
-    stream.onmessage = function (ev) {
-      setFeed('live');
-      try {
-        render(JSON.parse(ev.data));
-      } catch (err) {
-        showProblem('bad report from the event stream: ' + err.message);
+    let resp;
+    try {
+      resp = await fetch(STREAM_URL, { cache: 'no-store', headers: headers('text/event-stream') });
+    } catch (err) {
+      fallBack();
+      return;
+    }
+    if (resp.status === 401) {
+      needToken(await errorText(resp));
+      return;
+    }
+    if (!resp.ok || !resp.body) {
+      fallBack();
+      return;
+    }
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    try {
+      for (;;) {
+        const chunk = await reader.read();
+        if (chunk.done) break;
+        buf += decoder.decode(chunk.value, { stream: true }); // the server ends lines with \n alone
+        let end;
+        while ((end = buf.indexOf('\n\n')) >= 0) {
+          const event = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          const data = event.split('\n')
+            .filter(function (line) { return line.startsWith('data:'); })
+            .map(function (line) { return line.slice(5).replace(/^ /, ''); })
+            .join('\n');
+          if (!data) continue; // the retry: line, or a comment
+          setFeed('live');
+          try {
+            render(JSON.parse(data));
+          } catch (err) {
+            showProblem('bad report from the event stream: ' + err.message);
+          }
+        }
       }
-    };
-    stream.onerror = function () {
-      stream.close();
-      stream = null;
-      polls = 0;
-      poll();
-    };
+    } catch (err) {
+      // The stream broke: poll instead.
+    }
+    fallBack();
+  }
+
+  function fallBack() {
+    polls = 0;
+    poll();
   }
 
   async function poll() {
     setFeed('polling');
     try {
-      const resp = await fetch(REPORT_URL, { cache: 'no-store', headers: { Accept: 'application/json' } });
-      const body = await resp.json().catch(function () { return null; });
-      if (!resp.ok) {
-        throw new Error(resp.status + ' ' + ((body && body.message) || resp.statusText));
+      const resp = await fetch(REPORT_URL, { cache: 'no-store', headers: headers('application/json') });
+      if (resp.status === 401) {
+        needToken(await errorText(resp));
+        return;
       }
-      render(body);
+      if (!resp.ok) {
+        throw new Error(await errorText(resp));
+      }
+      render(await resp.json());
     } catch (err) {
       setFeed('offline');
       showProblem('cannot reach ' + REPORT_URL + ': ' + err.message);
     }
     polls++;
-    if (polls >= POLLS_BEFORE_STREAM_RETRY && window.EventSource) {
+    if (polls >= POLLS_BEFORE_STREAM_RETRY) {
       startStream();
       return;
     }
     setTimeout(poll, POLL_MS);
   }
+
+  document.getElementById('login').addEventListener('submit', function (ev) {
+    ev.preventDefault(); // the page sends the token itself; nothing navigates
+    const input = document.getElementById('token');
+    const token = input.value.trim();
+    if (!token) return;
+    input.value = '';
+    storeToken(token);
+    document.getElementById('login').hidden = true;
+    showProblem('');
+    setFeed('connecting');
+    startStream();
+  });
+
+  document.getElementById('forget').addEventListener('click', function () {
+    storeToken('');
+    window.location.reload();
+  });
+  document.getElementById('forget').hidden = !memoryToken;
 
   startStream();
 })();
