@@ -10,12 +10,14 @@ import (
 	"strings"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/granaryio/granary/silo/storage/pgstore"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc/credentials"
 )
 
 // Silo validates c and builds the silo.Config it describes, logging to
@@ -36,12 +38,25 @@ func (c Config) Silo(ctx context.Context, logger *zap.Logger) (cfg silo.Config, 
 		cc := silo.DefaultClusterConfig()
 		cc.Membership = c.membership()
 		cc.GRPCListen = c.Cluster.GRPC.Listen
+		if err := c.clusterTLS(&cc, logger); err != nil {
+			return silo.Config{}, closeStorage, err
+		}
 		cfg.Cluster = &cc
 	}
 	if c.Gateway.Listen != "" {
 		gc := silo.DefaultGatewayConfig()
 		gc.Listen = c.Gateway.Listen
 		gc.Advertise = c.Gateway.Advertise
+		gwSrc, gwTLS, err := c.serverTLS("gateway.tls", c.Gateway.TLS, logger, tlsfiles.ServerOptions{})
+		if err != nil {
+			return silo.Config{}, closeStorage, err
+		}
+		if gwTLS != nil {
+			gc.Credentials = credentials.NewTLS(gwTLS)
+		}
+		if gc.Authenticator, err = c.gatewayAuth(gwSrc, logger); err != nil {
+			return silo.Config{}, closeStorage, err
+		}
 		cfg.Gateway = &gc
 	}
 	switch c.provider() {

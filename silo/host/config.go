@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +76,35 @@ type AdminConfig struct {
 	// when it listens on every interface, with the gossip advertise IP
 	// (else the gossip listen IP, else this host's IP) for its host.
 	Advertise string `yaml:"advertise"`
+	// TLS serves the admin server over HTTPS. Mode "tls" with a ca_file
+	// lets operators authenticate with a client certificate from that CA
+	// while probes and scrapers, which have none, still reach /healthz,
+	// /readyz and /metrics; "mtls" requires a certificate of everyone,
+	// probes included.
+	TLS TLSConfig `yaml:"tls"`
+	// TokenFile lists the admin tokens, "TOKEN PRINCIPAL" a line, re-read
+	// when it changes. Deactivating and draining need an admin token or
+	// an admin client certificate (admin.tls.ca_file); with neither, they
+	// are off. With tokens, the dashboard and the cluster API need one
+	// too. Default "": none.
+	TokenFile string `yaml:"token_file"`
+}
+
+// TLSConfig secures a listener with TLS from PEM files, which are re-read
+// when they change: a rotation needs no restart.
+type TLSConfig struct {
+	// Mode is "off" (plaintext), "tls" (the server's certificate; a
+	// client certificate from ca_file is verified when one is given) or
+	// "mtls" (a client certificate from ca_file is required). Between
+	// silos only "off" and "mtls" are accepted. Default "off".
+	Mode string `yaml:"mode"`
+	// CertFile and KeyFile are this side's certificate chain and private
+	// key, PEM. Required unless Mode is off.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// CAFile is the bundle of CA certificates that peers' certificates
+	// must chain to, PEM. Required with mtls.
+	CAFile string `yaml:"ca_file"`
 }
 
 // ClusterConfig makes the silo a member of a cluster.
@@ -104,6 +134,11 @@ type ClusterConfig struct {
 	// (slower probes and longer timeouts, for links between data
 	// centres). Default "lan".
 	Profile string `yaml:"profile"`
+	// TLS secures the streams between silos (cluster.grpc) with mutual
+	// TLS: "off" or "mtls". A silo whose certificate does not chain to
+	// ca_file, or is not for both server and client use, can neither send
+	// nor receive an envelope. Gossip is secured by secret_key.
+	TLS TLSConfig `yaml:"tls"`
 }
 
 // GossipConfig places the gossip listeners.
@@ -132,6 +167,23 @@ type GatewayConfig struct {
 	// Advertise is the host:port clients are told to dial. Default: the
 	// bound address, as the silo derives it.
 	Advertise string `yaml:"advertise"`
+	// TLS secures the gateway: "tls" for server authentication, "mtls" to
+	// require client certificates from ca_file (each one's subject then
+	// names its caller).
+	TLS TLSConfig `yaml:"tls"`
+	// Auth authenticates the gateway's callers.
+	Auth GatewayAuthConfig `yaml:"auth"`
+}
+
+// GatewayAuthConfig authenticates the gateway's callers. With a token
+// file, or with client certificates (gateway.tls.ca_file), a call without
+// valid credentials fails with Unauthenticated; the caller's principal
+// reaches grains in their Context.
+type GatewayAuthConfig struct {
+	// TokenFile lists the bearer tokens clients may send, "TOKEN
+	// PRINCIPAL" a line, re-read when it changes: a token removed from it
+	// is refused within seconds. Default "": no tokens.
+	TokenFile string `yaml:"token_file"`
 }
 
 // StorageConfig chooses the default storage provider: where grain state
@@ -194,6 +246,10 @@ const (
 	providerEmbedded = "embedded"
 	providerPostgres = "postgres"
 
+	tlsOff    = "off"
+	tlsOn     = "tls"
+	tlsMutual = "mtls"
+
 	exporterNone   = "none"
 	exporterOTLP   = "otlp"
 	exporterStdout = "stdout"
@@ -209,13 +265,14 @@ func DefaultConfig() Config {
 		Name:     name,
 		Log:      LogConfig{Format: "json", Level: "info"},
 		Shutdown: ShutdownConfig{Timeout: 30 * time.Second},
-		Admin:    AdminConfig{Listen: ":8080"},
+		Admin:    AdminConfig{Listen: ":8080", TLS: TLSConfig{Mode: tlsOff}},
 		Cluster: ClusterConfig{
 			Gossip:  GossipConfig{Listen: ":7946"},
 			GRPC:    GRPCConfig{Listen: ":7947"},
 			Profile: "lan",
+			TLS:     TLSConfig{Mode: tlsOff},
 		},
-		Gateway: GatewayConfig{Listen: ":30000"},
+		Gateway: GatewayConfig{Listen: ":30000", TLS: TLSConfig{Mode: tlsOff}},
 		Storage: StorageConfig{DataDir: "./data"},
 		Tracing: TracingConfig{Exporter: exporterNone, Endpoint: "localhost:4317", SampleRatio: 1},
 	}
@@ -253,11 +310,16 @@ func (c Config) Validate() error {
 		v.listenAddr("admin.listen", c.Admin.Listen)
 	}
 	v.dialAddr("admin.advertise", c.Admin.Advertise)
+	v.checkTLS("admin.tls", c.Admin.TLS, tlsOff, tlsOn, tlsMutual)
 	v.validateCluster()
 	if c.Gateway.Listen != "" {
 		v.listenAddr("gateway.listen", c.Gateway.Listen)
 	}
 	v.dialAddr("gateway.advertise", c.Gateway.Advertise)
+	v.checkTLS("gateway.tls", c.Gateway.TLS, tlsOff, tlsOn, tlsMutual)
+	if c.Gateway.Auth.TokenFile != "" && c.Gateway.TLS.Mode == tlsOff {
+		v.bad("gateway.auth.token_file", "needs gateway.tls.mode tls or mtls: bearer tokens would cross the network in the clear")
+	}
 	v.validateStorage()
 	if c.Reminders.MinPeriod < 0 {
 		v.bad("reminders.min_period", "%v must not be negative", c.Reminders.MinPeriod)
@@ -319,6 +381,41 @@ func (v *validator) validateCluster() {
 		if cl.SecretKey != "" {
 			alone("cluster.secret_key")
 		}
+		if cl.TLS.Mode != tlsOff || cl.TLS != (TLSConfig{Mode: cl.TLS.Mode}) {
+			alone("cluster.tls.mode")
+		}
+	}
+	if cl.TLS.Mode == tlsOn {
+		v.bad("cluster.tls.mode", "tls is not a mode between silos: every silo both serves and dials, so use mtls (or off on a network no one else shares)")
+	} else {
+		v.checkTLS("cluster.tls", cl.TLS, tlsOff, tlsMutual)
+	}
+}
+
+// checkTLS checks a TLS section: a known mode, and the files that mode
+// needs, with none named when it is off (so that a typo in the mode does
+// not leave a port in plaintext while its files suggest otherwise).
+func (v *validator) checkTLS(path string, t TLSConfig, modes ...string) {
+	if !slices.Contains(modes, t.Mode) {
+		v.oneOf(path+".mode", t.Mode, modes...)
+		return
+	}
+	if t.Mode == tlsOff {
+		for _, f := range []struct{ key, value string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
+			if f.value != "" {
+				v.bad(path+"."+f.key, "is set but %s.mode is off (%s): set the mode to use it", path, v.source(path+".mode"))
+			}
+		}
+		return
+	}
+	if t.CertFile == "" {
+		v.bad(path+".cert_file", "required with %s.mode %s", path, t.Mode)
+	}
+	if t.KeyFile == "" {
+		v.bad(path+".key_file", "required with %s.mode %s", path, t.Mode)
+	}
+	if t.Mode == tlsMutual && t.CAFile == "" {
+		v.bad(path+".ca_file", "required with %s.mode mtls: the CA that peers' certificates must chain to", path)
 	}
 }
 

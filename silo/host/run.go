@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/admin"
 	"github.com/granaryio/granary/silo/metrics"
@@ -133,10 +134,21 @@ func Run(ctx context.Context, cfg Config, register func(*silo.Silo) error, opts 
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	// One count of refusals for the process: the silo's listeners and
+	// the admin server's.
+	rej := security.NewRejections(log)
+	if err := reg.Register(rej); err != nil {
+		return fmt.Errorf("host: metrics: %w", err)
+	}
 	drained := make(chan struct{})
 	drain := sync.OnceFunc(func() { close(drained) })
 	if cfg.Admin.Listen != "" {
-		h.admin, err = admin.Listen(admin.Config{Listen: cfg.Admin.Listen, Gatherer: reg, Drain: drain, Logger: log.Named("admin")})
+		acfg, err := cfg.adminConfig(log.Named("admin"))
+		if err != nil {
+			return err
+		}
+		acfg.Gatherer, acfg.Drain, acfg.Rejections = reg, drain, rej
+		h.admin, err = admin.Listen(acfg)
 		if err != nil {
 			return fmt.Errorf("host: admin server (admin.listen %q): %w", cfg.Admin.Listen, err)
 		}
@@ -162,6 +174,7 @@ func Run(ctx context.Context, cfg Config, register func(*silo.Silo) error, opts 
 	if err != nil {
 		return err
 	}
+	scfg.Rejections = rej
 	if h.admin != nil {
 		scfg.AdminAddr = cfg.advertisedAdmin(h.admin.Addr(), scfg.Cluster)
 		log.Info("admin address", zap.String("listen", h.admin.Addr()), zap.String("advertise", scfg.AdminAddr))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -237,18 +239,33 @@ func TestRunProbesDuringJoin(t *testing.T) {
 	}
 }
 
-// TestRunDrain ends Run with a drain request to its admin server.
+// TestRunDrain ends Run with a drain request to its admin server, which
+// needs an admin token: without one the request is refused and the silo
+// keeps running.
 func TestRunDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	c := testConfig(t)
+	const token = "drain-token-0123456789"
+	c.Admin.TokenFile = filepath.Join(t.TempDir(), "admin-tokens")
+	if err := os.WriteFile(c.Admin.TokenFile, []byte(token+" operator\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	logs, started, done := startRun(t, ctx, c, registerCounter)
 	s := waitStarted(t, ctx, started, done)
 	ac, err := adminapi.NewClient(s.Info().AdminAddr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ac.Drain(ctx, "solo"); err != nil {
+	for name, cl := range map[string]*adminapi.Client{"no token": ac, "a wrong token": ac.WithToken("wrong-token-0123456789")} {
+		if _, err := cl.Drain(ctx, "solo"); err == nil {
+			t.Fatalf("drain with %s was accepted", name)
+		}
+	}
+	if err := s.Ready(); err != nil {
+		t.Fatalf("the silo after refused drains: %v", err)
+	}
+	if _, err := ac.WithToken(token).Drain(ctx, "solo"); err != nil {
 		t.Fatalf("drain: %v", err)
 	}
 	if r := waitRun(t, done); r.err != nil {
