@@ -63,9 +63,9 @@ func load(t *testing.T, f tlsfiles.Files, clock clockwork.Clock) *tlsfiles.Sourc
 }
 
 // handshake runs one TLS handshake over loopback TCP (whose buffers let
-// both sides write at once, as net.Pipe's do not) and returns each side's
-// error and the certificate the client saw.
-func handshake(t *testing.T, server, client *tls.Config) (serr, cerr error, seen *x509.Certificate) {
+// both sides write at once, as net.Pipe's do not) and returns the
+// certificate the client saw and each side's error.
+func handshake(t *testing.T, server, client *tls.Config) (seen *x509.Certificate, serr, cerr error) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -110,7 +110,7 @@ func handshake(t *testing.T, server, client *tls.Config) (serr, cerr error, seen
 	}
 	serr = <-done
 	b.Close()
-	return serr, cerr, seen
+	return seen, serr, cerr
 }
 
 func TestMutualTLSAcceptsOnlyTheCAsCertificates(t *testing.T) {
@@ -121,7 +121,7 @@ func TestMutualTLSAcceptsOnlyTheCAsCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := load(t, p.issue("silo-b", 0), nil).ClientConfig(tlsfiles.ClientOptions{ServerName: "silo-a"})
-	if serr, cerr, _ := handshake(t, scfg, good); serr != nil || cerr != nil {
+	if _, serr, cerr := handshake(t, scfg, good); serr != nil || cerr != nil {
 		t.Fatalf("a certificate of the cluster's CA: server %v, client %v", serr, cerr)
 	}
 
@@ -132,14 +132,14 @@ func TestMutualTLSAcceptsOnlyTheCAsCertificates(t *testing.T) {
 	caFile, _, _ := p.ca.WriteCA(other.dir, "cluster-ca")
 	sf.CA = caFile
 	intruder := load(t, sf, nil).ClientConfig(tlsfiles.ClientOptions{ServerName: "silo-a"})
-	serr, _, _ := handshake(t, scfg, intruder)
+	_, serr, _ := handshake(t, scfg, intruder)
 	var ua x509.UnknownAuthorityError
 	if !errors.As(serr, &ua) {
 		t.Errorf("a certificate from another CA: server error %v, want x509.UnknownAuthorityError", serr)
 	}
 
 	noCert := load(t, tlsfiles.Files{CA: p.issue("x", 0).CA}, nil).ClientConfig(tlsfiles.ClientOptions{ServerName: "silo-a"})
-	if serr, _, _ := handshake(t, scfg, noCert); serr == nil || !strings.Contains(serr.Error(), "certificate") {
+	if _, serr, _ := handshake(t, scfg, noCert); serr == nil || !strings.Contains(serr.Error(), "certificate") {
 		t.Errorf("no client certificate: server error %v, want a refusal", serr)
 	}
 }
@@ -148,10 +148,10 @@ func TestClientChecksTheServerNameUnlessTold(t *testing.T) {
 	p := newPKI(t, "cluster")
 	scfg, _ := load(t, p.issue("silo-a", 0, "silo-a"), nil).ServerConfig(tlsfiles.TLS, tlsfiles.ServerOptions{})
 	cli := load(t, p.issue("c", certs.ClientAuth), nil)
-	if _, cerr, _ := handshake(t, scfg, cli.ClientConfig(tlsfiles.ClientOptions{ServerName: "silo-b"})); cerr == nil {
+	if _, _, cerr := handshake(t, scfg, cli.ClientConfig(tlsfiles.ClientOptions{ServerName: "silo-b"})); cerr == nil {
 		t.Error("a certificate for silo-a passed for silo-b")
 	}
-	if _, cerr, _ := handshake(t, scfg, cli.ClientConfig(tlsfiles.ClientOptions{ServerName: "10.1.2.3", SkipNameCheck: true})); cerr != nil {
+	if _, _, cerr := handshake(t, scfg, cli.ClientConfig(tlsfiles.ClientOptions{ServerName: "10.1.2.3", SkipNameCheck: true})); cerr != nil {
 		t.Errorf("SkipNameCheck: %v", cerr)
 	}
 }
@@ -162,13 +162,13 @@ func TestSiloListenerRefusesAClientOnlyCertificate(t *testing.T) {
 		RequireUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	})
 	client := load(t, p.issue("app", certs.ClientAuth), nil).ClientConfig(tlsfiles.ClientOptions{SkipNameCheck: true})
-	serr, _, _ := handshake(t, scfg, client)
+	_, serr, _ := handshake(t, scfg, client)
 	var ue *tlsfiles.UsageError
 	if !errors.As(serr, &ue) {
 		t.Errorf("a client's certificate on the silo listener: %v, want a UsageError", serr)
 	}
 	silo := load(t, p.issue("silo-b", 0), nil).ClientConfig(tlsfiles.ClientOptions{SkipNameCheck: true})
-	if serr, cerr, _ := handshake(t, scfg, silo); serr != nil || cerr != nil {
+	if _, serr, cerr := handshake(t, scfg, silo); serr != nil || cerr != nil {
 		t.Errorf("a silo's certificate: server %v, client %v", serr, cerr)
 	}
 }
@@ -180,15 +180,15 @@ func TestRotatedFilesServeNewHandshakes(t *testing.T) {
 	srv := load(t, files, clock)
 	scfg, _ := srv.ServerConfig(tlsfiles.TLS, tlsfiles.ServerOptions{})
 	cli := load(t, tlsfiles.Files{CA: files.CA}, clock).ClientConfig(tlsfiles.ClientOptions{ServerName: "silo-a"})
-	_, _, before := handshake(t, scfg, cli)
+	before, _, _ := handshake(t, scfg, cli)
 
 	// A new certificate for the same name, written over the old files.
 	p.issue("silo-a", 0, "silo-a")
-	if _, _, seen := handshake(t, scfg, cli); seen.SerialNumber.Cmp(before.SerialNumber) != 0 {
+	if seen, _, _ := handshake(t, scfg, cli); seen.SerialNumber.Cmp(before.SerialNumber) != 0 {
 		t.Fatal("the files were re-read before the check interval passed")
 	}
 	clock.Advance(tlsfiles.DefaultCheckInterval)
-	_, cerr, after := handshake(t, scfg, cli)
+	after, _, cerr := handshake(t, scfg, cli)
 	if cerr != nil || after.SerialNumber.Cmp(before.SerialNumber) == 0 {
 		t.Fatalf("after the check interval: err %v, same certificate %v", cerr, after != nil && after.SerialNumber.Cmp(before.SerialNumber) == 0)
 	}
