@@ -78,3 +78,26 @@ func TestHandshakeReason(t *testing.T) {
 		}
 	}
 }
+
+func TestFirstBytesJudges(t *testing.T) {
+	for _, tc := range []struct {
+		first      string
+		grpc, http bool
+	}{
+		{"\x16\x03\x01\x02\x00", true, true},
+		{"PRI * HT", true, true},
+		{"PRI", true, true},
+		{"GET / HT", false, true},
+		{"POST /ap", false, true},
+		{"\x00\x01\x02", false, false},
+		{"get / ht", false, false},
+		{" GET", false, false},
+	} {
+		if got := security.LooksLikeGRPC([]byte(tc.first)); got != tc.grpc {
+			t.Errorf("LooksLikeGRPC(%q) = %v", tc.first, got)
+		}
+		if got := security.LooksLikeHTTP([]byte(tc.first)); got != tc.http {
+			t.Errorf("LooksLikeHTTP(%q) = %v", tc.first, got)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/security/certs"
@@ -508,4 +509,23 @@ func TestClusterReportOpenWithoutCredentials(t *testing.T) {
 	}
 	do(t, http.MethodPost, c.node("a").srv.Addr(), adminapi.PathDrain, query("silo", "b")).
 		wantError(t, http.StatusForbidden, codes.PermissionDenied, "admin.token_file")
+}
+
+// TestGarbageOnTheAdminPortIsCounted: bytes that are neither TLS nor HTTP
+// are counted as a refusal; net/http alone would answer 400 and say
+// nothing.
+func TestGarbageOnTheAdminPortIsCounted(t *testing.T) {
+	rej := security.NewRejections(nil)
+	srv := listen(t, admin.Config{Listen: "127.0.0.1:0", Rejections: rej})
+	c, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("\x00\x01garbage\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "the garbage to be counted", func() bool {
+		return rej.Count(security.ListenerAdmin, security.ReasonMalformedFrame) == 1
+	})
 }

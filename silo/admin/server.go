@@ -45,6 +45,10 @@ const (
 	ClusterErrorLimit = 50
 )
 
+// maxConnections caps the admin server's connections: operators,
+// probes, scrapers and peer silos need far fewer.
+const maxConnections = 1024
+
 // readHeaderTimeout bounds how long a client may take to send a request's
 // headers, so that idle or slow connections cannot pile up.
 const readHeaderTimeout = 10 * time.Second
@@ -230,6 +234,12 @@ func Listen(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin: config: Listen: %w", err)
 	}
+	// Bytes that are neither TLS nor HTTP are counted, and connections
+	// capped: net/http answers garbage with a 400 and says nothing.
+	lis = security.Listen(lis, security.ListenerOptions{
+		Name: security.ListenerAdmin, Rejections: cfg.Rejections,
+		MaxConnections: maxConnections, Expect: security.LooksLikeHTTP,
+	})
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // silos speak to each other directly
 	if cfg.PeerTLS != nil {

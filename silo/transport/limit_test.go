@@ -141,3 +141,24 @@ func TestConnectionsOverTheCapAreClosedAndCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestGarbageOnTheListenerIsCounted sends bytes that are neither TLS nor
+// HTTP/2: the connection is refused and counted as a malformed frame.
+func TestGarbageOnTheListenerIsCounted(t *testing.T) {
+	addr, rej := listenIdle(t, nil)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(defaultTestTimeout)
+	for rej.Count(security.ListenerSilo, security.ReasonMalformedFrame) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("garbage on the listener was not counted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/granaryio/granary/security"
 	"google.golang.org/grpc"
 )
 
@@ -38,7 +39,8 @@ type GRPCListener struct {
 
 // ListenGRPC listens on addr ("host:port"; port 0 picks a free one) with a
 // gRPC server whose options fit cfg, plus opts (credentials, say), and at
-// most cfg.MaxConnections connections at once.
+// most cfg.MaxConnections connections at once; a connection whose first
+// bytes are neither TLS nor HTTP/2 is counted as a malformed frame.
 // Register other services on Server before Serve.
 func ListenGRPC(addr string, cfg Config, opts ...grpc.ServerOption) (*GRPCListener, error) {
 	return ListenGRPCService(addr, SiloService, nil, cfg, opts...)
@@ -51,9 +53,10 @@ func ListenGRPCService(addr, service string, extra []grpc.MethodDesc, cfg Config
 	if err != nil {
 		return nil, err
 	}
-	if cfg.MaxConnections > 0 {
-		lis = LimitListener(lis, cfg.MaxConnections, cfg.Rejections, cfg.listener())
-	}
+	lis = security.Listen(lis, security.ListenerOptions{
+		Name: cfg.listener(), Rejections: cfg.Rejections,
+		MaxConnections: cfg.MaxConnections, Expect: security.LooksLikeGRPC,
+	})
 	srv := grpc.NewServer(append(ServerOptions(cfg), opts...)...)
 	return &GRPCListener{lis: lis, srv: srv, service: service, extra: extra, done: make(chan struct{})}, nil
 }
