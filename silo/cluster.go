@@ -269,7 +269,11 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	newMembership := cfg.NewMembership
 	if newMembership == nil {
 		newMembership = func(cfg membership.Config, on func(membership.Event)) (membership.Service, error) {
-			return membership.New(cfg, on)
+			m, err := membership.New(cfg, on)
+			if err != nil {
+				return nil, err // not a nil *Memberlist in a non-nil Service
+			}
+			return m, nil
 		}
 	}
 	if cl.mship, err = newMembership(mcfg, cl.onEvent); err != nil {

@@ -85,6 +85,11 @@ func withClusterTLS(t testing.TB, files tlsfiles.Files, logs **observer.Observed
 			t.Fatal(err)
 		}
 		cfg.Cluster.LoadReportInterval = 50 * time.Millisecond
+		// These tests are about TLS, not failure detection: a probe
+		// that a loaded machine under the race detector answers late
+		// must not declare a silo dead mid-test.
+		m := &cfg.Cluster.Membership
+		m.ProbeInterval, m.ProbeTimeout, m.SuspicionMult = time.Second, 500*time.Millisecond, 6
 		if logs != nil {
 			core, l := observer.New(zap.WarnLevel)
 			cfg.Logger, *logs = zap.New(core), l

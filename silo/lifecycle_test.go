@@ -9,6 +9,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/membership"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -285,5 +286,27 @@ func TestActivateCallsBack(t *testing.T) {
 	}
 	if _, err := h.probe("loop").Call(testCtx(t), &probe.Request{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStartWithABadMembershipConfigFails: a membership configuration that
+// memberlist refuses fails Start with the reason, and stops what Start
+// began, without a panic.
+func TestStartWithABadMembershipConfigFails(t *testing.T) {
+	cfg := DefaultConfig()
+	cc := DefaultClusterConfig()
+	cc.Membership = membership.DefaultLocalConfig()
+	cc.Membership.ClusterID = "bad"
+	cc.Membership.ProbeTimeout = cc.Membership.ProbeInterval
+	cc.GRPCListen = "127.0.0.1:0"
+	cfg.Cluster = &cc
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if err := s.Start(ctx); err == nil || !strings.Contains(err.Error(), "ProbeTimeout") {
+		t.Fatalf("Start = %v, want the membership's config error", err)
 	}
 }
