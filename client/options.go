@@ -40,6 +40,8 @@ type options struct {
 	insecureToken bool
 	// tlsFiles are the PEM files of WithTLSFiles, loaded at Dial.
 	tlsFiles *tlsfiles.Files
+	// tlsServerName is WithTLSServerName's.
+	tlsServerName string
 }
 
 func defaultOptions() options {
@@ -102,6 +104,14 @@ func WithTLSFiles(ca, cert, key string) Option {
 		o.tlsFiles = &tlsfiles.Files{CA: ca, Cert: cert, Key: key}
 		o.creds = nil
 	}
+}
+
+// WithTLSServerName makes WithTLSFiles check the gateways' certificates
+// against name instead of the address dialled: for gateways that
+// advertise addresses their certificates cannot name, such as Kubernetes
+// pods' IPs under one service name.
+func WithTLSServerName(name string) Option {
+	return func(o *options) { o.tlsServerName = name }
 }
 
 // WithToken sends token as a bearer token ("authorization: Bearer
@@ -194,6 +204,9 @@ func (o *options) validate() error {
 			return bad("WithOutgoingFilters", "filter %d is nil", i)
 		}
 	}
+	if o.tlsServerName != "" && o.tlsFiles == nil {
+		return bad("WithTLSServerName", "applies to WithTLSFiles, which is not given")
+	}
 	if o.tlsFiles != nil && o.tlsFiles.Empty() {
 		return bad("WithTLSFiles", "names no file: give at least the CA bundle, or cert and key")
 	}
@@ -228,7 +241,7 @@ func (o *options) dialCredentials() ([]grpc.DialOption, error) {
 		if err != nil {
 			return nil, &ConfigError{Option: "WithTLSFiles", Reason: err.Error()}
 		}
-		creds = credentials.NewTLS(src.ClientConfig(tlsfiles.ClientOptions{}))
+		creds = credentials.NewTLS(src.ClientConfig(tlsfiles.ClientOptions{ServerName: o.tlsServerName}))
 	}
 	if creds != nil {
 		out = append(out, grpc.WithTransportCredentials(creds))

@@ -142,6 +142,19 @@ func TestRunSecured(t *testing.T) {
 		t.Errorf("a call with a token over TLS: %v", err)
 	}
 	cl.Close()
+	// A gateway whose certificate names another host than the address
+	// dialled: the name to check is given.
+	for name, wantOK := range map[string]bool{"localhost": true, "elsewhere": false} {
+		named, err := client.Dial(ctx, client.WithGateways(info.GatewayAddr), client.WithTLSFiles(p.ca, "", ""),
+			client.WithTLSServerName(name), client.WithToken(appToken))
+		if err == nil {
+			_, err = clusterpb.NewCounterRef(named, "c1").Add(ctx, &clusterpb.AddRequest{Delta: 1})
+			named.Close()
+		}
+		if (err == nil) != wantOK {
+			t.Errorf("WithTLSServerName(%q): %v, want success %v", name, err, wantOK)
+		}
+	}
 	anon, err := client.Dial(ctx, client.WithGateways(info.GatewayAddr), client.WithTLSFiles(p.ca, "", ""))
 	if err == nil {
 		_, err = clusterpb.NewCounterRef(anon, "c1").Add(ctx, &clusterpb.AddRequest{Delta: 1})
