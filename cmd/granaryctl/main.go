@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -14,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/granaryio/granary/silo/admin/adminapi"
 	"github.com/spf13/cobra"
@@ -36,10 +35,6 @@ const (
 	tlsKeyEnv      = "GRANARY_TLS_KEY"
 	tokenFileEnv   = "GRANARY_TOKEN_FILE"
 )
-
-// maxTokenFileSize bounds the token file granaryctl reads: one token, or
-// a silo's token file of them.
-const maxTokenFileSize = 4 << 20
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
@@ -174,7 +169,7 @@ func (o *options) resolve(cmd *cobra.Command) error {
 	var token string
 	if o.tokenFile != "" {
 		var err error
-		if token, err = readToken(o.tokenFile); err != nil {
+		if token, err = auth.ReadToken(o.tokenFile); err != nil {
 			return fmt.Errorf("%s %s: %w", tokenFrom, o.tokenFile, err)
 		}
 	}
@@ -204,44 +199,6 @@ func (o *options) fromEnv(cmd *cobra.Command, flag, env string, value *string) s
 		return env
 	}
 	return "--" + flag
-}
-
-// readToken reads the admin token from path: the first field of the first
-// line that is neither blank nor a comment, so that the file may hold the
-// token alone or be a silo's token file ("TOKEN PRINCIPAL" lines). Errors
-// never quote the file's contents.
-func readToken(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxTokenFileSize+1))
-	if err != nil {
-		return "", err
-	}
-	if len(data) > maxTokenFileSize {
-		return "", fmt.Errorf("over %d bytes: not a token file", maxTokenFileSize)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), maxTokenFileSize)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		token := strings.Fields(line)[0]
-		for i := 0; i < len(token); i++ {
-			if b := token[i]; b < 0x21 || b > 0x7e {
-				return "", errors.New("the token has characters other than printable ASCII")
-			}
-		}
-		return token, nil
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", errors.New("holds no token: every line is blank or a comment")
 }
 
 // call runs f with a client of the admin API and a context bounded by

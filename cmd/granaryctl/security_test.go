@@ -253,7 +253,7 @@ func TestSecurityUsageErrors(t *testing.T) {
 		{"key from env without cert", map[string]string{tlsKeyEnv: "x.key"}, []string{"status"}, "--tls-cert and " + tlsKeyEnv},
 		{"missing CA file", nil, []string{"--tls-ca", filepath.Join(dir, "nope.crt"), "status"}, "nope.crt"},
 		{"missing token file", nil, []string{"--token-file", filepath.Join(dir, "nope"), "status"}, "--token-file " + filepath.Join(dir, "nope")},
-		{"token file from env without a token", map[string]string{tokenFileEnv: empty}, []string{"status"}, tokenFileEnv + " " + empty + ": holds no token"},
+		{"token file from env without a token", map[string]string{tokenFileEnv: empty}, []string{"status"}, tokenFileEnv + " " + empty + ": auth: the token file holds no token"},
 		{"the CA file is checked before the URL", nil, []string{"--admin", "http://localhost:1", "--tls-ca", filepath.Join(dir, "nope.crt"), "status"}, "nope.crt"},
 	}
 	for _, tc := range tests {

@@ -235,3 +235,39 @@ func (f *TokenFile) read() ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// ReadToken reads the token a client sends from path: the first field of
+// the first line that is neither blank nor a comment, so the file may hold
+// the token alone or be a silo's token file ("TOKEN PRINCIPAL" lines).
+// Errors never quote the file's contents.
+func ReadToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("auth: token file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileSize+1))
+	if err != nil {
+		return "", fmt.Errorf("auth: token file: %w", err)
+	}
+	if len(data) > MaxTokenFileSize {
+		return "", fmt.Errorf("auth: the token file is over %d bytes", MaxTokenFileSize)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), MaxTokenFileSize)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		token := strings.Fields(line)[0]
+		if strings.IndexFunc(token, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+			return "", errors.New("auth: the token has characters other than printable ASCII")
+		}
+		return token, nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("auth: token file: %w", err)
+	}
+	return "", errors.New("auth: the token file holds no token: every line is blank or a comment")
+}
