@@ -35,6 +35,10 @@ CLUSTER_PROJECT ?= granary
 CLUSTER_GRACE   := 25
 # Flags for the chaos test, e.g. E2E_FLAGS='-hold 20s'.
 E2E_FLAGS       ?=
+# The compose cluster's certificates, tokens and gossip key (make certs):
+# git-ignored, made by deploy/mksecrets with granaryctl certs.
+SECRETS_DIR     := deploy/secrets
+GRANARYCTL      := $(BIN)/granaryctl
 
 # The scenario benchmarks (make bench): flags for both commands, e.g.
 # BENCH_FLAGS='-rounds 3' or BENCH_FLAGS='-scenario ping -duration 5s'.
@@ -48,16 +52,16 @@ BENCH_COUNT ?= 6
 BENCH_TIME  ?= 1s
 BENCH_PKGS  ?= ./activation/ ./silo/
 
-.PHONY: all build test fmt-check vet lint race peers-check bench microbench run generate generate-check tools clean postgres-up postgres-down \
-	image cluster-up cluster-down e2e chromium
+.PHONY: all build test fmt-check vet lint race fuzz peers-check bench microbench run generate generate-check tools clean postgres-up postgres-down \
+	image certs cluster-up cluster-down e2e chromium
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## test: everything CI checks: formatting, vet, lint, fresh generated code, the race-enabled tests, and the peers' module.
-test: fmt-check vet lint generate-check race peers-check
+## test: everything CI checks: formatting, vet, lint, fresh generated code, the race-enabled tests, the fuzz targets of what parses untrusted input, and the peers' module.
+test: fmt-check vet lint generate-check race fuzz peers-check
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -73,6 +77,20 @@ lint: $(STATICCHECK)
 # knows nothing of Granary; GRANARY_GRPCURL tells them where it is.
 race: $(GRPCURL)
 	GRANARY_GRPCURL=$(GRPCURL) $(GO) test -race -count=1 -timeout 20m ./...
+
+# The fuzz targets of the parsers that take what a stranger sends: the
+# gateway's metadata, keys and bearer tokens, the admin API's query, and
+# the token file. Each runs for FUZZ_TIME; an input that fails is kept
+# under the package's testdata/fuzz, where go test replays it from then on.
+FUZZ_TIME    ?= 10s
+FUZZ_TARGETS := FuzzMetadata:./silo/grpcapi FuzzAdminQuery:./silo/admin FuzzParseTokens:./security/auth FuzzBearerToken:./security/auth
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		name=$${t%%:*}; pkg=$${t#*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZ_TIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZ_TIME) $$pkg; \
+	done
 
 # peers-check: the benchmark peers' module (its own go.mod): formatting is
 # fmt-check's; here vet, lint and its race-enabled tests.
@@ -108,8 +126,13 @@ image:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(IMAGE_CONTEXT)/granary-silo ./examples/silo
 	docker build -f deploy/Dockerfile -t $(IMAGE) $(IMAGE_CONTEXT)
 
-## cluster-up: three silos in Docker (deploy/compose.yaml), their state in the host's PostgreSQL; dashboard at http://127.0.0.1:8081/.
-cluster-up: image
+## certs: the compose cluster's CA and certificates (granaryctl certs), admin and gateway tokens and gossip key, in deploy/secrets/ (git-ignored); kept when present and valid.
+certs:
+	$(GO) build -o $(GRANARYCTL) ./cmd/granaryctl
+	$(GO) run ./deploy/mksecrets -dir $(SECRETS_DIR) -granaryctl $(GRANARYCTL)
+
+## cluster-up: three silos in Docker (deploy/compose.yaml) with mTLS between them, TLS and tokens on gateways and admin servers; dashboard at https://127.0.0.1:8081/.
+cluster-up: image certs
 	scripts/postgres-test.sh up --docker >/dev/null
 	GRANARY_IMAGE=$(IMAGE) $(COMPOSE) -f $(COMPOSE_FILE) -p $(CLUSTER_PROJECT) up -d
 
@@ -117,11 +140,11 @@ cluster-up: image
 cluster-down:
 	GRANARY_IMAGE=$(IMAGE) $(COMPOSE) -f $(COMPOSE_FILE) -p $(CLUSTER_PROJECT) down --remove-orphans -t $(CLUSTER_GRACE)
 
-## e2e: the chaos test: kills, partitions and restarts silos of the compose cluster under load; writes docs/resilience.md.
-e2e: image
+## e2e: the chaos test: kills, partitions and restarts silos of the secured compose cluster under load; writes docs/resilience.md.
+e2e: image certs
 	scripts/postgres-test.sh up --docker >/dev/null
 	GRANARY_CHROMIUM="$${GRANARY_CHROMIUM:-$$(scripts/chromium.sh | tail -n1)}" && export GRANARY_CHROMIUM && \
-	$(GO) run ./deploy/e2e -compose $(COMPOSE_FILE) -image $(IMAGE) -grace $(CLUSTER_GRACE)s $(E2E_FLAGS)
+	$(GO) run ./deploy/e2e -compose $(COMPOSE_FILE) -secrets $(SECRETS_DIR) -image $(IMAGE) -grace $(CLUSTER_GRACE)s $(E2E_FLAGS)
 
 ## run: the bank example: concurrent transfers, a refused overdraft and a deadlock refused at once.
 run:

@@ -2,9 +2,11 @@ package deploy
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +26,62 @@ type composeService struct {
 	Profiles        []string          `yaml:"profiles"`
 	Healthcheck     any               `yaml:"healthcheck"`
 	ContainerName   string            `yaml:"container_name"`
+	EnvFile         stringList        `yaml:"env_file"`
+	Volumes         []string          `yaml:"volumes"`
+}
+
+// stringList is a compose value written as one string or a list of them.
+type stringList []string
+
+// UnmarshalYAML takes either form.
+func (l *stringList) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind == yaml.ScalarNode {
+		*l = stringList{node.Value}
+		return nil
+	}
+	var list []string
+	if err := node.Decode(&list); err != nil {
+		return err
+	}
+	*l = list
+	return nil
+}
+
+// The secrets make certs (deploy/mksecrets) writes, as compose.yaml uses
+// them: the gossip key in an env file, and a directory per silo holding
+// these files.
+const (
+	secretsDir       = "./secrets"
+	clusterEnvFile   = "secrets/cluster.env"
+	siloSecretsMount = "/etc/granary"
+)
+
+var siloSecretFiles = []string{"ca.crt", "tls.crt", "tls.key", "admin-tokens", "gateway-tokens"}
+
+// composeMounted returns the check that a path is one of silo name's
+// secret files, from its own directory of secretsDir mounted read-only.
+func composeMounted(name string, volumes []string) func(string) error {
+	return func(path string) error {
+		dir, file := filepath.Split(path)
+		dir = strings.TrimSuffix(dir, "/")
+		for _, v := range volumes {
+			parts := strings.Split(interpolate(v), ":")
+			if len(parts) < 2 || parts[1] != dir {
+				continue
+			}
+			if want := secretsDir + "/" + name; parts[0] != want {
+				return fmt.Errorf("%s is mounted from %s, want %s (the silo's own secrets, from make certs)", dir, parts[0], want)
+			}
+			if len(parts) < 3 || !slices.Contains(strings.Split(parts[2], ","), "ro") {
+				return fmt.Errorf("%s is not mounted read-only (:ro)", dir)
+			}
+			if !slices.Contains(siloSecretFiles, file) {
+				return fmt.Errorf("%s is not one of the files make certs puts there, %v", file, siloSecretFiles)
+			}
+			return nil
+		}
+		return fmt.Errorf("no volume is mounted at %s", dir)
+	}
 }
 
 type composeFile struct {
@@ -148,6 +206,10 @@ func TestCompose(t *testing.T) {
 		for k, v := range s.Environment {
 			checkEnvName(t, "compose service "+name, k)
 			env[k] = interpolate(v)
+		}
+		checkSecureEnv(t, "compose service "+name, env, composeMounted(name, s.Volumes))
+		if !slices.Contains(s.EnvFile, clusterEnvFile) {
+			t.Errorf("%s: env_file %v lacks %s, the gossip key make certs writes", name, s.EnvFile, clusterEnvFile)
 		}
 		if env["GRANARY_NAME"] != name {
 			t.Errorf("%s: GRANARY_NAME = %q, want the service name", name, env["GRANARY_NAME"])

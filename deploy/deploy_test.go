@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -145,4 +146,59 @@ func parseDuration(t *testing.T, where, s string) time.Duration {
 		t.Fatalf("%s: %q is not a duration: %v", where, s, err)
 	}
 	return d
+}
+
+// The secure settings every deployment sets: mutual TLS between silos,
+// TLS and a token file on the gateway, HTTPS and an admin token file on
+// the admin server. The gossip key is checked where it comes from (a
+// Secret, an env file), since its value is never in these files.
+var (
+	tlsFileSettings = map[string][]string{ // a section's mode -> its file settings that must be set
+		"GRANARY_CLUSTER_TLS_MODE": {"GRANARY_CLUSTER_TLS_CERT_FILE", "GRANARY_CLUSTER_TLS_KEY_FILE", "GRANARY_CLUSTER_TLS_CA_FILE"},
+		"GRANARY_GATEWAY_TLS_MODE": {"GRANARY_GATEWAY_TLS_CERT_FILE", "GRANARY_GATEWAY_TLS_KEY_FILE"},
+		"GRANARY_ADMIN_TLS_MODE":   {"GRANARY_ADMIN_TLS_CERT_FILE", "GRANARY_ADMIN_TLS_KEY_FILE"},
+	}
+	// secureModes are the modes each section may have.
+	secureModes = map[string][]string{
+		"GRANARY_CLUSTER_TLS_MODE": {"mtls"},
+		"GRANARY_GATEWAY_TLS_MODE": {"tls", "mtls"},
+		// Not mtls: the probes and Prometheus come without certificates.
+		"GRANARY_ADMIN_TLS_MODE": {"tls"},
+	}
+	tokenFileSettings = []string{"GRANARY_GATEWAY_AUTH_TOKEN_FILE", "GRANARY_ADMIN_TOKEN_FILE"}
+)
+
+// checkSecureEnv checks that env (a silo's variables) secures every
+// listener, and that every file it names is one mounted says is there
+// (nil) from a secret mounted read-only.
+func checkSecureEnv(t *testing.T, where string, env map[string]string, mounted func(path string) error) {
+	t.Helper()
+	for _, mode := range slices.Sorted(maps.Keys(secureModes)) {
+		if v := env[mode]; !slices.Contains(secureModes[mode], v) {
+			t.Errorf("%s: %s = %q, want one of %v", where, mode, v, secureModes[mode])
+		}
+		for _, f := range tlsFileSettings[mode] {
+			checkMountedFile(t, where, f, env[f], mounted)
+		}
+	}
+	for _, f := range tokenFileSettings {
+		checkMountedFile(t, where, f, env[f], mounted)
+	}
+	if v := env["GRANARY_ADMIN_TLS_CA_FILE"]; v != "" {
+		checkMountedFile(t, where, "GRANARY_ADMIN_TLS_CA_FILE", v, mounted)
+	}
+	if v, ok := env["GRANARY_CLUSTER_SECRET_KEY"]; ok && v != "" {
+		t.Errorf("%s: GRANARY_CLUSTER_SECRET_KEY has a value in the file: the gossip key must come from a secret, never be committed", where)
+	}
+}
+
+func checkMountedFile(t *testing.T, where, setting, path string, mounted func(string) error) {
+	t.Helper()
+	if path == "" {
+		t.Errorf("%s: %s is not set", where, setting)
+		return
+	}
+	if err := mounted(path); err != nil {
+		t.Errorf("%s: %s = %s: %v", where, setting, path, err)
+	}
 }

@@ -18,9 +18,18 @@
 //     and /healthz, and the PodDisruptionBudget covers the pods;
 //   - every GRANARY_* variable set is one the silo host reads, and the
 //     grace period before a forced kill exceeds shutdown.timeout, in
-//     compose and in Kubernetes alike.
+//     compose and in Kubernetes alike;
+//   - both run secured: mutual TLS between silos, TLS and a token file on
+//     the gateway, TLS (mode tls, so probes need no certificate) and an
+//     admin token file on the admin server, every file from a secret
+//     mounted read-only (compose: the silo's own directory of make certs;
+//     Kubernetes: a Secret volume, without the CA's key), the gossip key
+//     from a Secret or an env file and never in the files, and probes over
+//     HTTPS.
 //
-// The tests need neither Docker nor a Kubernetes cluster. The chaos test
-// that runs the compose cluster for real is the program deploy/e2e (make
-// e2e).
+// The tests need neither Docker nor a Kubernetes cluster. make certs runs
+// the program deploy/mksecrets, which makes the compose cluster's
+// certificates (with granaryctl certs), tokens and gossip key in the
+// git-ignored deploy/secrets. The chaos test that runs the compose
+// cluster for real is the program deploy/e2e (make e2e).
 package deploy

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"os"
@@ -72,14 +73,34 @@ type envVar struct {
 
 type probe struct {
 	HTTPGet *struct {
-		Path string `yaml:"path"`
-		Port any    `yaml:"port"`
+		Scheme string `yaml:"scheme"`
+		Path   string `yaml:"path"`
+		Port   any    `yaml:"port"`
 	} `yaml:"httpGet"`
+}
+
+type volumeMount struct {
+	Name      string `yaml:"name"`
+	MountPath string `yaml:"mountPath"`
+	ReadOnly  bool   `yaml:"readOnly"`
+	SubPath   string `yaml:"subPath"`
+}
+
+type volume struct {
+	Name   string `yaml:"name"`
+	Secret *struct {
+		SecretName string `yaml:"secretName"`
+		Items      []struct {
+			Key  string `yaml:"key"`
+			Path string `yaml:"path"`
+		} `yaml:"items"`
+	} `yaml:"secret"`
 }
 
 type container struct {
 	Ports          []containerPort `yaml:"ports"`
 	Env            []envVar        `yaml:"env"`
+	VolumeMounts   []volumeMount   `yaml:"volumeMounts"`
 	ReadinessProbe *probe          `yaml:"readinessProbe"`
 	LivenessProbe  *probe          `yaml:"livenessProbe"`
 	Resources      struct {
@@ -99,6 +120,7 @@ type podSpec struct {
 		RunAsUser    *int  `yaml:"runAsUser"`
 	} `yaml:"securityContext"`
 	Containers []container `yaml:"containers"`
+	Volumes    []volume    `yaml:"volumes"`
 }
 
 type workload struct {
@@ -249,6 +271,7 @@ func TestK8sManifests(t *testing.T) {
 	t.Run("ports", func(t *testing.T) { checkContainerPorts(t, c.Ports) })
 	t.Run("probes", func(t *testing.T) { checkProbes(t, c) })
 	t.Run("env", func(t *testing.T) { checkPodEnv(t, c.Env, byKind["Service"]) })
+	t.Run("secure", func(t *testing.T) { checkPodSecure(t, pod.Spec, c) })
 	t.Run("shutdown", func(t *testing.T) { checkGracePeriod(t, pod.Spec, c.Env) })
 	t.Run("hardening", func(t *testing.T) { checkHardening(t, pod.Spec, c) })
 	t.Run("services", func(t *testing.T) { checkServices(t, byKind["Service"], pod.Metadata.Labels, c.Ports) })
@@ -290,7 +313,7 @@ func checkContainerPorts(t *testing.T, ports []containerPort) {
 }
 
 // checkProbes checks that readiness asks /readyz and liveness /healthz,
-// both on the admin port.
+// both on the admin port, over HTTPS when the admin server serves TLS.
 func checkProbes(t *testing.T, c container) {
 	for _, tt := range []struct {
 		kind string
@@ -301,6 +324,13 @@ func checkProbes(t *testing.T, c container) {
 			t.Errorf("silo container: no HTTP %s", tt.kind)
 			continue
 		}
+		wantScheme := "HTTPS"
+		if mode := envValue(c.Env, "GRANARY_ADMIN_TLS_MODE"); mode == "" || mode == "off" {
+			wantScheme = "HTTP"
+		}
+		if got := cmp.Or(tt.p.HTTPGet.Scheme, "HTTP"); got != wantScheme {
+			t.Errorf("%s scheme %s, want %s: the admin server's TLS mode is %q", tt.kind, got, wantScheme, envValue(c.Env, "GRANARY_ADMIN_TLS_MODE"))
+		}
 		if tt.p.HTTPGet.Path != tt.path {
 			t.Errorf("%s path %q, want %q", tt.kind, tt.p.HTTPGet.Path, tt.path)
 		}
@@ -309,6 +339,64 @@ func checkProbes(t *testing.T, c container) {
 			t.Errorf("%s port %v is not the admin port %d (%v)", tt.kind, tt.p.HTTPGet.Port, adminPort, err)
 		}
 	}
+}
+
+// envValue returns the plain value of the variable name in env, "" when
+// it is not set or comes from elsewhere.
+func envValue(env []envVar, name string) string {
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// checkPodSecure checks that the silo is secured (checkSecureEnv), its
+// files coming from Secret volumes mounted read-only and its gossip key
+// from a Secret.
+func checkPodSecure(t *testing.T, spec podSpec, c container) {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	volumes := map[string]volume{}
+	for _, v := range spec.Volumes {
+		volumes[v.Name] = v
+	}
+	mounted := func(path string) error {
+		dir, file := filepath.Split(path)
+		dir = strings.TrimSuffix(dir, "/")
+		for _, m := range c.VolumeMounts {
+			if m.MountPath != dir {
+				continue
+			}
+			if !m.ReadOnly {
+				return fmt.Errorf("volume %s is not mounted readOnly", m.Name)
+			}
+			if m.SubPath != "" {
+				return fmt.Errorf("volume %s is mounted with subPath, which Kubernetes never updates: a rotated secret would not reach the silo", m.Name)
+			}
+			v, ok := volumes[m.Name]
+			if !ok || v.Secret == nil || v.Secret.SecretName == "" {
+				return fmt.Errorf("volume %s is not a Secret", m.Name)
+			}
+			if len(v.Secret.Items) == 0 {
+				return nil // every key of the Secret is a file
+			}
+			for _, it := range v.Secret.Items {
+				if it.Path == file {
+					if it.Key == "ca.key" {
+						return fmt.Errorf("Secret %s's ca.key is mounted: keep the CA's key off the silos", v.Secret.SecretName)
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("Secret volume %s has no item at %s", m.Name, file)
+		}
+		return fmt.Errorf("no volume is mounted at %s", dir)
+	}
+	checkSecureEnv(t, "silo container", env, mounted)
 }
 
 // envRef matches a Kubernetes $(VAR) reference in an env value.

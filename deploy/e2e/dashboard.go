@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/chromedp/cdproto/security"
 	"github.com/chromedp/chromedp"
 	"github.com/granaryio/granary/internal/chromium"
 )
@@ -20,11 +21,29 @@ const silosShownJS = `(() => {
 	return rows.length === %d && badges.length === %d && badges.every(s => s === 'active');
 })()`
 
+// loginShownJS is true once the dashboard, refused its data without a
+// token (401), shows its token form.
+const loginShownJS = `(() => !document.getElementById('login').hidden &&
+	document.getElementById('feed').textContent === 'locked')()`
+
+// submitTokenJS types the token into the form and submits it, which runs
+// the page's own submit handler, as a user would.
+const submitTokenJS = `(() => {
+	document.getElementById('token').value = %q;
+	document.getElementById('login').requestSubmit();
+	return true;
+})()`
+
 // screenshotDashboard loads the dashboard at url in headless Chromium,
-// waits up to timeout until its silos table lists want active silos,
-// and saves a full-page screenshot as a PNG at out: when the wait fails
-// too, with an error that says what the page shows.
-func screenshotDashboard(ctx context.Context, chromiumPath, url string, want int, out string, timeout time.Duration) (err error) {
+// signs in with token when the page asks for one, waits up to timeout
+// until its silos table lists want active silos, and saves a full-page
+// screenshot as a PNG at out: when the wait fails too, with an error that
+// says what the page shows.
+//
+// The admin server's certificate is signed by the cluster's own CA, which
+// Chromium does not know, so the tab ignores certificate errors. The run's
+// Go clients verify the same server against the CA all along.
+func screenshotDashboard(ctx context.Context, chromiumPath, url, token string, want int, out string, timeout time.Duration) (err error) {
 	// The wait gets timeout; the browser's start, the page's load and the
 	// picture get a minute more.
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
@@ -40,11 +59,17 @@ func screenshotDashboard(ctx context.Context, chromiumPath, url string, want int
 			err = cerr
 		}
 	}()
+	if _, err := chromedp.Call(tab, security.SetIgnoreCertificateErrors, security.SetIgnoreCertificateErrorsParams{Ignore: true}); err != nil {
+		return fmt.Errorf("telling Chromium to accept the cluster CA's certificates: %w", err)
+	}
 	if err := chromedp.Do(tab, chromedp.Navigate(url)); err != nil {
 		return fmt.Errorf("loading the dashboard %s: %w", url, err)
 	}
-	js := fmt.Sprintf(silosShownJS, want, want)
-	_, waitErr := chromedp.Run(tab, chromedp.Poll[bool](js, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
+	waitErr := signIn(tab, token, timeout)
+	if waitErr == nil {
+		js := fmt.Sprintf(silosShownJS, want, want)
+		_, waitErr = chromedp.Run(tab, chromedp.Poll[bool](js, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(timeout)))
+	}
 	if waitErr != nil {
 		// Say what the page shows instead, and keep its picture.
 		shown, err := chromedp.Run(tab, chromedp.Evaluate[string](pageShownJS))
@@ -61,6 +86,18 @@ func screenshotDashboard(ctx context.Context, chromiumPath, url string, want int
 		return errors.Join(waitErr, err)
 	}
 	return errors.Join(waitErr, os.WriteFile(out, png, 0o644))
+}
+
+// signIn waits up to timeout for the dashboard's token form and submits
+// token through it.
+func signIn(tab context.Context, token string, timeout time.Duration) error {
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](loginShownJS, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(timeout))); err != nil {
+		return fmt.Errorf("waiting for the dashboard to ask for the admin token: %w", err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](fmt.Sprintf(submitTokenJS, token))); err != nil {
+		return fmt.Errorf("submitting the admin token: %w", err)
+	}
+	return nil
 }
 
 // pageShownJS describes what the dashboard shows: its silos and their

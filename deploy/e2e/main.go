@@ -6,7 +6,13 @@
 // dashboard beside it. make e2e builds the image and prepares the host's
 // PostgreSQL first; then it runs
 //
-//	go run ./deploy/e2e -compose deploy/compose.yaml -out docs/resilience.md
+//	go run ./deploy/e2e -compose deploy/compose.yaml -secrets deploy/secrets -out docs/resilience.md
+//
+// The cluster is the secured one of the compose file: mutual TLS between
+// silos, TLS and a token on the gateways, HTTPS and an admin token on the
+// admin servers. The run speaks to it with the CA and the tokens that make
+// certs wrote into -secrets, and first checks that the gateway and the
+// admin server refuse whoever comes without them.
 //
 // In turn: the steady state is watched; silo-b is killed (docker kill)
 // and started again; silo-c is cut off the network (docker network
@@ -62,6 +68,7 @@ const (
 // options are the program's flags.
 type options struct {
 	compose      string
+	secrets      string
 	project      string
 	out          string
 	screenshot   string
@@ -79,6 +86,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	fs.StringVar(&o.compose, "compose", "deploy/compose.yaml", "the compose `file` of the three-silo cluster")
+	fs.StringVar(&o.secrets, "secrets", "deploy/secrets", "the `directory` of the cluster's CA and tokens, as make certs writes it")
 	fs.StringVar(&o.project, "project", "granary-e2e", "the compose project `name`, so the run cannot clash with make cluster-up's")
 	fs.StringVar(&o.out, "out", "docs/resilience.md", "the markdown `file` the results are written to")
 	fs.StringVar(&o.screenshot, "screenshot", "", "the PNG `file` of the dashboard's screenshot (default: resilience-dashboard.png beside -out)")
@@ -159,6 +167,10 @@ func run(ctx context.Context, o options, stdout io.Writer) (passed bool, err err
 	if o.dsn != "" {
 		env = append(env, "GRANARY_POSTGRES_DSN="+o.dsn)
 	}
+	sec, err := loadSecrets(o.secrets)
+	if err != nil {
+		return false, err
+	}
 	r := execRunner{}
 	cmd, err := detectCompose(ctx, r, env)
 	if err != nil {
@@ -195,7 +207,7 @@ func run(ctx context.Context, o options, stdout io.Writer) (passed bool, err err
 	}
 	admins := map[string]*adminapi.Client{}
 	for _, s := range cluster {
-		if admins[s.Service], err = adminapi.NewClient(s.Admin, nil); err != nil {
+		if admins[s.Service], err = sec.adminClient(s.Admin, sec.adminToken); err != nil {
 			return false, err
 		}
 	}
@@ -214,10 +226,19 @@ func run(ctx context.Context, o options, stdout io.Writer) (passed bool, err err
 		logf("%s is ready: gateway %s, admin %s", s.Service, s.Gateway, s.Admin)
 	}
 
-	res, err := exercise(ctx, o, cluster, network, d, admins, ready, clock, logf)
+	security := checkSecured(ctx, cluster[0], sec, o.load.keys()[0])
+	for _, c := range security {
+		if c.Err != nil {
+			logf("security: %s: FAILED: %v", c.Name, c.Err)
+		} else {
+			logf("security: %s", c.Name)
+		}
+	}
+	res, err := exercise(ctx, o, sec, cluster, network, d, admins, ready, clock, logf)
 	if err != nil {
 		return false, err
 	}
+	res.addSecurity(security)
 	if err := writeReport(o.out, res); err != nil {
 		return false, err
 	}
@@ -261,11 +282,11 @@ func discover(ctx context.Context, cp *compose, d dockerCLI) ([]silo, string, er
 }
 
 // clientOptions describes the client's settings in the report.
-const clientOptions = "call timeout as above, gateway list refreshed every 2 s, keepalive pings every 10 s (the gateway's least allowed interval) failing after 2 s"
+const clientOptions = "TLS verified against the cluster's CA and a gateway token, call timeout as above, gateway list refreshed every 2 s, keepalive pings every 10 s (the gateway's least allowed interval) failing after 2 s"
 
 // exercise runs the load and the faults, reads the counters back, takes
 // the dashboard's screenshot and evaluates the run.
-func exercise(ctx context.Context, o options, cluster []silo, network string, d dockerCLI, admins map[string]*adminapi.Client,
+func exercise(ctx context.Context, o options, sec secrets, cluster []silo, network string, d dockerCLI, admins map[string]*adminapi.Client,
 	ready func(context.Context, silo) error, clock clockwork.Clock, logf func(string, ...any)) (*result, error) {
 	gateways := make([]string, len(cluster))
 	for i, s := range cluster {
@@ -273,9 +294,9 @@ func exercise(ctx context.Context, o options, cluster []silo, network string, d 
 	}
 	logger := zap.NewNop()
 	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	c, err := client.Dial(dialCtx, client.WithGateways(gateways...), client.WithLogger(logger),
+	c, err := client.Dial(dialCtx, append(sec.clientOptions(), client.WithGateways(gateways...), client.WithLogger(logger),
 		client.WithCallTimeout(o.load.CallTimeout), client.WithGatewayRefresh(2*time.Second),
-		client.WithKeepalive(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}))
+		client.WithKeepalive(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}))...)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("dialling the gateways %v: %w", gateways, err)
@@ -307,7 +328,7 @@ func exercise(ctx context.Context, o options, cluster []silo, network string, d 
 	if res.RunErr == nil {
 		// While the load runs, so the page shows the cluster at work.
 		logf("screenshot of the dashboard of %s", cluster[0].Service)
-		res.Screenshot, res.ScreenshotErr = takeScreenshot(ctx, o, cluster)
+		res.Screenshot, res.ScreenshotErr = takeScreenshot(ctx, o, sec, cluster)
 	} else {
 		res.ScreenshotErr = errors.New("the faults did not all run")
 	}
@@ -337,15 +358,16 @@ func exercise(ctx context.Context, o options, cluster []silo, network string, d 
 	return res, nil
 }
 
-// takeScreenshot saves the dashboard of the first silo, and returns the
+// takeScreenshot saves the dashboard of the first silo, signed in with
+// the admin token, and returns the
 // screenshot's path relative to the report.
-func takeScreenshot(ctx context.Context, o options, cluster []silo) (string, error) {
+func takeScreenshot(ctx context.Context, o options, sec secrets, cluster []silo) (string, error) {
 	browser, err := chromium.Find(o.chromium)
 	if err != nil {
 		return "", err
 	}
-	url := "http://" + cluster[0].Admin + "/"
-	if err := screenshotDashboard(ctx, browser, url, len(cluster), o.screenshot, 90*time.Second); err != nil {
+	url := "https://" + cluster[0].Admin + "/"
+	if err := screenshotDashboard(ctx, browser, url, sec.adminToken, len(cluster), o.screenshot, 90*time.Second); err != nil {
 		return "", err
 	}
 	rel, err := filepath.Rel(filepath.Dir(o.out), o.screenshot)
@@ -417,6 +439,13 @@ func printSummary(w io.Writer, res *result) {
 		fmt.Fprintf(w, "%-18s calls=%-6d failed=%-5d recovery=%-16s duplicates=%d lost=%d excess-activations=%s\n",
 			p.Name, s.Calls, s.Failed, formatRecovery(s), s.Duplicates, s.Lost, formatExcess(s.PeakActivations, res.Load.Counters))
 	}
+	held := 0
+	for _, c := range res.Security {
+		if c.Err == nil {
+			held++
+		}
+	}
+	fmt.Fprintf(w, "security: %d of %d checks held\n", held, len(res.Security))
 	f := res.Final
 	fmt.Fprintf(w, "final read: %d counters, %d sent, %d acknowledged, %d counted; lost %d Adds on %d counters\n",
 		f.Counters, f.Sent, f.Acked, f.Final, f.LostAdds, f.LostCounters)

@@ -16,7 +16,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.compose != "deploy/compose.yaml" || o.project != "granary-e2e" || o.out != "docs/resilience.md" ||
+	if o.compose != "deploy/compose.yaml" || o.secrets != "deploy/secrets" || o.project != "granary-e2e" || o.out != "docs/resilience.md" ||
 		o.screenshot != "docs/resilience-dashboard.png" || o.bound != 5*time.Second || o.chaos.Hold != 10*time.Second {
 		t.Errorf("defaults: %+v", o)
 	}

@@ -22,6 +22,9 @@ type result struct {
 	Phases   []phase
 	Final    finalCheck
 	Restarts map[string]int // restarts by the restart policy, by service
+	// Security are the checks that the cluster refuses callers without
+	// its credentials, in the order made.
+	Security []check
 	// Screenshot is the dashboard's screenshot, relative to the report;
 	// ScreenshotErr says why there is none.
 	Screenshot    string
@@ -73,6 +76,17 @@ func (r *result) evaluate(tl *timeline) {
 	}
 	if r.RunErr != nil {
 		r.fail("the run stopped early: %v", r.RunErr)
+	}
+}
+
+// addSecurity records the security checks, and fails the run for each
+// that did not hold.
+func (r *result) addSecurity(checks []check) {
+	r.Security = checks
+	for _, c := range checks {
+		if c.Err != nil {
+			r.fail("security: %s: %v", c.Name, c.Err)
+		}
 	}
 }
 
@@ -159,9 +173,21 @@ func writeMarkdown(w io.Writer, r *result) error {
 	p("Counters below their acknowledged Adds: %d (%d Adds lost). Counters above the Adds sent: %d.\n", f.LostCounters, f.LostAdds, f.OverCounters)
 	p("Duplicate activations revealed by the replies over the whole run: %d. Most activations the silos reported at once: %s.\n\n", r.duplicates(), formatExcess(r.peakActivations(), r.Load.Counters))
 
+	if len(r.Security) > 0 {
+		p("## Security\n\n")
+		p("The cluster ran secured: mutual TLS between silos, an encrypted gossip, TLS and a gateway token on the gateways, HTTPS and an admin token on the admin servers. Before the load, the run checked on silo-a:\n\n")
+		for _, c := range r.Security {
+			if c.Err != nil {
+				p("- %s: **failed**: %s\n", c.Name, oneLine(c.Err.Error(), 240))
+			} else {
+				p("- %s: held\n", c.Name)
+			}
+		}
+		p("\n")
+	}
 	p("## The dashboard\n\n")
 	if r.Screenshot != "" {
-		p("The dashboard of silo-a after the faults, under the load, once its silos table listed all three silos as active:\n\n![dashboard](%s)\n\n", r.Screenshot)
+		p("The dashboard of silo-a after the faults, under the load, signed in with the admin token, once its silos table listed all three silos as active:\n\n![dashboard](%s)\n\n", r.Screenshot)
 	} else {
 		p("No screenshot was taken: %v.\n\n", r.ScreenshotErr)
 	}
@@ -176,6 +202,7 @@ func writeMethod(b *strings.Builder, r *result) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## How it was run\n\n")
 	p("- The cluster: three silos of the image `%s` (deploy/Dockerfile: the example silo, FROM scratch), started by `%s`. ", r.Image, r.Compose)
+	p("Their certificates, tokens and gossip key are those of `make certs` (deploy/mksecrets, with granaryctl certs). ")
 	p("They keep the Counter grains' state in PostgreSQL on the Docker host, reached at `host.docker.internal` (scripts/postgres-test.sh up --docker).\n")
 	p("- The load: %d workers in the test process, each calling `Counter.Add(1)` one call at a time over %d counters shared by all (each worker walks them all from its own offset), ", r.Load.Workers, r.Load.Counters)
 	p("through one Go client (`client.Dial` with the three published gateways; %s). ", r.Client)
@@ -196,7 +223,7 @@ func writeMethod(b *strings.Builder, r *result) {
 	p("At the end every counter must hold at least its acknowledged Adds and at most the Adds sent (an Add that failed may have been counted).\n")
 	p("- **Duplicates seen in replies**: each reply names the silo and activation that ran it. An activation X is a duplicate when another activation Y of the same counter received its first call after X's first reply arrived, answered it, and X then answered a call sent after that: X and Y were alive at the same time. ")
 	p("Each activation counts once. The persistent state's ETags keep such a duplicate from losing writes (its stale write fails and it deactivates); the number is reported, not asserted.\n")
-	p("- **Excess activations in silo reports**: once a second the run asks every silo's admin server (GET /api/v1/silo on its published port) how many Counter activations it holds, and sums the answers. ")
+	p("- **Excess activations in silo reports**: once a second the run asks every silo's admin server (GET /api/v1/silo on its published port, over HTTPS with the admin token) how many Counter activations it holds, and sums the answers. ")
 	p("With %d counters, a sum above %d means some counter is active on two silos at once, whether or not calls reach the second activation; the column gives the excess at its peak in the row, then the peak sum. ", r.Load.Counters, r.Load.Counters)
 	p("A silo the host cannot reach (killed, or partitioned) is left out of the sum.\n")
 	p("- A silo that exits on its own is restarted by its compose restart policy; any such restart fails the run.\n\n")
