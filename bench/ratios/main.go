@@ -76,7 +76,7 @@ func main() {
 		ma, mb := median(a), median(b)
 		target := ""
 		if p.target > 0 {
-			target = fmt.Sprintf("<= %.1fx", p.target)
+			target = fmt.Sprintf("<= %gx", p.target)
 		}
 		fmt.Printf("%-28s %-42s %10.1f %10.1f %6.2fx %s\n", p.name, p.base, ma, mb, ma/mb, target)
 	}
