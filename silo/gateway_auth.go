@@ -42,11 +42,8 @@ import (
 	"github.com/granaryio/granary/silo/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // connectMethod is the full name of the Go clients' stream method.
@@ -54,11 +51,6 @@ const connectMethod = "/" + transport.GatewayService + "/Connect"
 
 // healthService prefixes the methods served without authentication.
 const healthService = "/grpc.health.v1.Health/"
-
-// frameCodecName is the content-subtype under which silo/transport
-// registers the codec of its frames; the Connect interceptor uses the
-// codec to read the hello out of a stream's first frame.
-const frameCodecName = "granary-frame"
 
 // gatewayAuth is the gateway's authentication state. Nil when the gateway
 // has no Authenticator.
@@ -190,24 +182,11 @@ type authedStream struct {
 	bound  bool
 }
 
-// frameCodec is silo/transport's frame codec: its Marshal gives a frame's
-// bytes.
-var frameCodec = encoding.GetCodecV2(frameCodecName)
-
 func (st *authedStream) RecvMsg(m any) error {
 	if err := st.ServerStream.RecvMsg(m); err != nil || st.bound {
 		return err
 	}
-	if frameCodec == nil {
-		panic("silo: gateway: silo/transport registers no " + frameCodecName + " codec: the hello of a client stream cannot be read")
-	}
-	bs, err := frameCodec.Marshal(m)
-	if err != nil {
-		return status.Errorf(codes.Internal, "granary: reading a client stream's first frame: %v", err)
-	}
-	frame := bs.Materialize()
-	bs.Free()
-	client, ok := helloClient(frame)
+	client, ok := transport.StreamHello(m)
 	if !ok {
 		// The transport refuses the stream too; refuse it here so that
 		// nothing unbound is ever delivered.
@@ -219,35 +198,6 @@ func (st *authedStream) RecvMsg(m any) error {
 	}
 	st.client, st.bound = client, true
 	return nil
-}
-
-// helloClient returns the client ID of the hello that opens frame, read
-// as the transport reads it: the first envelope of the batch.
-func helloClient(frame []byte) (string, bool) {
-	for len(frame) > 0 {
-		num, typ, n := protowire.ConsumeTag(frame)
-		if n < 0 {
-			return "", false
-		}
-		frame = frame[n:]
-		if num != 1 || typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, frame); n < 0 {
-				return "", false
-			}
-			frame = frame[n:]
-			continue
-		}
-		b, n := protowire.ConsumeBytes(frame)
-		if n < 0 {
-			return "", false
-		}
-		var env granaryv1.Envelope
-		if proto.Unmarshal(b, &env) != nil || env.Kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO || env.Hello.GetSilo() == "" {
-			return "", false
-		}
-		return env.Hello.GetSilo(), true
-	}
-	return "", false
 }
 
 // bind binds client to st's principal and counts st among its streams,

@@ -202,7 +202,9 @@ func TestCloseIsFailure(t *testing.T) {
 }
 
 func TestOtherClusterCannotJoin(t *testing.T) {
-	a, recA := startMember(t, localConfig("a"))
+	aCfg := localConfig("a")
+	aCfg.Rejections = security.NewRejections(nil)
+	a, recA := startMember(t, aCfg)
 	cfg := localConfig("intruder", a.Local().GossipAddr)
 	cfg.ClusterID = "other"
 	x, err := New(cfg, nil)
@@ -218,6 +220,9 @@ func TestOtherClusterCannotJoin(t *testing.T) {
 	}
 	if got := ids(a.Members()); len(got) != 1 {
 		t.Fatalf("a sees %v", got)
+	}
+	if aCfg.Rejections.Count(security.ListenerGossip, security.ReasonGossipCluster) == 0 {
+		t.Error("a did not count the gossip of another cluster")
 	}
 	recA.none(t)
 }

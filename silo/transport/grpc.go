@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"sync"
 
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
 )
 
 // The gRPC services whose Connect method carries streams of frames:
@@ -258,4 +260,29 @@ func (c *clientConn) CloseSend() error { return c.st.CloseSend() }
 func (c *clientConn) Close() error {
 	c.cancel()
 	return nil
+}
+
+// StreamHello returns the sender that the hello opening a stream names,
+// read as the accepting side reads it: m is the first message a server
+// stream's RecvMsg filled, which interceptors see. ok is false when m is
+// not a frame that opens with a hello.
+func StreamHello(m any) (sender string, ok bool) {
+	f, isFrame := m.(*frameMsg)
+	if !isFrame {
+		return "", false
+	}
+	var hello *granaryv1.Envelope
+	err := splitFrame(f.b, func(b []byte) {
+		if hello != nil {
+			return
+		}
+		hello = new(granaryv1.Envelope)
+		if proto.Unmarshal(b, hello) != nil {
+			hello.Reset()
+		}
+	})
+	if err != nil || hello == nil || hello.Kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO || hello.Hello.GetSilo() == "" {
+		return "", false
+	}
+	return hello.Hello.GetSilo(), true
 }
