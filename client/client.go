@@ -136,6 +136,9 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c.clusterID = list.ClusterId
+	// A gateway that authenticates binds client IDs to principals: the
+	// ID takes the prefix of this client's principal.
+	c.id = list.ClientIdPrefix + c.id
 	tcfg.ClusterID, tcfg.Self = c.clusterID, c.id
 	if c.tport, err = transport.New(tcfg, c.net, c); err != nil {
 		c.cancel()

@@ -303,6 +303,9 @@ func (g *gateway) gatewaysMethod() grpc.MethodDesc {
 func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, error) {
 	s := g.s
 	resp := &granaryv1.GatewaysResponse{ClusterId: g.clusterID}
+	if g.auth != nil {
+		resp.ClientIdPrefix = ClientIDPrefix(grain.Principal(ctx))
+	}
 	self := g.addr
 	if self == "" {
 		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md[":authority"]) > 0 {

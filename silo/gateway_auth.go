@@ -30,6 +30,8 @@ package silo
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -200,9 +202,24 @@ func (st *authedStream) RecvMsg(m any) error {
 	return nil
 }
 
+// ClientIDPrefix is the prefix that the client IDs of principal must
+// start with at a gateway that authenticates: derived from the principal
+// alone, so every gateway of the cluster agrees without asking another,
+// and told to the client in the gateway list before it opens a stream. A
+// principal therefore cannot open a stream under another's client ID at
+// any gateway, nor register itself as the home of another's observers.
+func ClientIDPrefix(principal string) string {
+	sum := sha256.Sum256([]byte(principal))
+	return "p" + hex.EncodeToString(sum[:8]) + "-"
+}
+
 // bind binds client to st's principal and counts st among its streams,
-// or refuses st when the client ID is bound to another principal.
+// or refuses st when the client ID is not its principal's or is bound to
+// another principal.
 func (ga *gatewayAuth) bind(client string, st *authedStream) error {
+	if !strings.HasPrefix(client, ClientIDPrefix(st.principal)) {
+		return status.Errorf(codes.PermissionDenied, "granary: client ID %s is not one of this principal's: a client must take the client ID prefix the gateway list gives", client)
+	}
 	ga.mu.Lock()
 	defer ga.mu.Unlock()
 	b := ga.clients[client]

@@ -449,8 +449,12 @@ func TestGatewayAuthClientIDBoundToPrincipal(t *testing.T) {
 	pki := newTestPKI(t)
 	tf, _ := tokenFile(t, nil)
 	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.Bearer(tf))
-	alice := dialRawAuthed(t, gw, pki, "shared-id", aliceToken)
-	mallory := dialRawAuthed(t, gw, pki, "shared-id", bobToken)
+	// Alice's ID carries her principal's prefix, which every gateway
+	// derives alike: no other principal can use it, at this gateway or
+	// any other.
+	id := ClientIDPrefix("alice") + "shared"
+	alice := dialRawAuthed(t, gw, pki, id, aliceToken)
+	mallory := dialRawAuthed(t, gw, pki, id, bobToken)
 
 	if r, err := alice.call("k"); err != nil || !sawPrincipal(r, "k", "alice") {
 		t.Fatalf("first stream: reply %v, err %v; want principal alice", r, err)
@@ -460,8 +464,8 @@ func TestGatewayAuthClientIDBoundToPrincipal(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a second principal's stream under a bound client ID was served: reply %v", r)
 	}
-	if !strings.Contains(err.Error(), "in use by another principal") {
-		t.Errorf("second principal: got %v, want the client ID refused as in use", err)
+	if !strings.Contains(err.Error(), "is not one of this principal's") {
+		t.Errorf("second principal: got %v, want the client ID refused as another principal's", err)
 	}
 	if got := gw.Rejections().Count(security.ListenerGateway, security.ReasonPermissionDenied); got != before+1 {
 		t.Errorf("refused streams counted %d, want %d", got, before+1)

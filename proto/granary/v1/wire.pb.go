@@ -1174,9 +1174,15 @@ type GatewaysResponse struct {
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// The active silos that serve a gateway, the answering one included,
 	// sorted by silo.
-	Gateways      []*Gateway `protobuf:"bytes,2,rep,name=gateways,proto3" json:"gateways,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Gateways []*Gateway `protobuf:"bytes,2,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	// When the gateway authenticates its callers: the prefix that the
+	// client IDs of the calling principal must start with, the same at
+	// every gateway of the cluster. A client takes it before it opens a
+	// stream, so that no other principal can open a stream, or take over
+	// the observers, under its client ID. Empty when callers are anonymous.
+	ClientIdPrefix string `protobuf:"bytes,3,opt,name=client_id_prefix,json=clientIdPrefix,proto3" json:"client_id_prefix,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GatewaysResponse) Reset() {
@@ -1221,6 +1227,13 @@ func (x *GatewaysResponse) GetGateways() []*Gateway {
 		return x.Gateways
 	}
 	return nil
+}
+
+func (x *GatewaysResponse) GetClientIdPrefix() string {
+	if x != nil {
+		return x.ClientIdPrefix
+	}
+	return ""
 }
 
 // Gateway is one silo's gateway.
@@ -1359,11 +1372,12 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x0fgateway_address\x18\t \x01(\tR\x0egatewayAddress\x12#\n" +
 	"\radmin_address\x18\n" +
 	" \x01(\tR\fadminAddress\"\x11\n" +
-	"\x0fGatewaysRequest\"b\n" +
+	"\x0fGatewaysRequest\"\x8c\x01\n" +
 	"\x10GatewaysResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12/\n" +
-	"\bgateways\x18\x02 \x03(\v2\x13.granary.v1.GatewayR\bgateways\"7\n" +
+	"\bgateways\x18\x02 \x03(\v2\x13.granary.v1.GatewayR\bgateways\x12(\n" +
+	"\x10client_id_prefix\x18\x03 \x01(\tR\x0eclientIdPrefix\"7\n" +
 	"\aGateway\x12\x12\n" +
 	"\x04silo\x18\x01 \x01(\tR\x04silo\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress*\x9e\x02\n" +
