@@ -241,7 +241,7 @@ func (o *options) dialCredentials() ([]grpc.DialOption, error) {
 		if err != nil {
 			return nil, &ConfigError{Option: "WithTLSFiles", Reason: err.Error()}
 		}
-		creds = credentials.NewTLS(src.ClientConfig(tlsfiles.ClientOptions{ServerName: o.tlsServerName}))
+		creds = src.ClientCredentials(tlsfiles.ClientOptions{ServerName: o.tlsServerName})
 	}
 	if creds != nil {
 		out = append(out, grpc.WithTransportCredentials(creds))

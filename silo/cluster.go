@@ -114,8 +114,9 @@ func (c *ClusterConfig) validate() error {
 		return bad("ShutdownGossipDelay", "%v must not be negative", c.ShutdownGossipDelay)
 	case (c.ServerTLS == nil) != (c.DialTLS == nil):
 		return bad("ServerTLS", "set ServerTLS and DialTLS together: mutual TLS needs both sides")
-	case c.ServerTLS != nil && c.ServerTLS.ClientAuth != tls.RequireAndVerifyClientCert && c.ServerTLS.ClientAuth != tls.RequireAnyClientCert:
-		return bad("ServerTLS", "must require client certificates (ClientAuth %v): between silos only mutual TLS keeps a stranger from sending envelopes", c.ServerTLS.ClientAuth)
+	case c.ServerTLS != nil && c.ServerTLS.ClientAuth != tls.RequireAndVerifyClientCert &&
+		(c.ServerTLS.ClientAuth != tls.RequireAnyClientCert || c.ServerTLS.VerifyConnection == nil && c.ServerTLS.VerifyPeerCertificate == nil):
+		return bad("ServerTLS", "must require and verify client certificates (ClientAuth %v): between silos only mutual TLS keeps a stranger from sending envelopes", c.ServerTLS.ClientAuth)
 	}
 	if c.Listener == nil {
 		if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
@@ -355,7 +356,10 @@ func ClusterTLS(src *tlsfiles.Source) (server, dial *tls.Config, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return server, src.ClientConfig(tlsfiles.ClientOptions{SkipNameCheck: true}), nil
+	return server, src.ClientConfig(tlsfiles.ClientOptions{
+		SkipNameCheck: true,
+		RequireUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}), nil
 }
 
 // advertisedAddr is the gRPC address other silos dial: the listener's,

@@ -103,7 +103,7 @@ func (p *testPKI) clientTLS(cn string) credentials.TransportCredentials {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	return credentials.NewTLS(src.ClientConfig(tlsfiles.ClientOptions{}))
+	return src.ClientCredentials(tlsfiles.ClientOptions{})
 }
 
 // writeTokens writes a token file of lines "TOKEN PRINCIPAL" to path.

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -161,7 +163,9 @@ func (o *options) resolve(cmd *cobra.Command) error {
 		if err != nil {
 			return fmt.Errorf("%s, %s, %s: %w", caFrom, certFrom, keyFrom, err)
 		}
-		tlsConfig = src.ClientConfig(tlsfiles.ClientOptions{NextProtos: []string{"h2", "http/1.1"}})
+		// The admin server's certificate must be for the host named by
+		// --admin, an IP address included.
+		tlsConfig = src.ClientConfig(tlsfiles.ClientOptions{ServerName: adminHost(o.admin), NextProtos: []string{"h2", "http/1.1"}})
 		o.transport.TLSClientConfig = tlsConfig
 		// A TLSClientConfig of our own turns HTTP/2 off unless asked.
 		o.transport.ForceAttemptHTTP2 = true
@@ -199,6 +203,22 @@ func (o *options) fromEnv(cmd *cobra.Command, flag, env string, value *string) s
 		return env
 	}
 	return "--" + flag
+}
+
+// adminHost is the host of an admin address, host:port or a URL; "" when
+// it has none, which the admin client then refuses.
+func adminHost(addr string) string {
+	if strings.Contains(addr, "://") {
+		if u, err := url.Parse(addr); err == nil {
+			return u.Hostname()
+		}
+		return ""
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return host
 }
 
 // call runs f with a client of the admin API and a context bounded by

@@ -18,16 +18,18 @@
 // therefore goes: add the new CA to every bundle, issue new certificates,
 // then drop the old CA.
 //
-// It imports zap and the clock only.
+// It imports zap, the clock and gRPC's credentials only.
 package tlsfiles
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -36,6 +38,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/credentials"
 )
 
 // Mode is how a listener uses TLS.
@@ -342,21 +345,32 @@ func (e *UsageError) Error() string {
 
 // ClientOptions tune a client configuration.
 type ClientOptions struct {
-	// ServerName is the name the server's certificate must be for.
-	// Empty: the name dialled (gRPC fills it in from the address).
+	// ServerName is the name the server's certificate must be for: a DNS
+	// name or an IP address. ClientCredentials fills it in from each
+	// address dialled; ClientConfig needs it whenever the address dialled
+	// may be an IP, since crypto/tls tells VerifyConnection no name for
+	// an IP (it sends none in SNI), and a configuration that cannot tell
+	// which name to check refuses every server rather than check none.
 	ServerName string
 	// SkipNameCheck verifies the server's chain and usage but not its
 	// name: between silos, which dial each other by IP, the cluster CA is
 	// what makes a peer a silo.
 	SkipNameCheck bool
+	// RequireUsages are extended key usages the server's certificate
+	// must have besides server use: between silos, client use too, so
+	// that only a silo's certificate passes.
+	RequireUsages []x509.ExtKeyUsage
 	// NextProtos are the ALPN protocols offered.
 	NextProtos []string
 }
 
 // ClientConfig returns a client configuration: the server's certificate
 // verified against the CA bundle in use (the system's roots without
-// one), and the certificate in use presented when the server asks.
+// one), for o.ServerName (else the SNI name of the connection, which is
+// empty for an IP address: see ClientOptions.ServerName), and the
+// certificate in use presented when the server asks.
 func (s *Source) ClientConfig(o ClientOptions) *tls.Config {
+	usages := slices.Clone(o.RequireUsages)
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		ServerName: o.ServerName,
@@ -364,12 +378,24 @@ func (s *Source) ClientConfig(o ClientOptions) *tls.Config {
 		// Verification is VerifyConnection's, against the bundle in use.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			name := cs.ServerName
+			name := o.ServerName
+			if name == "" {
+				name = cs.ServerName
+			}
 			if o.SkipNameCheck {
 				name = ""
+			} else if name == "" {
+				return errNoServerName
 			}
-			_, err := s.verify(cs.PeerCertificates, name, x509.ExtKeyUsageServerAuth)
-			return err
+			if _, err := s.verify(cs.PeerCertificates, name, x509.ExtKeyUsageServerAuth); err != nil {
+				return err
+			}
+			for _, u := range usages {
+				if !slices.Contains(cs.PeerCertificates[0].ExtKeyUsage, u) {
+					return &UsageError{Subject: cs.PeerCertificates[0].Subject.String(), Want: usages}
+				}
+			}
+			return nil
 		},
 	}
 	if s.HasCert() {
@@ -378,6 +404,52 @@ func (s *Source) ClientConfig(o ClientOptions) *tls.Config {
 		}
 	}
 	return cfg
+}
+
+var errNoServerName = errors.New("tlsfiles: no server name to verify the certificate against (an IP address was dialled): set ClientOptions.ServerName, or use ClientCredentials, which takes it from the address")
+
+// ClientCredentials returns gRPC transport credentials that verify each
+// server as ClientConfig does, for o.ServerName or, when that is empty,
+// the host of the address dialled, IP addresses included.
+func (s *Source) ClientCredentials(o ClientOptions) credentials.TransportCredentials {
+	return &clientCreds{s: s, o: o}
+}
+
+type clientCreds struct {
+	s *Source
+	o ClientOptions
+}
+
+func (c *clientCreds) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	o := c.o
+	if o.ServerName == "" {
+		host, _, err := net.SplitHostPort(authority)
+		if err != nil {
+			host = authority
+		}
+		o.ServerName = host
+	}
+	return credentials.NewTLS(c.s.ClientConfig(o)).ClientHandshake(ctx, authority, conn)
+}
+
+func (c *clientCreds) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("tlsfiles: client credentials cannot serve")
+}
+
+func (c *clientCreds) Info() credentials.ProtocolInfo {
+	return credentials.NewTLS(&tls.Config{}).Info()
+}
+
+func (c *clientCreds) Clone() credentials.TransportCredentials {
+	o := c.o
+	o.RequireUsages, o.NextProtos = slices.Clone(o.RequireUsages), slices.Clone(o.NextProtos)
+	return &clientCreds{s: c.s, o: o}
+}
+
+// OverrideServerName sets the name to verify; gRPC's deprecated hook.
+func (c *clientCreds) OverrideServerName(name string) error {
+	c.o.ServerName = name
+	return nil
 }
 
 // verify checks that chain[0] chains to the bundle in use (the system's

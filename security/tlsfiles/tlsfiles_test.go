@@ -1,6 +1,7 @@
 package tlsfiles_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -262,5 +263,60 @@ func TestServerConfigNeedsItsFiles(t *testing.T) {
 	f.CA = ""
 	if _, err := load(t, f, nil).ServerConfig(tlsfiles.MTLS, tlsfiles.ServerOptions{}); err == nil {
 		t.Error("mtls without a CA was configured")
+	}
+}
+
+// TestClientVerifiesTheAddressDialled: crypto/tls names no server for an
+// IP address, so ClientConfig without a ServerName refuses rather than
+// skip the check, and ClientCredentials checks the IP dialled.
+func TestClientVerifiesTheAddressDialled(t *testing.T) {
+	p := newPKI(t, "cluster")
+	leaf, err := p.ca.Issue(certs.LeafOptions{CommonName: "gw", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, _ := leaf.Write(p.dir, "gw")
+	caFile, _, _ := p.ca.WriteCA(p.dir, "ca")
+	h2 := tlsfiles.ServerOptions{NextProtos: []string{"h2"}} // gRPC's clients insist on ALPN
+	scfg, _ := load(t, tlsfiles.Files{Cert: cert, Key: key}, nil).ServerConfig(tlsfiles.TLS, h2)
+	other := p.issue("other-service", 0, "other-service")
+	otherCfg, _ := load(t, tlsfiles.Files{Cert: other.Cert, Key: other.Key}, nil).ServerConfig(tlsfiles.TLS, h2)
+	cli := load(t, tlsfiles.Files{CA: caFile}, nil)
+
+	if _, _, cerr := handshake(t, scfg, cli.ClientConfig(tlsfiles.ClientOptions{})); cerr == nil {
+		t.Error("ClientConfig without a ServerName accepted a server dialled by IP")
+	}
+	creds := cli.ClientCredentials(tlsfiles.ClientOptions{})
+	for name, tc := range map[string]struct {
+		server *tls.Config
+		ok     bool
+	}{"a certificate for the IP": {scfg, true}, "a certificate for another name": {otherCfg, false}} {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			_ = tls.Server(c, tc.server).Handshake()
+		}()
+		raw, err := net.Dial("tcp", lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw.SetDeadline(time.Now().Add(10 * time.Second))
+		conn, _, err := creds.ClientHandshake(context.Background(), lis.Addr().String(), raw)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: handshake error %v, want success %v", name, err, tc.ok)
+		}
+		if conn != nil {
+			conn.Close()
+		}
+		raw.Close()
+		lis.Close()
 	}
 }
