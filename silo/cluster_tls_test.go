@@ -120,7 +120,7 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 	// The stranger trusts the cluster's CA too: only its own certificate
 	// is wrong.
 	x := grpcSiloWith(t, "x", []string{gossipAddr(a)}, registerBenchProbe(t), withClusterTLS(t, other.siloFiles("x", other, cluster), &xLogs, nil))
-	waitFor(t, "the gossip to carry x to a", func() bool { return len(a.Members()) == 3 })
+	waitFor(t, "the gossip to carry x to a", func() bool { return len(a.cl.mship.Members()) == 3 })
 	waitFor(t, "a to refuse x's certificate", func() bool {
 		return a.Rejections().Count(security.ListenerSilo, security.ReasonUnknownCA) > 0
 	})
@@ -132,6 +132,9 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 		if n := len(s.cl.view.Load().hosts[probe.ProbeGrainType]); n != 2 {
 			t.Errorf("%s places probes on %d silos, want 2: x was admitted", s.cfg.Name, n)
 		}
+	}
+	if n := len(a.Members()); n != 2 {
+		t.Errorf("a lists %d members, want a and b: x is no member (the admin server forwards to members)", n)
 	}
 	if n := len(x.cl.view.Load().hosts[probe.ProbeGrainType]); n != 1 {
 		t.Errorf("x places probes on %d silos, want only itself", n)

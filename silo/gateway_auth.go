@@ -3,7 +3,7 @@ package silo
 // Who is calling: the gateway's authentication.
 //
 // A gateway with an Authenticator authenticates every call that reaches it
-// from outside, except the health service's (load balancers probe it
+// from outside, except the health service's Check (load balancers probe it
 // without credentials): the unary and streaming methods of its gRPC server
 // in interceptors, and, since one Connect stream carries many calls, every
 // request a Go client sends on its stream again, in Deliver, so that a
@@ -51,7 +51,8 @@ import (
 // connectMethod is the full name of the Go clients' stream method.
 const connectMethod = "/" + transport.GatewayService + "/Connect"
 
-// healthService prefixes the methods served without authentication.
+// healthService prefixes the unary methods served without
+// authentication (Check).
 const healthService = "/grpc.health.v1.Health/"
 
 // gatewayAuth is the gateway's authentication state. Nil when the gateway
@@ -148,11 +149,14 @@ func (g *gateway) countRefused(remote string, err error) {
 }
 
 // streamInterceptor authenticates a streaming call: a Go client's
-// Connect stream, whose client ID it binds to the principal, or server
-// reflection. Any goroutine.
+// Connect stream, whose client ID it binds to the principal, server
+// reflection, or the health service's Watch. Only the health service's
+// unary Check is open, for load balancers: an open Watch would hold a
+// stream, and so its connection past MaxConnectionIdle, for nobody
+// known. Any goroutine.
 func (g *gateway) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ga := g.auth
-	if ga == nil || strings.HasPrefix(info.FullMethod, healthService) {
+	if ga == nil {
 		return handler(srv, ss)
 	}
 	ctx := ss.Context()

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -618,5 +619,31 @@ func TestWithPrincipalStripsClientHeaders(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestGatewayAuthHealthCheckOpenWatchNot: load balancers' Check needs no
+// credentials; Watch, which holds a stream and so its connection, does.
+func TestGatewayAuthHealthCheckOpenWatchNot(t *testing.T) {
+	pki := newTestPKI(t)
+	tf, _ := tokenFile(t, nil)
+	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.Bearer(tf))
+	cc, err := grpc.NewClient(gw.GatewayAddr(), grpc.WithTransportCredentials(pki.clientTLS("")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	hc := healthpb.NewHealthClient(cc)
+	if r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("Check without credentials: %v, %v; want SERVING", r, err)
+	}
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = w.Recv()
+	}
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("Watch without credentials: %v, want Unauthenticated", err)
 	}
 }

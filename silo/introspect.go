@@ -94,10 +94,21 @@ func (s *Silo) Ready() error {
 // Members returns the cluster's live members sorted by ID, this silo
 // included, as the membership last gossiped them; a silo alone returns
 // one member for itself, with its load as of now, and so does a silo
-// whose Start has not returned. Any goroutine.
+// whose Start has not returned. Under mutual TLS a member that gossip
+// knows but that has not yet proved a silo certificate of the cluster's
+// CA is left out: it is no member of the cluster. Any goroutine.
 func (s *Silo) Members() []membership.Member {
 	if cl := s.startedCluster(); cl != nil && cl.mship != nil {
-		return cl.mship.Members()
+		ms := cl.mship.Members()
+		if cl.gate != nil {
+			cl.viewMu.Lock()
+			ms = slices.DeleteFunc(ms, func(m membership.Member) bool {
+				_, admitted := cl.members[m.ID]
+				return m.ID != cl.self && !admitted
+			})
+			cl.viewMu.Unlock()
+		}
+		return ms
 	}
 	st := membership.StatusActive
 	switch s.status() {

@@ -37,6 +37,7 @@ type peerGate struct {
 	// verified the members admitted. viewMu.
 	pending  map[string]membership.Member
 	verified map[string]bool
+	stopped  bool // close began: no verification starts
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -77,7 +78,7 @@ func (g *peerGate) admitLocked(ev membership.Event) bool {
 	}
 	_, probing := g.pending[id]
 	g.pending[id] = ev.Member
-	if !probing {
+	if !probing && !g.stopped {
 		g.wg.Add(1)
 		go g.verify(id)
 	}
@@ -153,8 +154,12 @@ func (g *peerGate) handshake(addr string) error {
 	return err
 }
 
-// close stops the verifications and waits for them.
+// close stops the verifications and waits for them; none starts after
+// it, whatever membership events still arrive.
 func (g *peerGate) close() {
+	g.cl.viewMu.Lock()
+	g.stopped = true
+	g.cl.viewMu.Unlock()
 	close(g.stop)
 	g.wg.Wait()
 }

@@ -126,7 +126,8 @@ type TokenFile struct {
 	cur       atomic.Pointer[loadedTokens]
 	nextCheck atomic.Int64
 	mu        sync.Mutex
-	failed    []byte
+	failed    []byte // the contents that last failed, to log them once
+	failedErr string
 }
 
 type loadedTokens struct {
@@ -204,6 +205,7 @@ func (f *TokenFile) Check() error {
 func (f *TokenFile) checkLocked() error {
 	raw, err := f.read()
 	if err == nil && bytes.Equal(raw, f.cur.Load().raw) {
+		f.failed, f.failedErr = nil, ""
 		return nil
 	}
 	var t *Tokens
@@ -211,13 +213,14 @@ func (f *TokenFile) checkLocked() error {
 		t, err = ParseTokens(raw)
 	}
 	if err != nil {
-		if !bytes.Equal(raw, f.failed) || raw == nil {
-			f.failed = raw
+		// Logged once per state of the file, a missing file included.
+		if !bytes.Equal(raw, f.failed) || err.Error() != f.failedErr {
+			f.failed, f.failedErr = raw, err.Error()
 			f.log.Warn("token file changed but cannot be used: keeping the tokens in use", zap.String("file", f.path), zap.Error(err))
 		}
 		return err
 	}
-	f.failed = nil
+	f.failed, f.failedErr = nil, ""
 	f.cur.Store(&loadedTokens{raw: raw, tokens: t})
 	f.log.Info("token file re-read", zap.String("file", f.path), zap.Int("tokens", t.Len()))
 	return nil

@@ -104,6 +104,7 @@ type Source struct {
 	nextCheck atomic.Int64 // unix nanoseconds of the next check
 	checkMu   sync.Mutex   // one check at a time
 	failed    []byte       // the contents of the last set that failed, to log it once
+	failedErr string       // and its error
 }
 
 // material is one read of the files.
@@ -186,6 +187,7 @@ func (s *Source) current() *material {
 func (s *Source) checkLocked() error {
 	raw, err := s.readAll()
 	if err == nil && bytes.Equal(raw, s.cur.Load().raw) {
+		s.failed, s.failedErr = nil, ""
 		return nil
 	}
 	var m *material
@@ -193,13 +195,15 @@ func (s *Source) checkLocked() error {
 		m, err = s.parse(raw)
 	}
 	if err != nil {
-		if !bytes.Equal(raw, s.failed) {
-			s.failed = raw
-			s.log.Warn("TLS files changed but cannot be used yet: keeping the certificates in use", zap.Error(err))
+		// Logged once per state of the files: a file gone missing
+		// (raw nil) is logged as a change too.
+		if !bytes.Equal(raw, s.failed) || err.Error() != s.failedErr {
+			s.failed, s.failedErr = raw, err.Error()
+			s.log.Warn("TLS files changed but cannot be used: keeping the certificates in use", zap.Error(err))
 		}
 		return err
 	}
-	s.failed = nil
+	s.failed, s.failedErr = nil, ""
 	s.cur.Store(m)
 	fields := []zap.Field{zap.String("cert_file", s.files.Cert), zap.String("ca_file", s.files.CA)}
 	if m.cert != nil && m.cert.Leaf != nil {

@@ -16,6 +16,8 @@ import (
 	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -318,5 +320,30 @@ func TestClientVerifiesTheAddressDialled(t *testing.T) {
 		}
 		raw.Close()
 		lis.Close()
+	}
+}
+
+func TestAMissingFileIsLoggedOnceAndTheCertificateKept(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	clock := clockwork.NewFakeClock()
+	p := newPKI(t, "cluster")
+	files := p.issue("silo-a", 0)
+	src, err := tlsfiles.Load(files, tlsfiles.Options{Clock: clock, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(files.Cert); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if src.Check() == nil {
+			t.Fatal("a missing certificate file passed a check")
+		}
+	}
+	if logs.Len() != 1 {
+		t.Errorf("%d warnings for one missing file, want 1: %v", logs.Len(), logs.All())
+	}
+	if src.Certificate() == nil {
+		t.Error("the certificate in use was dropped")
 	}
 }

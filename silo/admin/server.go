@@ -45,6 +45,10 @@ const (
 	ClusterErrorLimit = 50
 )
 
+// idleTimeout closes a kept-alive connection that sends no request for
+// this long.
+const idleTimeout = time.Minute
+
 // maxConnections caps the admin server's connections: operators,
 // probes, scrapers and peer silos need far fewer.
 const maxConnections = 1024
@@ -268,7 +272,10 @@ func Listen(cfg Config) (*Server, error) {
 	s.srv = &http.Server{
 		Handler:           s.routes(),
 		ReadHeaderTimeout: readHeaderTimeout,
-		ErrorLog:          newHTTPErrorLog(s.log.Named("http"), cfg.Rejections),
+		// A kept-alive connection idle between requests is closed, so
+		// idle ones cannot hold the connection cap against probes.
+		IdleTimeout: idleTimeout,
+		ErrorLog:    newHTTPErrorLog(s.log.Named("http"), cfg.Rejections),
 	}
 	if cfg.TLS != nil {
 		tc := cfg.TLS.Clone()

@@ -320,6 +320,14 @@ func (c Config) Validate() error {
 	if c.Gateway.Auth.TokenFile != "" && c.Gateway.TLS.Mode == tlsOff {
 		v.bad("gateway.auth.token_file", "needs gateway.tls.mode tls or mtls: bearer tokens would cross the network in the clear")
 	}
+	if c.Admin.TokenFile != "" {
+		switch {
+		case c.Admin.TLS.Mode == tlsOff:
+			v.bad("admin.token_file", "needs admin.tls.mode tls or mtls: admin tokens would cross the network in the clear")
+		case c.Cluster.ID != "" && c.Admin.TLS.CAFile == "":
+			v.bad("admin.token_file", "needs admin.tls.ca_file in a cluster: a silo forwards an admin's token to the other silos' admin servers, whose certificates it verifies against that CA")
+		}
+	}
 	v.validateStorage()
 	if c.Reminders.MinPeriod < 0 {
 		v.bad("reminders.min_period", "%v must not be negative", c.Reminders.MinPeriod)

@@ -125,6 +125,7 @@ func Run(ctx context.Context, cfg Config, register func(*silo.Silo) error, opts 
 		defer func() { _ = log.Sync() }() // syncing stderr may fail; nothing to do about it
 	}
 	cfg.logLoaded(log)
+	cfg.warnInsecure(log)
 
 	h := &running{cfg: &cfg, log: log}
 	defer func() { err = h.cleanup(ctx, err) }()

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -247,13 +245,12 @@ func TestRunDrain(t *testing.T) {
 	defer cancel()
 	c := testConfig(t)
 	const token = "drain-token-0123456789"
-	c.Admin.TokenFile = filepath.Join(t.TempDir(), "admin-tokens")
-	if err := os.WriteFile(c.Admin.TokenFile, []byte(token+" operator\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p := newTestPKI(t)
+	c.Admin.TLS = p.tls("tls")
+	c.Admin.TokenFile = p.tokens(t, "admin-tokens", token+" operator\n")
 	logs, started, done := startRun(t, ctx, c, registerCounter)
 	s := waitStarted(t, ctx, started, done)
-	ac, err := adminapi.NewClient(s.Info().AdminAddr, nil)
+	ac, err := adminapi.NewClientWith(s.Info().AdminAddr, adminapi.ClientOptions{TLS: p.clientTLS(t, "127.0.0.1")})
 	if err != nil {
 		t.Fatal(err)
 	}

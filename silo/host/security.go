@@ -124,3 +124,15 @@ func (c *Config) gatewayAuth(src *tlsfiles.Source, log *zap.Logger) (auth.Authen
 	}
 	return auth.Chain(chain...), nil
 }
+
+// warnInsecure warns of settings that authenticate callers while leaving
+// a door open behind them.
+func (c *Config) warnInsecure(log *zap.Logger) {
+	authed := c.Gateway.Auth.TokenFile != "" || c.Gateway.TLS.CAFile != ""
+	if authed && c.Cluster.ID != "" && c.Cluster.TLS.Mode == tlsOff {
+		log.Warn("the gateway authenticates its callers but cluster.tls.mode is off: anyone who reaches the silo-to-silo port (cluster.grpc.listen) can call any grain as any principal; set cluster.tls.mode mtls unless no one else shares that network")
+	}
+	if c.Cluster.ID != "" && c.Cluster.SecretKey == "" && c.Cluster.TLS.Mode != tlsOff {
+		log.Warn("cluster.secret_key is empty: gossip is in the clear, and anyone who reaches the gossip port can read the membership (mutual TLS still keeps strangers out of the cluster)")
+	}
+}

@@ -55,6 +55,16 @@ func (p testPKI) tls(mode string) TLSConfig {
 	return TLSConfig{Mode: mode, CertFile: p.cert, KeyFile: p.key, CAFile: p.ca}
 }
 
+// clientTLS verifies the silo's certificate for host against the CA.
+func (p testPKI) clientTLS(t *testing.T, host string) *tls.Config {
+	t.Helper()
+	src, err := tlsfiles.Load(tlsfiles.Files{CA: p.ca}, tlsfiles.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src.ClientConfig(tlsfiles.ClientOptions{ServerName: host})
+}
+
 func (p testPKI) tokens(t *testing.T, name, lines string) string {
 	t.Helper()
 	path := filepath.Join(p.dir, name)
@@ -81,6 +91,11 @@ func TestTLSSettingsNameTheField(t *testing.T) {
 		}, "cluster.tls.mode"},
 		{"cluster tls alone", func(c *Config) { c.Cluster.TLS = p.tls("mtls") }, "cluster.tls.mode"},
 		{"tokens over plaintext", func(c *Config) { c.Gateway.Auth.TokenFile = "tokens" }, "gateway.auth.token_file"},
+		{"admin tokens over plaintext", func(c *Config) { c.Admin.TokenFile = "tokens" }, "admin.token_file"},
+		{"admin tokens forwarded unverified", func(c *Config) {
+			c.Cluster.ID, c.Storage.Provider = "x", "memory"
+			c.Admin.TLS, c.Admin.TokenFile = TLSConfig{Mode: "tls", CertFile: p.cert, KeyFile: p.key}, "tokens"
+		}, "admin.token_file"},
 	} {
 		c := testConfig(t)
 		tc.set(&c)
@@ -167,11 +182,7 @@ func TestRunSecured(t *testing.T) {
 		t.Error("a plaintext client reached the TLS gateway")
 	}
 
-	src, err := tlsfiles.Load(tlsfiles.Files{CA: p.ca}, tlsfiles.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac, err := adminapi.NewClientWith(info.AdminAddr, adminapi.ClientOptions{TLS: src.ClientConfig(tlsfiles.ClientOptions{SkipNameCheck: true})})
+	ac, err := adminapi.NewClientWith(info.AdminAddr, adminapi.ClientOptions{TLS: p.clientTLS(t, "127.0.0.1")})
 	if err != nil {
 		t.Fatal(err)
 	}
