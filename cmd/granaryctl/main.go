@@ -234,6 +234,8 @@ func (o *options) call(cmd *cobra.Command, f func(ctx context.Context, c *admina
 		return nil
 	case errors.Is(err, context.DeadlineExceeded):
 		return &failure{fmt.Errorf("admin %s: no answer within --timeout %v: %w", c.URL(), o.timeout, err)}
+	case strings.Contains(err.Error(), "HTTP request to an HTTPS server"):
+		return &failure{fmt.Errorf("admin %s: %w (the admin server serves HTTPS: give --tls-ca, or %s, with its CA)", c.URL(), err, tlsCAEnv)}
 	default:
 		return &failure{fmt.Errorf("admin %s: %w", c.URL(), err)}
 	}

@@ -230,6 +230,11 @@ func TestTLSAndToken(t *testing.T) {
 	if r.code != exitFailure {
 		t.Errorf("without a client certificate: exit %d, stderr %q; want %d", r.code, r.stderr, exitFailure)
 	}
+	// Plain HTTP to an HTTPS server: the failure says what to give.
+	r = runCtl(t, nil, "--admin", addr, "status")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "give --tls-ca") {
+		t.Errorf("plain HTTP: exit %d, stderr %q; want %d and a hint to give --tls-ca", r.code, r.stderr, exitFailure)
+	}
 	// Without the CA, the server's certificate is not trusted.
 	r = runCtl(t, nil, "--admin", "https://"+addr, "--token-file", alone, "status")
 	if r.code != exitFailure || !strings.Contains(r.stderr, "certificate") {
