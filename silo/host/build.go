@@ -115,6 +115,10 @@ func (c *Config) membership() membership.Config {
 	if c.Cluster.SecretKey != "" {
 		m.SecretKey, _ = base64.StdEncoding.DecodeString(c.Cluster.SecretKey)
 	}
+	for _, k := range c.Cluster.AcceptedSecretKeys {
+		raw, _ := base64.StdEncoding.DecodeString(k) // Validate checked it
+		m.AcceptedKeys = append(m.AcceptedKeys, raw)
+	}
 	return m
 }
 

@@ -175,13 +175,14 @@ func TestRedaction(t *testing.T) {
 		}
 	}
 
-	key := "MDEyMzQ1Njc4OWFiY2RlZg=="
+	key, oldKey := "MDEyMzQ1Njc4OWFiY2RlZg==", "ZmVkY2JhOTg3NjU0MzIxMA=="
 	file := writeFile(t, "log:\n  level: debug\n")
 	c := loadOK(t, []string{"--config", file, "--name=n1"}, map[string]string{
-		"GRANARY_CLUSTER_ID":           "prod",
-		"GRANARY_CLUSTER_SECRET_KEY":   key,
-		"GRANARY_STORAGE_PROVIDER":     "postgres",
-		"GRANARY_STORAGE_POSTGRES_DSN": "postgres://u:hunter2@db/g",
+		"GRANARY_CLUSTER_ID":                   "prod",
+		"GRANARY_CLUSTER_SECRET_KEY":           key,
+		"GRANARY_CLUSTER_ACCEPTED_SECRET_KEYS": oldKey,
+		"GRANARY_STORAGE_PROVIDER":             "postgres",
+		"GRANARY_STORAGE_POSTGRES_DSN":         "postgres://u:hunter2@db/g",
 	})
 	c.Tracing.Exporter = "stdout" // set in code
 	core, logs := observer.New(zap.InfoLevel)
@@ -192,7 +193,7 @@ func TestRedaction(t *testing.T) {
 	}
 	fields := entries[0].ContextMap()
 	text := strings.Join(toStrings(fields["settings"]), "\n")
-	for _, secret := range []string{key, "hunter2"} {
+	for _, secret := range []string{key, oldKey, "hunter2"} {
 		if strings.Contains(text, secret) {
 			t.Errorf("the log shows %q:\n%s", secret, text)
 		}
@@ -201,6 +202,7 @@ func TestRedaction(t *testing.T) {
 		`log.level="debug" (file ` + file + ` line 2)`,
 		`name="n1" (flag --name)`,
 		`cluster.secret_key="(redacted)" (env GRANARY_CLUSTER_SECRET_KEY)`,
+		`cluster.accepted_secret_keys="(redacted)" (env GRANARY_CLUSTER_ACCEPTED_SECRET_KEYS)`,
 		`storage.postgres.dsn="postgres://u:xxxxx@db/g" (env GRANARY_STORAGE_POSTGRES_DSN)`,
 		`tracing.exporter="stdout" (set in code)`,
 	} {

@@ -129,6 +129,12 @@ type ClusterConfig struct {
 	// gossip (AES-128, -192 or -256). Every silo of the cluster needs the
 	// same key. Default "": gossip in the clear.
 	SecretKey string `yaml:"secret_key"`
+	// AcceptedSecretKeys are more keys, base64 each, that gossip is
+	// accepted under but never sent with, to change the key by rolling
+	// restarts without splitting the cluster: add the new key here on
+	// every silo, then make it secret_key with the old one here, then
+	// drop the old one. Default: none.
+	AcceptedSecretKeys []string `yaml:"accepted_secret_keys"`
 	// Profile tunes failure detection: "lan" (a dead silo is noticed in
 	// about 2.5 s), "local" (about 1 s, for loopback tests) or "wan"
 	// (slower probes and longer timeouts, for links between data
@@ -363,14 +369,13 @@ func (v *validator) validateCluster() {
 		v.bad("cluster.seed_dns", "%q is not a DNS name (its port is the gossip port)", d)
 	}
 	if cl.SecretKey != "" {
-		// The key is a secret: the error describes it without quoting it.
-		key, err := base64.StdEncoding.DecodeString(cl.SecretKey)
-		switch {
-		case err != nil:
-			v.bad("cluster.secret_key", "is not standard base64 (%d characters)", len(cl.SecretKey))
-		case len(key) != 16 && len(key) != 24 && len(key) != 32:
-			v.bad("cluster.secret_key", "decodes to %d bytes; want 16, 24 or 32 (AES-128, -192 or -256)", len(key))
-		}
+		v.gossipKey("cluster.secret_key", "", cl.SecretKey)
+	}
+	for i, k := range cl.AcceptedSecretKeys {
+		v.gossipKey("cluster.accepted_secret_keys", fmt.Sprintf("key %d ", i+1), k)
+	}
+	if len(cl.AcceptedSecretKeys) > 0 && cl.SecretKey == "" {
+		v.bad("cluster.accepted_secret_keys", "needs cluster.secret_key: a silo that gossips in the clear accepts only clear gossip")
 	}
 	v.oneOf("cluster.profile", cl.Profile, "lan", "local", "wan")
 	if cl.ID == "" {
@@ -397,6 +402,18 @@ func (v *validator) validateCluster() {
 		v.bad("cluster.tls.mode", "tls is not a mode between silos: every silo both serves and dials, so use mtls (or off on a network no one else shares)")
 	} else {
 		v.checkTLS("cluster.tls", cl.TLS, tlsOff, tlsMutual)
+	}
+}
+
+// gossipKey checks a base64 gossip key. The key is a secret: the error
+// describes it without quoting it.
+func (v *validator) gossipKey(path, which, key string) {
+	raw, err := base64.StdEncoding.DecodeString(key)
+	switch {
+	case err != nil:
+		v.bad(path, "%sis not standard base64 (%d characters)", which, len(key))
+	case len(raw) != 16 && len(raw) != 24 && len(raw) != 32:
+		v.bad(path, "%sdecodes to %d bytes; want 16, 24 or 32 (AES-128, -192 or -256)", which, len(raw))
 	}
 }
 

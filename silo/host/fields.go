@@ -90,6 +90,8 @@ var fields = []*field{
 		func(c *Config) *string { return &c.Cluster.SeedDNS }),
 	secret(text("cluster.secret_key", "base64", "gossip encryption key, base64 of 16, 24 or 32 bytes; the same on every silo",
 		func(c *Config) *string { return &c.Cluster.SecretKey })),
+	secret(list("cluster.accepted_secret_keys", "base64,...", "more gossip keys accepted but never sent, for changing secret_key by rolling restarts",
+		func(c *Config) *[]string { return &c.Cluster.AcceptedSecretKeys })),
 	text("cluster.profile", "lan|local|wan", "failure-detection timing",
 		func(c *Config) *string { return &c.Cluster.Profile }),
 	text("cluster.tls.mode", "off|mtls", "mutual TLS between silos: mtls, or off on a network no one else shares",

@@ -250,7 +250,7 @@ func TestFileErrors(t *testing.T) {
 		{"unknown section", "metrics:\n  port: 9\n",
 			`metrics (file FILE line 1): unknown key`},
 		{"scalar for a section", "cluster: c1\n",
-			`cluster (file FILE line 1): is a section: want a mapping of its keys gossip, grpc, id, profile, secret_key, seed_dns, seeds`},
+			`cluster (file FILE line 1): is a section: want a mapping of its keys accepted_secret_keys, gossip, grpc, id, profile, secret_key, seed_dns, seeds, tls`},
 		{"mapping for a value", "name:\n  first: a\n",
 			`name (file FILE line 1): want a value, not a mapping`},
 		{"list for a value", "name: [a, b]\n",

@@ -91,6 +91,14 @@ func TestTLSSettingsNameTheField(t *testing.T) {
 		}, "cluster.tls.mode"},
 		{"cluster tls alone", func(c *Config) { c.Cluster.TLS = p.tls("mtls") }, "cluster.tls.mode"},
 		{"tokens over plaintext", func(c *Config) { c.Gateway.Auth.TokenFile = "tokens" }, "gateway.auth.token_file"},
+		{"accepted gossip keys without a key", func(c *Config) {
+			c.Cluster.ID, c.Storage.Provider = "x", "memory"
+			c.Cluster.AcceptedSecretKeys = []string{"MDEyMzQ1Njc4OWFiY2RlZg=="}
+		}, "cluster.accepted_secret_keys"},
+		{"a malformed accepted gossip key", func(c *Config) {
+			c.Cluster.ID, c.Storage.Provider = "x", "memory"
+			c.Cluster.SecretKey, c.Cluster.AcceptedSecretKeys = "MDEyMzQ1Njc4OWFiY2RlZg==", []string{"short"}
+		}, "cluster.accepted_secret_keys"},
 		{"admin tokens over plaintext", func(c *Config) { c.Admin.TokenFile = "tokens" }, "admin.token_file"},
 		{"admin tokens forwarded unverified", func(c *Config) {
 			c.Cluster.ID, c.Storage.Provider = "x", "memory"

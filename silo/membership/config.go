@@ -114,6 +114,12 @@ type Config struct {
 	// 16, 24 or 32 bytes for AES-128, -192 or -256. Every silo of the
 	// cluster needs the same key; one without it cannot join.
 	SecretKey []byte
+	// AcceptedKeys are further keys that gossip is accepted (decrypted)
+	// under but never sent with: what lets a cluster change its key by
+	// rolling restarts without splitting. Add the new key here on every
+	// silo, then make it SecretKey with the old one here, then drop the
+	// old one. Each 16, 24 or 32 bytes; needs SecretKey.
+	AcceptedKeys [][]byte
 
 	// ProbeInterval is how often a silo probes another. Lower detects
 	// failures sooner for more traffic. Must exceed ProbeTimeout.
@@ -359,6 +365,14 @@ func (c *Config) validate() error {
 	default:
 		return bad("SecretKey", "%d bytes: must be 16, 24 or 32 (AES-128, -192, -256)", n)
 	}
+	if len(c.AcceptedKeys) > 0 && len(c.SecretKey) == 0 {
+		return bad("AcceptedKeys", "need SecretKey: a silo that sends gossip in the clear accepts only clear gossip")
+	}
+	for i, k := range c.AcceptedKeys {
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return bad(fmt.Sprintf("AcceptedKeys[%d]", i), "%d bytes: must be 16, 24 or 32 (AES-128, -192, -256)", n)
+		}
+	}
 	positive := []struct {
 		name string
 		d    time.Duration
@@ -465,6 +479,11 @@ func (c *Config) memberlistConfig(id string) *memberlist.Config {
 		mc.AdvertisePort = c.BindPort
 	}
 	mc.SecretKey = c.SecretKey
+	if len(c.AcceptedKeys) > 0 {
+		// The primary key encrypts; every key decrypts. validate
+		// checked the sizes, the only way NewKeyring fails.
+		mc.Keyring, _ = memberlist.NewKeyring(c.AcceptedKeys, c.SecretKey)
+	}
 	mc.ProbeInterval = c.ProbeInterval
 	mc.ProbeTimeout = c.ProbeTimeout
 	mc.SuspicionMult = c.SuspicionMult

@@ -7,6 +7,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +87,7 @@ func New(cfg Config, onEvent func(Event)) (*Memberlist, error) {
 	cfg.Types = append([]string(nil), cfg.Types...)
 	cfg.Seeds = append([]string(nil), cfg.Seeds...)
 	cfg.SecretKey = append([]byte(nil), cfg.SecretKey...)
+	cfg.AcceptedKeys = slices.Clone(cfg.AcceptedKeys)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}

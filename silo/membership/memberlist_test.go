@@ -613,3 +613,28 @@ func TestLogWriter(t *testing.T) {
 		t.Error("logged below the level")
 	}
 }
+
+// TestKeyRotationMidwayKeepsOneCluster: halfway through changing the
+// gossip key, a silo that sends under the old key and one that sends
+// under the new, each accepting the other's, are one cluster.
+func TestKeyRotationMidwayKeepsOneCluster(t *testing.T) {
+	oldKey, newKey := []byte("0123456789abcdef"), []byte("fedcba9876543210")
+	aCfg := localConfig("a")
+	aCfg.SecretKey, aCfg.AcceptedKeys = oldKey, [][]byte{newKey}
+	a, recA := startMember(t, aCfg)
+	bCfg := localConfig("b", a.Local().GossipAddr)
+	bCfg.SecretKey, bCfg.AcceptedKeys = newKey, [][]byte{oldKey}
+	b, recB := startMember(t, bCfg)
+	recA.waitJoined(t, b.Local().ID)
+	recB.waitJoined(t, a.Local().ID)
+	for name, bad := range map[string]func(*Config){
+		"accepted keys without a key": func(c *Config) { c.SecretKey, c.AcceptedKeys = nil, [][]byte{oldKey} },
+		"an accepted key of 15 bytes": func(c *Config) { c.SecretKey, c.AcceptedKeys = oldKey, [][]byte{make([]byte, 15)} },
+	} {
+		c := localConfig("x")
+		bad(&c)
+		if _, err := New(c, nil); err == nil || !strings.Contains(err.Error(), "AcceptedKeys") {
+			t.Errorf("%s: %v, want an error naming AcceptedKeys", name, err)
+		}
+	}
+}
