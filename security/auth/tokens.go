@@ -9,11 +9,10 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unicode"
 
+	"github.com/granaryio/granary/internal/reload"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 )
@@ -118,21 +117,8 @@ const DefaultCheckInterval = time.Second
 // change that does not parse is logged and the tokens in use are kept.
 // Its methods may be called from any goroutine.
 type TokenFile struct {
-	path     string
-	log      *zap.Logger
-	clock    clockwork.Clock
-	interval time.Duration
-
-	cur       atomic.Pointer[loadedTokens]
-	nextCheck atomic.Int64
-	mu        sync.Mutex
-	failed    []byte // the contents that last failed, to log them once
-	failedErr string
-}
-
-type loadedTokens struct {
-	raw    []byte
-	tokens *Tokens
+	path string
+	cur  *reload.Value[*Tokens]
 }
 
 // TokenFileOptions tune a TokenFile.
@@ -151,23 +137,29 @@ func LoadTokenFile(path string, o TokenFileOptions) (*TokenFile, error) {
 	if o.CheckInterval <= 0 {
 		o.CheckInterval = DefaultCheckInterval
 	}
-	if o.Logger == nil {
-		o.Logger = zap.NewNop()
-	}
-	if o.Clock == nil {
-		o.Clock = clockwork.NewRealClock()
-	}
-	f := &TokenFile{path: path, log: o.Logger, clock: o.Clock, interval: o.CheckInterval}
-	raw, err := f.read()
+	f := &TokenFile{path: path}
+	var err error
+	f.cur, err = reload.New(reload.Options[*Tokens]{
+		Read: f.read,
+		Parse: func(raw []byte) (*Tokens, error) {
+			t, err := ParseTokens(raw)
+			if err != nil {
+				return nil, fmt.Errorf("%w (%s)", err, path)
+			}
+			return t, nil
+		},
+		Interval: o.CheckInterval,
+		Clock:    o.Clock,
+		Logger:   o.Logger,
+		Failed:   "token file changed but cannot be used: keeping the tokens in use",
+		Loaded:   "token file re-read",
+		Fields: func(t *Tokens) []zap.Field {
+			return []zap.Field{zap.String("file", path), zap.Int("tokens", t.Len())}
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
-	t, err := ParseTokens(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w (%s)", err, path)
-	}
-	f.cur.Store(&loadedTokens{raw: raw, tokens: t})
-	f.nextCheck.Store(f.clock.Now().Add(f.interval).UnixNano())
 	return f, nil
 }
 
@@ -182,49 +174,11 @@ func (f *TokenFile) Lookup(token string) (string, bool) {
 
 // Tokens returns the tokens in use, after re-reading the file when a
 // check is due.
-func (f *TokenFile) Tokens() *Tokens {
-	if now := f.clock.Now().UnixNano(); now >= f.nextCheck.Load() && f.mu.TryLock() {
-		if now >= f.nextCheck.Load() {
-			f.nextCheck.Store(now + f.interval.Nanoseconds())
-			_ = f.checkLocked()
-		}
-		f.mu.Unlock()
-	}
-	return f.cur.Load().tokens
-}
+func (f *TokenFile) Tokens() *Tokens { return f.cur.Get() }
 
 // Check re-reads the file now, returning the error that kept a change
 // out.
-func (f *TokenFile) Check() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.nextCheck.Store(f.clock.Now().Add(f.interval).UnixNano())
-	return f.checkLocked()
-}
-
-func (f *TokenFile) checkLocked() error {
-	raw, err := f.read()
-	if err == nil && bytes.Equal(raw, f.cur.Load().raw) {
-		f.failed, f.failedErr = nil, ""
-		return nil
-	}
-	var t *Tokens
-	if err == nil {
-		t, err = ParseTokens(raw)
-	}
-	if err != nil {
-		// Logged once per state of the file, a missing file included.
-		if !bytes.Equal(raw, f.failed) || err.Error() != f.failedErr {
-			f.failed, f.failedErr = raw, err.Error()
-			f.log.Warn("token file changed but cannot be used: keeping the tokens in use", zap.String("file", f.path), zap.Error(err))
-		}
-		return err
-	}
-	f.failed, f.failedErr = nil, ""
-	f.cur.Store(&loadedTokens{raw: raw, tokens: t})
-	f.log.Info("token file re-read", zap.String("file", f.path), zap.Int("tokens", t.Len()))
-	return nil
-}
+func (f *TokenFile) Check() error { return f.cur.Check() }
 
 func (f *TokenFile) read() ([]byte, error) {
 	fh, err := os.Open(f.path)

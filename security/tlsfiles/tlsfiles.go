@@ -32,10 +32,9 @@ import (
 	"net"
 	"os"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/granaryio/granary/internal/reload"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials"
@@ -95,21 +94,12 @@ type Options struct {
 // Source holds the material read from Files, re-read when it changes. Its
 // methods may be called from any goroutine.
 type Source struct {
-	files    Files
-	log      *zap.Logger
-	clock    clockwork.Clock
-	interval time.Duration
-
-	cur       atomic.Pointer[material]
-	nextCheck atomic.Int64 // unix nanoseconds of the next check
-	checkMu   sync.Mutex   // one check at a time
-	failed    []byte       // the contents of the last set that failed, to log it once
-	failedErr string       // and its error
+	files Files
+	cur   *reload.Value[*material]
 }
 
 // material is one read of the files.
 type material struct {
-	raw  []byte // the files' contents, concatenated, to see a change
 	cert *tls.Certificate
 	pool *x509.CertPool // nil: no CA file
 }
@@ -126,23 +116,28 @@ func Load(files Files, o Options) (*Source, error) {
 	if o.CheckInterval <= 0 {
 		o.CheckInterval = DefaultCheckInterval
 	}
-	if o.Logger == nil {
-		o.Logger = zap.NewNop()
-	}
-	if o.Clock == nil {
-		o.Clock = clockwork.NewRealClock()
-	}
-	s := &Source{files: files, log: o.Logger, clock: o.Clock, interval: o.CheckInterval}
-	raw, err := s.readAll()
+	s := &Source{files: files}
+	var err error
+	s.cur, err = reload.New(reload.Options[*material]{
+		Read:     s.readAll,
+		Parse:    s.parse,
+		Interval: o.CheckInterval,
+		Clock:    o.Clock,
+		Logger:   o.Logger,
+		Failed:   "TLS files changed but cannot be used: keeping the certificates in use",
+		Loaded:   "TLS files re-read: new handshakes use them",
+		Fields: func(m *material) []zap.Field {
+			fields := []zap.Field{zap.String("cert_file", files.Cert), zap.String("ca_file", files.CA)}
+			if m.cert != nil && m.cert.Leaf != nil {
+				fields = append(fields, zap.String("subject", m.cert.Leaf.Subject.String()),
+					zap.String("serial", m.cert.Leaf.SerialNumber.Text(16)), zap.Time("not_after", m.cert.Leaf.NotAfter))
+			}
+			return fields
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	s.cur.Store(m)
-	s.nextCheck.Store(s.clock.Now().Add(s.interval).UnixNano())
 	return s, nil
 }
 
@@ -161,58 +156,12 @@ func (s *Source) Certificate() *tls.Certificate { return s.current().cert }
 
 // Check re-reads the files now and swaps in their contents if they
 // changed and are whole. It returns the error that kept a change out.
-func (s *Source) Check() error {
-	s.checkMu.Lock()
-	defer s.checkMu.Unlock()
-	s.nextCheck.Store(s.clock.Now().Add(s.interval).UnixNano())
-	return s.checkLocked()
-}
+func (s *Source) Check() error { return s.cur.Check() }
 
 // current returns the material in use, checking the files first when a
-// check is due. Handshakes call it.
-func (s *Source) current() *material {
-	if now := s.clock.Now().UnixNano(); now >= s.nextCheck.Load() && s.checkMu.TryLock() {
-		// TryLock: a handshake never waits on another's read of the
-		// files; it takes the material in use.
-		if now >= s.nextCheck.Load() {
-			s.nextCheck.Store(now + s.interval.Nanoseconds())
-			_ = s.checkLocked() // logged by checkLocked
-		}
-		s.checkMu.Unlock()
-	}
-	return s.cur.Load()
-}
-
-// checkLocked re-reads the files. checkMu held.
-func (s *Source) checkLocked() error {
-	raw, err := s.readAll()
-	if err == nil && bytes.Equal(raw, s.cur.Load().raw) {
-		s.failed, s.failedErr = nil, ""
-		return nil
-	}
-	var m *material
-	if err == nil {
-		m, err = s.parse(raw)
-	}
-	if err != nil {
-		// Logged once per state of the files: a file gone missing
-		// (raw nil) is logged as a change too.
-		if !bytes.Equal(raw, s.failed) || err.Error() != s.failedErr {
-			s.failed, s.failedErr = raw, err.Error()
-			s.log.Warn("TLS files changed but cannot be used: keeping the certificates in use", zap.Error(err))
-		}
-		return err
-	}
-	s.failed, s.failedErr = nil, ""
-	s.cur.Store(m)
-	fields := []zap.Field{zap.String("cert_file", s.files.Cert), zap.String("ca_file", s.files.CA)}
-	if m.cert != nil && m.cert.Leaf != nil {
-		fields = append(fields, zap.String("subject", m.cert.Leaf.Subject.String()),
-			zap.String("serial", m.cert.Leaf.SerialNumber.Text(16)), zap.Time("not_after", m.cert.Leaf.NotAfter))
-	}
-	s.log.Info("TLS files re-read: new handshakes use them", fields...)
-	return nil
-}
+// check is due. Handshakes call it; one never waits on another's read of
+// the files.
+func (s *Source) current() *material { return s.cur.Get() }
 
 func (s *Source) readAll() ([]byte, error) {
 	var all []byte
@@ -232,7 +181,7 @@ func (s *Source) readAll() ([]byte, error) {
 
 // parse turns the files' contents into material.
 func (s *Source) parse(raw []byte) (*material, error) {
-	m := &material{raw: raw}
+	m := &material{}
 	parts := bytes.SplitN(raw, []byte{0}, 4)
 	certPEM, keyPEM, caPEM := parts[0], parts[1], parts[2]
 	if s.files.Cert != "" {
