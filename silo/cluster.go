@@ -316,9 +316,16 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	if err := cl.mship.Start(ctx); err != nil {
 		return fmt.Errorf("silo: cluster: joining: %w", err)
 	}
-	// Take the members known now, then become active.
+	// Take the members known now, then become active. Under mutual TLS
+	// they are verified first, so that this silo does not serve calls
+	// while it takes itself for alone: it would place and register
+	// grains that its peers hold.
+	known := cl.mship.Members()
+	if cl.gate != nil {
+		cl.gate.verifyNow(ctx, known)
+	}
 	cl.viewMu.Lock()
-	for _, m := range cl.mship.Members() {
+	for _, m := range known {
 		if m.ID != cl.self {
 			cl.applyLocked(membership.Event{Kind: membership.EventJoined, Member: m})
 		}

@@ -114,6 +114,12 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 	var aLogs, xLogs *observer.ObservedLogs
 	a := grpcSiloWith(t, "a", nil, registerBenchProbe(t), withClusterTLS(t, cluster.siloFiles("a"), &aLogs, nil))
 	b := grpcSiloWith(t, "b", []string{gossipAddr(a)}, registerBenchProbe(t), withClusterTLS(t, cluster.siloFiles("b"), nil, nil))
+	// A starting silo verifies the members it knows before it serves, so
+	// that it never takes itself for alone and places grains its peers
+	// hold.
+	if n := len(b.cl.view.Load().hosts[probe.ProbeGrainType]); n != 2 {
+		t.Errorf("b serves with %d silos in its view, want a and itself", n)
+	}
 	waitFor(t, "a and b to admit each other", func() bool {
 		return len(a.cl.view.Load().hosts[probe.ProbeGrainType]) == 2 && len(b.cl.view.Load().hosts[probe.ProbeGrainType]) == 2
 	})

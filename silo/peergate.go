@@ -128,9 +128,41 @@ func (g *peerGate) verify(id string) {
 	}
 }
 
+// verifyNow shakes hands with each of members at once, waiting for all
+// (each bounded by the handshake timeout, all by ctx), and admits those
+// that pass: a starting silo learns its peers before it serves. Those
+// that fail are verified in the background like any new member.
+func (g *peerGate) verifyNow(ctx context.Context, members []membership.Member) {
+	var wg sync.WaitGroup
+	passed := make([]bool, len(members))
+	for i, m := range members {
+		if m.ID == g.cl.self {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			passed[i] = g.handshakeCtx(ctx, m.GRPCAddr) == nil
+		}()
+	}
+	wg.Wait()
+	g.cl.viewMu.Lock()
+	defer g.cl.viewMu.Unlock()
+	for i, m := range members {
+		if passed[i] {
+			g.verified[m.ID] = true
+		}
+	}
+}
+
 // handshake runs one TLS handshake with the silo at addr.
 func (g *peerGate) handshake(addr string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	return g.handshakeCtx(context.Background(), addr)
+}
+
+// handshakeCtx is handshake within ctx too.
+func (g *peerGate) handshakeCtx(parent context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(parent, g.timeout)
 	defer cancel()
 	go func() {
 		select {
