@@ -47,6 +47,7 @@ func (c Config) Silo(ctx context.Context, logger *zap.Logger) (cfg silo.Config, 
 		gc := silo.DefaultGatewayConfig()
 		gc.Listen = c.Gateway.Listen
 		gc.Advertise = c.Gateway.Advertise
+		gc.Transport.MaxConnections = c.Gateway.MaxConnections
 		gwSrc, gwTLS, err := c.serverTLS("gateway.tls", c.Gateway.TLS, logger, tlsfiles.ServerOptions{})
 		if err != nil {
 			return silo.Config{}, closeStorage, err

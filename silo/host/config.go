@@ -179,6 +179,11 @@ type GatewayConfig struct {
 	TLS TLSConfig `yaml:"tls"`
 	// Auth authenticates the gateway's callers.
 	Auth GatewayAuthConfig `yaml:"auth"`
+	// MaxConnections is the most client connections the gateway holds
+	// at once; one over it is closed at once and counted in
+	// granary_rejected_total. Each Go client holds one per gateway.
+	// Default 4096.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // GatewayAuthConfig authenticates the gateway's callers. With a token
@@ -278,7 +283,7 @@ func DefaultConfig() Config {
 			Profile: "lan",
 			TLS:     TLSConfig{Mode: tlsOff},
 		},
-		Gateway: GatewayConfig{Listen: ":30000", TLS: TLSConfig{Mode: tlsOff}},
+		Gateway: GatewayConfig{Listen: ":30000", TLS: TLSConfig{Mode: tlsOff}, MaxConnections: 4096},
 		Storage: StorageConfig{DataDir: "./data"},
 		Tracing: TracingConfig{Exporter: exporterNone, Endpoint: "localhost:4317", SampleRatio: 1},
 	}
@@ -323,6 +328,9 @@ func (c Config) Validate() error {
 	}
 	v.dialAddr("gateway.advertise", c.Gateway.Advertise)
 	v.checkTLS("gateway.tls", c.Gateway.TLS, tlsOff, tlsOn, tlsMutual)
+	if c.Gateway.MaxConnections < 1 {
+		v.bad("gateway.max_connections", "%d must be at least 1", c.Gateway.MaxConnections)
+	}
 	if c.Gateway.Auth.TokenFile != "" && c.Gateway.TLS.Mode == tlsOff {
 		v.bad("gateway.auth.token_file", "needs gateway.tls.mode tls or mtls: bearer tokens would cross the network in the clear")
 	}

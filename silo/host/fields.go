@@ -114,6 +114,8 @@ var fields = []*field{
 		func(c *Config) *string { return &c.Gateway.TLS.KeyFile }),
 	text("gateway.tls.ca_file", "file", "gateway: the CA bundle peers' certificates must chain to, PEM",
 		func(c *Config) *string { return &c.Gateway.TLS.CAFile }),
+	integer("gateway.max_connections", "n", "the most client connections the gateway holds at once; one over it is closed at once and counted",
+		func(c *Config) *int { return &c.Gateway.MaxConnections }),
 	text("gateway.auth.token_file", "file", "bearer tokens clients may send, TOKEN PRINCIPAL a line, re-read when it changes",
 		func(c *Config) *string { return &c.Gateway.Auth.TokenFile }),
 	text("storage.provider", "memory|embedded|postgres", "the default storage provider (default: embedded for a silo alone; a cluster must choose)",
@@ -216,6 +218,21 @@ func optionalBool(path, help string, at func(*Config) **bool) *field {
 			}
 			return "auto"
 		},
+	}
+}
+
+func integer(path, arg, help string, at func(*Config) *int) *field {
+	return &field{
+		path: path, arg: arg, help: help,
+		set: func(c *Config, s string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("%q is not a whole number", s)
+			}
+			*at(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(*at(c)) },
 	}
 }
 

@@ -359,7 +359,7 @@ func TestHelp(t *testing.T) {
 func TestSchemaMatchesFields(t *testing.T) {
 	var c Config
 	for _, f := range fields {
-		value := map[string]string{"duration": "7s", "bool": "true", "true|false|auto": "true", "0..1": "0.25", "host:port,...": "h:1"}[f.arg]
+		value := map[string]string{"duration": "7s", "bool": "true", "true|false|auto": "true", "0..1": "0.25", "host:port,...": "h:1", "n": "17"}[f.arg]
 		if value == "" {
 			value = "v-" + f.path
 		}

@@ -218,3 +218,16 @@ func TestRunSecured(t *testing.T) {
 		t.Errorf("%s has %d series, want the gateway's and the admin server's refusals", security.MetricName, n)
 	}
 }
+
+func TestGatewayMaxConnectionsReachesTheGateway(t *testing.T) {
+	c := testConfig(t)
+	c.Gateway.MaxConnections = 17
+	cfg, closeStorage, err := c.Silo(context.Background(), nil)
+	closeStorage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Gateway.Transport.MaxConnections; got != 17 {
+		t.Errorf("the gateway's MaxConnections = %d, want 17", got)
+	}
+}
