@@ -16,6 +16,7 @@ import (
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/certs"
 	"github.com/granaryio/granary/security/tlsfiles"
+	"github.com/granaryio/granary/silo/membership"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -113,12 +114,31 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 	cluster, other := newTestCA(t, "cluster"), newTestCA(t, "other")
 	var aLogs, xLogs *observer.ObservedLogs
 	a := grpcSiloWith(t, "a", nil, registerBenchProbe(t), withClusterTLS(t, cluster.siloFiles("a"), &aLogs, nil))
-	b := grpcSiloWith(t, "b", []string{gossipAddr(a)}, registerBenchProbe(t), withClusterTLS(t, cluster.siloFiles("b"), nil, nil))
-	// A starting silo verifies the members it knows before it serves, so
-	// that it never takes itself for alone and places grains its peers
-	// hold.
-	if n := len(b.cl.view.Load().hosts[probe.ProbeGrainType]); n != 2 {
-		t.Errorf("b serves with %d silos in its view, want a and itself", n)
+	// A starting silo verifies the members it knows before it turns
+	// active, so that it never serves while taking itself for alone: the
+	// view b has at the instant it turns active holds a.
+	var bSilo *Silo
+	viewAtActive := -1
+	tlsTweak := withClusterTLS(t, cluster.siloFiles("b"), nil, nil)
+	b := grpcSiloWith(t, "b", []string{gossipAddr(a)}, func(s *Silo) {
+		bSilo = s
+		registerBenchProbe(t)(s)
+	}, func(cfg *Config) {
+		tlsTweak(cfg)
+		cfg.Cluster.NewMembership = func(mc membership.Config, on func(membership.Event)) (membership.Service, error) {
+			m, err := membership.New(mc, on)
+			if err != nil {
+				return nil, err
+			}
+			return &onActive{Service: m, f: func() {
+				bSilo.cl.viewMu.Lock()
+				viewAtActive = len(bSilo.cl.members)
+				bSilo.cl.viewMu.Unlock()
+			}}, nil
+		}
+	})
+	if viewAtActive != 1 {
+		t.Errorf("b turned active knowing %d other silos, want a", viewAtActive)
 	}
 	waitFor(t, "a and b to admit each other", func() bool {
 		return len(a.cl.view.Load().hosts[probe.ProbeGrainType]) == 2 && len(b.cl.view.Load().hosts[probe.ProbeGrainType]) == 2
@@ -162,6 +182,22 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 			t.Errorf("%s's log does not say why x was refused: %v", name, logs.All())
 		}
 	}
+}
+
+// onActive is a membership Service that calls f when the silo turns
+// itself active, before the change is made.
+type onActive struct {
+	membership.Service
+	f func()
+}
+
+func (o *onActive) Update(fn func(*membership.Member)) error {
+	var m membership.Member
+	fn(&m)
+	if m.Status == membership.StatusActive {
+		o.f()
+	}
+	return o.Service.Update(fn)
 }
 
 // TestClusterCertificateRotationUnderLoadFailsNoCall rotates a 3-silo

@@ -39,8 +39,11 @@ type peerGate struct {
 	verified map[string]bool
 	stopped  bool // close began: no verification starts
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// ctx ends when the gate closes: it ends the waits and handshakes in
+	// flight.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // maxGateRetry bounds the wait between two handshakes with a member that
@@ -52,12 +55,13 @@ func newPeerGate(cl *cluster, dial *tls.Config, timeout, retry time.Duration) *p
 	if len(c.NextProtos) == 0 {
 		c.NextProtos = []string{"h2"}
 	}
-	return &peerGate{
+	g := &peerGate{
 		cl: cl, tls: c, timeout: timeout, retry: retry,
 		pending:  map[string]membership.Member{},
 		verified: map[string]bool{},
-		stop:     make(chan struct{}),
 	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	return g
 }
 
 // admitLocked reports whether ev may be applied to the view now. A member
@@ -98,7 +102,7 @@ func (g *peerGate) verify(id string) {
 		if !ok {
 			return
 		}
-		err := g.handshake(m.GRPCAddr)
+		err := g.handshake(g.ctx, m.GRPCAddr)
 		if err == nil {
 			g.cl.viewMu.Lock()
 			m, ok = g.pending[id]
@@ -120,7 +124,7 @@ func (g *peerGate) verify(id string) {
 				errors.New("silo "+id+" is kept out of the cluster: "+err.Error()))
 		}
 		select {
-		case <-g.stop:
+		case <-g.ctx.Done():
 			return
 		case <-g.cl.s.clock.After(wait):
 		}
@@ -142,7 +146,7 @@ func (g *peerGate) verifyNow(ctx context.Context, members []membership.Member) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			passed[i] = g.handshakeCtx(ctx, m.GRPCAddr) == nil
+			passed[i] = g.handshake(ctx, m.GRPCAddr) == nil
 		}()
 	}
 	wg.Wait()
@@ -155,22 +159,12 @@ func (g *peerGate) verifyNow(ctx context.Context, members []membership.Member) {
 	}
 }
 
-// handshake runs one TLS handshake with the silo at addr.
-func (g *peerGate) handshake(addr string) error {
-	return g.handshakeCtx(context.Background(), addr)
-}
-
-// handshakeCtx is handshake within ctx too.
-func (g *peerGate) handshakeCtx(parent context.Context, addr string) error {
-	ctx, cancel := context.WithTimeout(parent, g.timeout)
+// handshake runs one TLS handshake with the silo at addr, within ctx,
+// the handshake timeout and the gate's life.
+func (g *peerGate) handshake(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-g.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(g.ctx, cancel)()
 	d := tls.Dialer{Config: g.tls}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -179,10 +173,12 @@ func (g *peerGate) handshakeCtx(parent context.Context, addr string) error {
 	// TLS 1.3 tells a client its certificate was refused only on the
 	// first read after the handshake: read until the server has spoken
 	// (its HTTP/2 settings) or refused.
-	tc := conn.(*tls.Conn)
-	_ = tc.SetReadDeadline(time.Now().Add(g.timeout))
-	_, err = tc.Read(make([]byte, 1))
-	tc.Close()
+	defer conn.Close()
+	defer context.AfterFunc(ctx, func() { conn.Close() })() // a closing gate ends the read
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetReadDeadline(dl)
+	}
+	_, err = conn.Read(make([]byte, 1))
 	return err
 }
 
@@ -192,6 +188,6 @@ func (g *peerGate) close() {
 	g.cl.viewMu.Lock()
 	g.stopped = true
 	g.cl.viewMu.Unlock()
-	close(g.stop)
+	g.cancel()
 	g.wg.Wait()
 }

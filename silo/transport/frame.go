@@ -115,3 +115,23 @@ func peekHeader(b []byte) (kind granaryv1.EnvelopeKind, callID uint64, ok bool) 
 
 // unmarshalEnvelope decodes one envelope.
 func unmarshalEnvelope(b []byte, env *granaryv1.Envelope) error { return proto.Unmarshal(b, env) }
+
+// openingHello reads the first frame of a stream: the hello that must open
+// it, and the envelopes after it in the same frame. ok is false when the
+// frame is malformed or does not open with a hello naming its sender.
+func openingHello(frame []byte) (hello *granaryv1.Envelope, rest [][]byte, ok bool) {
+	err := splitFrame(frame, func(b []byte) {
+		if hello == nil {
+			hello = new(granaryv1.Envelope)
+			if proto.Unmarshal(b, hello) != nil {
+				hello.Reset()
+			}
+			return
+		}
+		rest = append(rest, b)
+	})
+	if err != nil || hello == nil || hello.Kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO || hello.Hello.GetSilo() == "" {
+		return nil, nil, false
+	}
+	return hello, rest, true
+}

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"sync"
 
-	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	grpcpeer "google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/proto"
 )
 
 // The gRPC services whose Connect method carries streams of frames:
@@ -271,17 +269,8 @@ func StreamHello(m any) (sender string, ok bool) {
 	if !isFrame {
 		return "", false
 	}
-	var hello *granaryv1.Envelope
-	err := splitFrame(f.b, func(b []byte) {
-		if hello != nil {
-			return
-		}
-		hello = new(granaryv1.Envelope)
-		if proto.Unmarshal(b, hello) != nil {
-			hello.Reset()
-		}
-	})
-	if err != nil || hello == nil || hello.Kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO || hello.Hello.GetSilo() == "" {
+	hello, _, ok := openingHello(f.b)
+	if !ok {
 		return "", false
 	}
 	return hello.Hello.GetSilo(), true

@@ -485,18 +485,8 @@ func (t *Transport) serve(conn Conn, ended <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
-	var hello *granaryv1.Envelope
-	var rest [][]byte
-	if err := splitFrame(f, func(b []byte) {
-		if hello == nil {
-			hello = new(granaryv1.Envelope)
-			if proto.Unmarshal(b, hello) != nil {
-				hello.Reset()
-			}
-			return
-		}
-		rest = append(rest, b)
-	}); err != nil || hello == nil || hello.Kind != granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO || hello.Hello == nil || hello.Hello.Silo == "" {
+	hello, rest, ok := openingHello(f)
+	if !ok {
 		t.cfg.Rejections.Reject(t.cfg.listener(), security.ReasonMalformedFrame, remoteAddr(conn), errNoHello)
 		return status.Error(codes.InvalidArgument, "granary: a silo stream must open with a hello")
 	}
