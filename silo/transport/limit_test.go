@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/security"
 	"go.uber.org/zap"
 )
@@ -154,11 +155,7 @@ func TestGarbageOnTheListenerIsCounted(t *testing.T) {
 	if _, err := c.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(defaultTestTimeout)
-	for rej.Count(security.ListenerSilo, security.ReasonMalformedFrame) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("garbage on the listener was not counted")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, defaultTestTimeout, "the garbage to be counted", func() bool {
+		return rej.Count(security.ListenerSilo, security.ReasonMalformedFrame) == 1
+	})
 }
