@@ -15,8 +15,8 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/hashmix"
+	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
-	"github.com/granaryio/granary/silo/transport"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

@@ -14,11 +14,11 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/placement"
-	"github.com/granaryio/granary/silo/transport"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/membership"
-	"github.com/granaryio/granary/silo/transport"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/emptypb"
 )

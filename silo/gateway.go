@@ -12,12 +12,12 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo/grpcapi"
 	"github.com/granaryio/granary/silo/membership"
-	"github.com/granaryio/granary/silo/transport"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

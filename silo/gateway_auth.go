@@ -37,11 +37,11 @@ import (
 	"sync"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo/grpcapi"
-	"github.com/granaryio/granary/silo/transport"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"

@@ -6,7 +6,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
-	"github.com/granaryio/granary/silo/transport"
+	"github.com/granaryio/granary/internal/transport"
 	"testing"
 	"time"
 

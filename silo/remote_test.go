@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
-	"github.com/granaryio/granary/silo/transport"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/admin"
 	"github.com/granaryio/granary/silo/admin/adminapi"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/metrics"
-	"github.com/granaryio/granary/silo/transport"
 	"google.golang.org/grpc/codes"
 )
 

@@ -10,10 +10,10 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/storage"
-	"github.com/granaryio/granary/silo/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
