@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"google.golang.org/grpc/codes"
@@ -136,7 +137,7 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	if err := ctx.Err(); err != nil {
 		return nil, contextError(ctx)
 	}
-	o := grain.ResolveCallOptions(m, opts)
+	o := grainrt.ResolveCallOptions(m.Timeout, m.OneWay, opts)
 	timeout := o.Timeout
 	if timeout <= 0 {
 		timeout = c.o.callTimeout
@@ -159,8 +160,8 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 		Payload:     payload,
 		Observer:    m.Observe != nil,
 	}
-	if h := ctx.Value(grain.HeaderKey()); h != nil {
-		kv := grain.AppendHeaders(nil, h)
+	if h := ctx.Value(grainrt.HeaderKey()); h != nil {
+		kv := grainrt.AppendHeaders(nil, h)
 		env.Headers = make([]*granaryv1.Header, 0, len(kv)/2)
 		for i := 0; i+1 < len(kv); i += 2 {
 			env.Headers = append(env.Headers, &granaryv1.Header{Key: kv[i], Value: kv[i+1]})

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -29,7 +30,7 @@ func (c *Client) filtered(ctx context.Context, id grain.ID, m *grain.MethodDesc,
 	if err := checkCall(id, m); err != nil {
 		return grain.Failed(err)
 	}
-	return grain.SendThrough(c.o.outgoing, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
+	return grainrt.SendThrough(c.o.outgoing, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
 		return c.startAsync(ctx, id, m, req, opts)
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/granaryio/granary/internal/grainrt"
 )
 
 // A Caller sends calls to grains. A silo, a grain's Context (through
@@ -77,8 +79,9 @@ func AwaitAll(ctx context.Context, calls ...Waiter) error {
 	return first
 }
 
-// Failed returns a Pending that has already failed with err: a Caller
-// returns one when it could not send the call at all.
+// Failed returns a Pending that has already failed with err: an
+// OutgoingFilter returns one to refuse a call, and a Caller when it could
+// not send the call at all.
 func Failed(err error) Pending { return failed{err} }
 
 type failed struct{ err error }
@@ -86,36 +89,12 @@ type failed struct{ err error }
 func (f failed) Await(context.Context) (proto.Message, error) { return nil, f.err }
 
 // CallOption changes one call. Pass them to a reference's methods.
-type CallOption struct {
-	timeout time.Duration
-	oneWay  bool
-}
+type CallOption = grainrt.CallOption
 
 // WithTimeout bounds the call: the caller gets DeadlineExceeded after d,
 // and the callee's context carries the deadline. The earlier of this and
 // the caller's context deadline wins.
-func WithTimeout(d time.Duration) CallOption { return CallOption{timeout: d} }
+func WithTimeout(d time.Duration) CallOption { return grainrt.WithTimeout(d) }
 
 // OneWay sends the call without waiting for, or getting, a reply.
-func OneWay() CallOption { return CallOption{oneWay: true} }
-
-// CallOptions is what a list of CallOptions comes to, with a method's own
-// options applied first. Callers' implementations use it.
-type CallOptions struct {
-	Timeout time.Duration // 0: the runtime's default
-	OneWay  bool
-}
-
-// ResolveCallOptions applies m's options, then opts.
-func ResolveCallOptions(m *MethodDesc, opts []CallOption) CallOptions {
-	o := CallOptions{Timeout: m.Timeout, OneWay: m.OneWay}
-	for _, op := range opts {
-		if op.timeout > 0 {
-			o.Timeout = op.timeout
-		}
-		if op.oneWay {
-			o.OneWay = true
-		}
-	}
-	return o
-}
+func OneWay() CallOption { return grainrt.OneWay() }

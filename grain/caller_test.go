@@ -14,40 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 )
-
-func TestResolveCallOptions(t *testing.T) {
-	plain := &grain.MethodDesc{Name: "Get"}
-	timed := &grain.MethodDesc{Name: "Get", Timeout: 5 * time.Second}
-	oneWay := &grain.MethodDesc{Name: "Notify", OneWay: true, Timeout: time.Second}
-	tests := []struct {
-		name string
-		m    *grain.MethodDesc
-		opts []grain.CallOption
-		want grain.CallOptions
-	}{
-		{"no options", plain, nil, grain.CallOptions{}},
-		{"method timeout", timed, nil, grain.CallOptions{Timeout: 5 * time.Second}},
-		{"method one-way", oneWay, nil, grain.CallOptions{Timeout: time.Second, OneWay: true}},
-		{"call timeout replaces the method's", timed, []grain.CallOption{grain.WithTimeout(2 * time.Second)}, grain.CallOptions{Timeout: 2 * time.Second}},
-		{"call timeout on a method without one", plain, []grain.CallOption{grain.WithTimeout(time.Minute)}, grain.CallOptions{Timeout: time.Minute}},
-		{"call timeout may be longer than the method's", timed, []grain.CallOption{grain.WithTimeout(time.Hour)}, grain.CallOptions{Timeout: time.Hour}},
-		{"last timeout wins", timed, []grain.CallOption{grain.WithTimeout(time.Second), grain.WithTimeout(3 * time.Second)}, grain.CallOptions{Timeout: 3 * time.Second}},
-		{"zero timeout keeps the method's", timed, []grain.CallOption{grain.WithTimeout(0)}, grain.CallOptions{Timeout: 5 * time.Second}},
-		{"negative timeout keeps the method's", timed, []grain.CallOption{grain.WithTimeout(-time.Second)}, grain.CallOptions{Timeout: 5 * time.Second}},
-		{"call one-way", timed, []grain.CallOption{grain.OneWay()}, grain.CallOptions{Timeout: 5 * time.Second, OneWay: true}},
-		{"one-way and timeout", plain, []grain.CallOption{grain.OneWay(), grain.WithTimeout(time.Second)}, grain.CallOptions{Timeout: time.Second, OneWay: true}},
-		{"timeout does not undo one-way", oneWay, []grain.CallOption{grain.WithTimeout(2 * time.Second)}, grain.CallOptions{Timeout: 2 * time.Second, OneWay: true}},
-		{"zero CallOption changes nothing", oneWay, []grain.CallOption{{}}, grain.CallOptions{Timeout: time.Second, OneWay: true}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := grain.ResolveCallOptions(tt.m, tt.opts); got != tt.want {
-				t.Errorf("ResolveCallOptions = %+v, want %+v", got, tt.want)
-			}
-		})
-	}
-}
 
 type ctxKey string
 
@@ -216,7 +184,7 @@ func (c *fakeGrainContext) Deadline() (time.Time, bool) { return time.Time{}, fa
 func (c *fakeGrainContext) Done() <-chan struct{}       { return nil }
 func (c *fakeGrainContext) Err() error                  { return nil }
 func (c *fakeGrainContext) Value(key any) any {
-	if key == grain.ContextKey() {
+	if key == grainrt.ContextKey() {
 		return c
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/granaryio/granary/internal/grainrt"
 )
 
 // Context is what a grain method, hook or timer runs with. It is a
@@ -64,19 +66,12 @@ type Context interface {
 	Blocking(fn func())
 }
 
-type contextKey struct{}
-
-// ContextKey is the context value key under which a runtime's Context
-// answers with itself, so FromContext finds it inside derived contexts.
-// Runtime implementations only.
-func ContextKey() any { return contextKey{} }
-
 // FromContext returns the grain Context that ctx is or was derived from.
 func FromContext(ctx context.Context) (Context, bool) {
 	if c, ok := ctx.(Context); ok {
 		return c, true
 	}
-	c, ok := ctx.Value(contextKey{}).(Context)
+	c, ok := ctx.Value(grainrt.ContextKey()).(Context)
 	return c, ok
 }
 
@@ -118,21 +113,11 @@ type Timer interface {
 	Stop()
 }
 
-// TimerOption changes a timer.
-type TimerOption func(*TimerOptions)
-
-// TimerOptions are a timer's settings.
-type TimerOptions struct {
-	// Interleave lets ticks run while a request awaits, and lets requests
-	// start while a tick awaits.
-	Interleave bool
-	// KeepAlive makes each tick count as activity, so the activation is not
-	// collected while the timer runs.
-	KeepAlive bool
-}
+// TimerOption changes a timer: Interleave, KeepAlive.
+type TimerOption func(*grainrt.TimerOptions)
 
 // Interleave lets the timer's ticks interleave with requests at awaits.
-func Interleave() TimerOption { return func(o *TimerOptions) { o.Interleave = true } }
+func Interleave() TimerOption { return func(o *grainrt.TimerOptions) { o.Interleave = true } }
 
 // KeepAlive keeps the activation alive while the timer runs.
-func KeepAlive() TimerOption { return func(o *TimerOptions) { o.KeepAlive = true } }
+func KeepAlive() TimerOption { return func(o *grainrt.TimerOptions) { o.KeepAlive = true } }

@@ -35,4 +35,16 @@
 //   - A context derived from a grain's Context (context.WithTimeout and
 //     the like) may be passed to calls; it carries the call chain, and it
 //     ends when the method returns.
+//
+// # For generated code
+//
+// Some names exist for the code protoc-gen-go-granary writes, as
+// grpc.ServiceDesc does for grpc-go's; grain authors rarely touch them.
+// ServiceDesc, MethodDesc, Handler, ObserverHandler and TypeOptions
+// describe a service; Registrar, Factory and RegisterOption register it;
+// ObserverHost creates observers; NewFuture wraps the Pending a Caller
+// returns. Generated code lives in its users' modules, so it uses only
+// names of this package. The runtimes' own plumbing (context keys, header
+// transport, resolved call options, state binding, filter chaining) is in
+// the module's internal/grainrt. StateSpec.Bind is for runtimes only.
 package grain

@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/granaryio/granary/internal/grainrt"
 )
 
 // DefaultStorage is the name of the storage provider a state is kept in
@@ -51,8 +53,9 @@ func (s *StateSpec[T]) StateName() string { return s.name }
 // ProviderName is the name of the storage provider that keeps the state.
 func (s *StateSpec[T]) ProviderName() string { return s.provider }
 
-// Bind makes the state object of one activation over store. Runtimes only.
-func (s *StateSpec[T]) Bind(store StateStore) BoundState {
+// Bind makes the state object of one activation over store. Runtimes
+// only.
+func (s *StateSpec[T]) Bind(store grainrt.StateStore) grainrt.BoundState {
 	st := &State[T]{spec: s, store: store}
 	st.value = st.newValue()
 	return st
@@ -67,7 +70,7 @@ func (s *StateSpec[T]) Of(ctx context.Context) *State[T] {
 	if !ok {
 		panic(fmt.Sprintf("grain: state %q read with a context that is not a grain's", s.name))
 	}
-	h, ok := c.(StateHost)
+	h, ok := c.(grainrt.StateHost)
 	if !ok {
 		panic(fmt.Sprintf("grain: the runtime of %s keeps no persistent state", c.ID()))
 	}
@@ -79,42 +82,9 @@ func (s *StateSpec[T]) Of(ctx context.Context) *State[T] {
 	return st
 }
 
-// StateDecl is the untyped side of a StateSpec, which registration options
-// and runtimes handle.
-type StateDecl interface {
-	StateName() string
-	ProviderName() string
-	Bind(store StateStore) BoundState
-}
-
-// BoundState is a state object bound to its activation's record. Runtimes
-// only: Read fills it before OnActivate.
-type BoundState interface {
-	Read(ctx context.Context) error
-}
-
-// StateHost is implemented by a runtime's Context: it returns the bound
-// state of the running activation that decl declared, or nil. Runtimes
-// only.
-type StateHost interface {
-	BoundState(decl StateDecl) BoundState
-}
-
-// StateStore reads and writes one state record of one grain. A runtime
-// binds it to a storage provider; its errors are gRPC status errors:
-// FailedPrecondition for a stale ETag, InvalidArgument for a state over the
-// provider's size limit, Unavailable when the store cannot be reached.
-type StateStore interface {
-	// Read returns the record's data and ETag; exists is false when there
-	// is no record, or it was cleared (the ETag may still be set then).
-	Read(ctx context.Context) (data []byte, etag string, exists bool, err error)
-	// Write stores data if the record's ETag is still etag ("" for no
-	// record yet) and returns the new ETag.
-	Write(ctx context.Context, data []byte, etag string) (newETag string, err error)
-	// Clear removes the data if the record's ETag is still etag, and
-	// returns the record's new ETag.
-	Clear(ctx context.Context, etag string) (newETag string, err error)
-}
+// StateDecl is a declared persistent state, the untyped side of a
+// StateSpec, which WithState takes: every *StateSpec is one.
+type StateDecl = grainrt.StateDecl
 
 // WithState declares the persistent states of a grain type's activations.
 func WithState(decls ...StateDecl) RegisterOption {
@@ -133,7 +103,7 @@ func WithState(decls ...StateDecl) RegisterOption {
 // the store, as Blocking does.
 type State[T proto.Message] struct {
 	spec   *StateSpec[T]
-	store  StateStore
+	store  grainrt.StateStore
 	value  T
 	etag   string
 	exists bool

@@ -11,6 +11,7 @@ import (
 	"github.com/granaryio/granary/activation/admission"
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,7 +45,7 @@ type activationRec struct {
 	impl  any // set by the activate turn; used by turns only
 	// states are the activation's persistent states, in the order of its
 	// type's declarations: set by the activate turn; used by turns only.
-	states []grain.BoundState
+	states []grainrt.BoundState
 	set    *workerSet // the stateless-worker set it belongs to, or nil
 	// registered: in a cluster, the directory holds this activation's
 	// entry, which it unregisters when it ends.

@@ -49,7 +49,7 @@ type call struct {
 	// cancel is the nearest caller context that can be cancelled (an
 	// outside caller's, or one a grain derived), or nil.
 	cancel  context.Context
-	headers any        // the caller's call headers, grain.HeaderKey's value
+	headers any        // the caller's call headers, grainrt.HeaderKey's value
 	chain   *chainLink // the requests waiting on this one, innermost first
 	depth   int        // len(chain)
 	caller  *call      // the calling turn's own record, for a call from a grain

@@ -7,6 +7,7 @@ import (
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,8 +28,8 @@ type turnCtx struct {
 }
 
 var (
-	grainCtxKey  = grain.ContextKey()
-	headerCtxKey = grain.HeaderKey()
+	grainCtxKey  = grainrt.ContextKey()
+	headerCtxKey = grainrt.HeaderKey()
 )
 
 // stopDerived releases the context behind Done, if one was made; the

@@ -6,6 +6,7 @@ import (
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -60,7 +61,7 @@ func (s *Silo) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *grain.
 	if len(s.cfg.OutgoingFilters) > 0 {
 		return s.filtered(from, ctx, id, m, req, opts).Await(ctx)
 	}
-	o := grain.ResolveCallOptions(m, opts)
+	o := grainrt.ResolveCallOptions(m.Timeout, m.OneWay, opts)
 	c, err := s.prepare(from, ctx, id, m, req, o)
 	if err != nil {
 		return nil, err
@@ -81,7 +82,7 @@ func (s *Silo) invokeAsync(from *turnCtx, ctx context.Context, id grain.ID, m *g
 }
 
 func (s *Silo) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
-	o := grain.ResolveCallOptions(m, opts)
+	o := grainrt.ResolveCallOptions(m.Timeout, m.OneWay, opts)
 	c, err := s.prepare(from, ctx, id, m, req, o)
 	if err != nil {
 		return grain.Failed(err)
@@ -96,13 +97,13 @@ func (s *Silo) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *gra
 
 // filtered runs the outgoing filters around an asynchronous send.
 func (s *Silo) filtered(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
-	return grain.SendThrough(s.cfg.OutgoingFilters, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
+	return grainrt.SendThrough(s.cfg.OutgoingFilters, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
 		return s.sendAsync(from, ctx, id, m, req, opts)
 	})
 }
 
 // prepare makes the call record: deadline, call chain, cancellation.
-func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grain.CallOptions) (*call, error) {
+func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grainrt.CallOptions) (*call, error) {
 	if m == nil {
 		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %s without a method", id)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/silo/placement"
@@ -296,7 +297,7 @@ func (cl *cluster) envelope(c *call, placed bool, o outgoing) error {
 	}
 	env.TimeoutNanos = int64(left)
 	if c.headers != nil {
-		kv := grain.AppendHeaders(nil, c.headers)
+		kv := grainrt.AppendHeaders(nil, c.headers)
 		env.Headers = make([]*granaryv1.Header, 0, len(kv)/2)
 		for i := 0; i+1 < len(kv); i += 2 {
 			env.Headers = append(env.Headers, &granaryv1.Header{Key: kv[i], Value: kv[i+1]})
@@ -399,7 +400,7 @@ func (s *Silo) incoming(from string, env *granaryv1.Envelope, id grain.ID, m *gr
 		for _, h := range env.Headers {
 			kv = append(kv, h.Key, h.Value)
 		}
-		c.headers = grain.HeadersFromPairs(kv)
+		c.headers = grainrt.HeadersFromPairs(kv)
 	}
 	if !oneWay {
 		c.waiter, c.responder = waiter, r

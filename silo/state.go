@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/granaryio/granary/silo/storage/boltstore"
 	"go.uber.org/zap"
@@ -112,7 +113,7 @@ func (a *activationRec) readStates(ctx context.Context) error {
 	if len(decls) == 0 {
 		return nil
 	}
-	a.states = make([]grain.BoundState, len(decls))
+	a.states = make([]grainrt.BoundState, len(decls))
 	for i, d := range decls {
 		b := d.Bind(&stateStore{s: a.s, p: a.s.providers[d.ProviderName()], provider: d.ProviderName(), id: a.id, name: d.StateName()})
 		if err := b.Read(ctx); err != nil {
@@ -123,9 +124,9 @@ func (a *activationRec) readStates(ctx context.Context) error {
 	return nil
 }
 
-// BoundState implements grain.StateHost: the running activation's state
+// BoundState implements grainrt.StateHost: the running activation's state
 // that decl declared, or nil.
-func (t *turnCtx) BoundState(decl grain.StateDecl) grain.BoundState {
+func (t *turnCtx) BoundState(decl grain.StateDecl) grainrt.BoundState {
 	a := t.c.act
 	if i := slices.Index(a.typ.opts.States, decl); i >= 0 && i < len(a.states) {
 		return a.states[i]
@@ -134,7 +135,7 @@ func (t *turnCtx) BoundState(decl grain.StateDecl) grain.BoundState {
 }
 
 // stateStore is one activation's record of one state in its provider: a
-// grain.StateStore that turns the provider's errors into the status codes
+// grainrt.StateStore that turns the provider's errors into the status codes
 // callers see.
 type stateStore struct {
 	s        *Silo

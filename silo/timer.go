@@ -7,6 +7,7 @@ import (
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/activation/admission"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,7 +25,7 @@ type grainTimer struct {
 	a    *activationRec
 	name string
 	fn   grain.TimerFunc
-	opts grain.TimerOptions
+	opts grainrt.TimerOptions
 
 	// Guarded by a.mu.
 	period   time.Duration

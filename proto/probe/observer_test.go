@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/proto/probe"
 )
 
@@ -75,7 +76,7 @@ func (h *loopbackHost) Invoke(ctx context.Context, id grain.ID, m *grain.MethodD
 		return nil, status.Errorf(codes.Internal, "method %s has no Observe function", m.FullName)
 	}
 	resp, err := m.Observe(o.impl, ctx, req)
-	if grain.ResolveCallOptions(m, opts).OneWay {
+	if grainrt.ResolveCallOptions(m.Timeout, m.OneWay, opts).OneWay {
 		return nil, nil
 	}
 	return resp, err

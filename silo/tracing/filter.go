@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -27,7 +28,7 @@ const (
 )
 
 var (
-	headerKey = grain.HeaderKey()
+	headerKey = grainrt.HeaderKey()
 
 	serverStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	clientStart = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
@@ -139,11 +140,11 @@ func endSpan(span trace.Span, err error) {
 }
 
 // headers returns the headers base (the value a context holds under
-// grain.HeaderKey) with the propagator's fields replaced by those of
+// grainrt.HeaderKey) with the propagator's fields replaced by those of
 // ctx: its span and its baggage.
 func (t *Tracing) headers(base any, ctx context.Context) any {
 	w := &pairs{}
-	w.kv = grain.AppendHeaders(w.buf[:0], base)
+	w.kv = grainrt.AppendHeaders(w.buf[:0], base)
 	keep := w.kv[:0]
 	for i := 0; i+1 < len(w.kv); i += 2 {
 		if !t.isField(w.kv[i]) {
@@ -152,7 +153,7 @@ func (t *Tracing) headers(base any, ctx context.Context) any {
 	}
 	w.kv = keep
 	t.prop.Inject(ctx, w)
-	return grain.HeadersFromPairs(w.kv)
+	return grainrt.HeadersFromPairs(w.kv)
 }
 
 // isField reports whether key is a header the propagator writes.
@@ -214,7 +215,7 @@ func (h *callHeaders) Set(string, string) {}
 
 // Keys lists the headers' keys, the earliest set first.
 func (h *callHeaders) Keys() []string {
-	kv := grain.AppendHeaders(nil, h.ctx.Value(headerKey))
+	kv := grainrt.AppendHeaders(nil, h.ctx.Value(headerKey))
 	keys := make([]string, 0, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
 		keys = append(keys, kv[i])
@@ -225,7 +226,7 @@ func (h *callHeaders) Keys() []string {
 // grainCtx is the Context a grain method runs with under the incoming
 // filter: the runtime's Context, plus the server span. Everything but
 // Value goes to the runtime's Context, so the runtime still finds its
-// turn through it (grain.ContextKey answers with the runtime's Context)
+// turn through it (grainrt.ContextKey answers with the runtime's Context)
 // and calls, Blocking, Sleep and timers work as without it.
 type grainCtx struct {
 	grain.Context
@@ -240,7 +241,7 @@ type grainCtx struct {
 	headers any
 }
 
-// Value answers grain.HeaderKey with the call's headers carrying the
+// Value answers grainrt.HeaderKey with the call's headers carrying the
 // server span, OpenTelemetry's keys from the span's context, and the
 // rest as the runtime's Context does.
 func (c *grainCtx) Value(key any) any {
@@ -271,7 +272,7 @@ type headerCtx struct {
 	headers any
 }
 
-// Value answers grain.HeaderKey with the call's headers, and the rest as
+// Value answers grainrt.HeaderKey with the call's headers, and the rest as
 // the caller's context does.
 func (c *headerCtx) Value(key any) any {
 	if key == headerKey {

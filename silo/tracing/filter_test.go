@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/tracing"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -71,7 +72,7 @@ func TestOutgoingHeaders(t *testing.T) {
 	if _, err := p.Await(ctx); err != nil {
 		t.Fatal(err)
 	}
-	kv := grain.AppendHeaders(nil, sent.Value(grain.HeaderKey()))
+	kv := grainrt.AppendHeaders(nil, sent.Value(grainrt.HeaderKey()))
 	cs := r.span(t, probeCall, trace.SpanKindClient, testTarget.String())
 	want := []string{"first", "1", "second", "2", "traceparent", "00-" + cs.SpanContext().TraceID().String() + "-" + cs.SpanContext().SpanID().String() + "-01"}
 	if !slices.Equal(kv, want) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/granaryio/granary/client"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/proto/probe"
@@ -153,7 +154,7 @@ func (l *ledger) seen(t testing.TB, id string) seen {
 // wireFilter is an incoming filter, outside the tracing one, that keeps
 // the headers each call arrived with.
 func (l *ledger) wireFilter(ctx grain.Context, m *grain.MethodDesc, req proto.Message, next grain.Invocation) (proto.Message, error) {
-	kv := grain.AppendHeaders(nil, ctx.Value(grain.HeaderKey()))
+	kv := grainrt.AppendHeaders(nil, ctx.Value(grainrt.HeaderKey()))
 	l.mu.Lock()
 	l.wire[ctx.ID().String()] = kv
 	l.mu.Unlock()

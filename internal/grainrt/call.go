@@ -1,0 +1,56 @@
+package grainrt
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// CallOption is grain.CallOption, which is an alias of it: one call's
+// option, made by grain.WithTimeout and grain.OneWay.
+type CallOption struct {
+	timeout time.Duration
+	oneWay  bool
+}
+
+// WithTimeout implements grain.WithTimeout.
+func WithTimeout(d time.Duration) CallOption { return CallOption{timeout: d} }
+
+// OneWay implements grain.OneWay.
+func OneWay() CallOption { return CallOption{oneWay: true} }
+
+// CallOptions is what a list of CallOptions comes to, with a method's own
+// options applied first. Callers' implementations use it.
+type CallOptions struct {
+	Timeout time.Duration // 0: the runtime's default
+	OneWay  bool
+}
+
+// ResolveCallOptions applies the options of the method called (its
+// grain.MethodDesc's Timeout and OneWay), then opts.
+func ResolveCallOptions(timeout time.Duration, oneWay bool, opts []CallOption) CallOptions {
+	o := CallOptions{Timeout: timeout, OneWay: oneWay}
+	for _, op := range opts {
+		if op.timeout > 0 {
+			o.Timeout = op.timeout
+		}
+		if op.oneWay {
+			o.OneWay = true
+		}
+	}
+	return o
+}
+
+// SendThrough sends a call to target through the outgoing filters fs
+// (grain.OutgoingFilter), the first outermost, with send (a grain.Send),
+// which starts the call, innermost; it returns the grain.Pending the
+// outermost filter returns. It is generic over grain's types, which
+// grainrt cannot import.
+func SendThrough[F ~func(context.Context, I, M, proto.Message, S) P, S ~func(context.Context, proto.Message) P, I, M, P any](fs []F, ctx context.Context, target I, m M, req proto.Message, send S) P {
+	for i := len(fs) - 1; i >= 0; i-- {
+		f, next := fs[i], send
+		send = func(ctx context.Context, req proto.Message) P { return f(ctx, target, m, req, next) }
+	}
+	return send(ctx, req)
+}
