@@ -37,7 +37,7 @@ const (
 // implementation, its admission gate and its queue of requests that may not
 // start yet.
 type activationRec struct {
-	s     *Silo
+	s     *Runtime
 	typ   *grainType
 	id    grain.ID
 	actID uint64
@@ -75,7 +75,7 @@ type activationRec struct {
 	log            *zap.Logger
 }
 
-func (s *Silo) newActivation(id grain.ID, typ *grainType) *activationRec {
+func (s *Runtime) newActivation(id grain.ID, typ *grainType) *activationRec {
 	a := &activationRec{
 		s:     s,
 		typ:   typ,
@@ -458,6 +458,6 @@ func deadlockError(c *call) error {
 		b.String(), c.id)
 }
 
-func unavailable(s *Silo, why string) error {
+func unavailable(s *Runtime, why string) error {
 	return status.Error(codes.Unavailable, fmt.Sprintf("granary: silo %s: %s", s.cfg.Name, why))
 }

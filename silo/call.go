@@ -34,7 +34,7 @@ import (
 // before it notifies the waiter, who reads them after.
 type call struct {
 	// Set by the caller before the call is routed; read-only afterwards.
-	s      *Silo
+	s      *Runtime
 	id     grain.ID
 	method *grain.MethodDesc
 	req    proto.Message
@@ -180,7 +180,7 @@ var (
 )
 
 // newCall returns a record with refs owners, settled by nobody yet.
-func (s *Silo) newCall(refs int32) *call {
+func (s *Runtime) newCall(refs int32) *call {
 	if trackCalls {
 		liveCalls.Add(1)
 	}
@@ -321,7 +321,7 @@ const MaxCallTimeout = 100 * 365 * 24 * time.Hour
 
 // callTimeout is the time a call is given: d, at most MaxCallTimeout, or
 // the silo's ResponseTimeout when d is not positive.
-func (s *Silo) callTimeout(d time.Duration) time.Duration {
+func (s *Runtime) callTimeout(d time.Duration) time.Duration {
 	if d <= 0 {
 		return s.cfg.ResponseTimeout
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"iter"
 	"net"
 	"slices"
 	"sync"
@@ -129,7 +128,7 @@ func (c *ClusterConfig) validate() error {
 // cluster is a silo's membership of a cluster: the view of the other
 // silos, the directory, placement and the transport.
 type cluster struct {
-	s    *Silo
+	s    *Runtime
 	cfg  ClusterConfig
 	log  *zap.Logger
 	self string // this silo's member ID
@@ -216,7 +215,7 @@ func (v *clusterView) gone(silo string) bool {
 // runs; on error, everything it started is stopped again.
 func (s *Silo) startCluster(ctx context.Context) (err error) {
 	cfg := *s.cfg.Cluster
-	cl := &cluster{s: s, cfg: cfg, log: s.log, members: map[string]membership.Member{}}
+	cl := &cluster{s: s.Runtime, cfg: cfg, log: s.log, members: map[string]membership.Member{}}
 	defer func() {
 		if err != nil {
 			cl.close()
@@ -401,16 +400,6 @@ func dialableAddr(listen string, mcfg membership.Config) string {
 	return ""
 }
 
-// hostedTypes lists the registered grain types.
-func (s *Silo) hostedTypes() []string {
-	ts := make([]string, 0, len(s.types))
-	for name := range s.types {
-		ts = append(ts, name)
-	}
-	slices.Sort(ts)
-	return ts
-}
-
 // onEvent takes a membership change. The membership's goroutine.
 func (cl *cluster) onEvent(ev membership.Event) {
 	cl.viewMu.Lock()
@@ -513,38 +502,6 @@ func (cl *cluster) refreshLocked() {
 	for id, m := range cl.members {
 		if m.Status != membership.StatusActive {
 			cl.dir.InvalidateSilo(id)
-		}
-	}
-}
-
-// registeredActivations yields this silo's activations that hold their
-// directory entry, and the entries of the clients whose home is its
-// gateway, for the directory to register again where their owner
-// changed.
-func (s *Silo) registeredActivations() iter.Seq[directory.Item] {
-	self := s.cl.self
-	return func(yield func(directory.Item) bool) {
-		for _, t := range s.types {
-			if t.opts.StatelessWorker {
-				continue
-			}
-			ok := true
-			t.acts.each(func(a *activationRec) bool {
-				if a.registered.Load() {
-					ok = yield(directory.Item{ID: a.id, Entry: directory.Entry{Silo: self, Activation: a.actID}})
-				}
-				return ok
-			})
-			if !ok {
-				return
-			}
-		}
-		if s.gw != nil {
-			for _, it := range s.gw.homeEntries() {
-				if !yield(it) {
-					return
-				}
-			}
 		}
 	}
 }

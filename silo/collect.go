@@ -9,7 +9,7 @@ import (
 // collect is the idle collector: on each tick it deactivates activations
 // that have been idle for their type's collection age. Owned by Start;
 // stopped by beginStop.
-func (s *Silo) collect() {
+func (s *Runtime) collect() {
 	defer close(s.collDone)
 	tick := s.cfg.CollectionInterval
 	for _, t := range s.types {
@@ -52,7 +52,7 @@ func (s *Silo) collect() {
 // activation is idle when no request or tick runs or waits; it is
 // collected once it has stayed idle, with no request between two checks,
 // for its type's age.
-func (s *Silo) collectIdle(now time.Time, due map[*grainType]bool) {
+func (s *Runtime) collectIdle(now time.Time, due map[*grainType]bool) {
 	s.forEachActivation(func(a *activationRec) {
 		if !due[a.typ] {
 			return

@@ -196,7 +196,7 @@ var errOffTurn = status.Error(codes.FailedPrecondition, "granary: a grain Contex
 // with any other context, on behalf of the turn that made the Caller,
 // while that call lasts.
 type turnCaller struct {
-	s   *Silo
+	s   *Runtime
 	t   *turnCtx
 	gen uint64 // t's record's use when the Caller was made
 }

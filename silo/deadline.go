@@ -25,7 +25,7 @@ const wheelSlots = 512
 // slack of a response timeout, and a caller's context deadline is exact:
 // callers wait on their context too.
 type timeoutWheel struct {
-	s     *Silo
+	s     *Runtime
 	res   time.Duration
 	now   atomic.Int64 // Silo.since() at the last tick, in nanoseconds
 	swept atomic.Int64 // the last tick whose slot the sweeper visited
@@ -41,7 +41,7 @@ type wheelSlot struct {
 	_    [48]byte // with mu and head, one slot per 64-byte cache line
 }
 
-func (w *timeoutWheel) init(s *Silo, res time.Duration) {
+func (w *timeoutWheel) init(s *Runtime, res time.Duration) {
 	w.s, w.res = s, res
 	w.now.Store(int64(s.since()))
 	w.swept.Store(int64(w.coarseNow() / res))

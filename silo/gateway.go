@@ -144,7 +144,7 @@ func (c *GatewayConfig) validate() error {
 
 // gateway is a silo's service to external clients.
 type gateway struct {
-	s   *Silo
+	s   *Runtime
 	cfg GatewayConfig
 	log *zap.Logger
 	// addr is the advertised address, or "" when it is each client's own
@@ -173,7 +173,7 @@ type gateway struct {
 // known before the silo joins its cluster. Start calls it.
 func (s *Silo) listenGateway() error {
 	cfg := *s.cfg.Gateway
-	g := &gateway{s: s, cfg: cfg, log: s.log.Named("gateway"), auth: newGatewayAuth(cfg.Authenticator, s.Rejections())}
+	g := &gateway{s: s.Runtime, cfg: cfg, log: s.log.Named("gateway"), auth: newGatewayAuth(cfg.Authenticator, s.Rejections())}
 	cfg.Transport.Listener, cfg.Transport.Rejections = security.ListenerGateway, s.Rejections()
 	ka := cfg.Keepalive
 	if ka.MaxConnectionIdle == 0 {
@@ -377,7 +377,7 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	case env.Method == reminderMethodName && !env.Observer:
 		// The runtime's own method: only the silo that owns a reminder
 		// calls it, and other silos take it only from silos.
-		s.Rejections().Reject(security.ListenerGateway, security.ReasonPermissionDenied, "", errReminderMethod)
+		s.cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, "", errReminderMethod)
 		refuse(codes.PermissionDenied, "granary: %s is the runtime's method; clients cannot call it", reminderMethodName)
 		return
 	}

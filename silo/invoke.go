@@ -19,12 +19,12 @@ const maxReroutes = 8
 // Invoke calls a grain from code that is not a grain (a grain passing its
 // own Context is recognised and calls as itself). It implements
 // grain.Caller.
-func (s *Silo) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
+func (s *Runtime) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
 	return s.invoke(turnOf(ctx), ctx, id, m, req, opts)
 }
 
 // InvokeAsync is Invoke without the wait.
-func (s *Silo) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
+func (s *Runtime) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
 	return s.invokeAsync(turnOf(ctx), ctx, id, m, req, opts)
 }
 
@@ -57,7 +57,7 @@ func turnOf(ctx context.Context) *turnCtx {
 	return t
 }
 
-func (s *Silo) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) (proto.Message, error) {
+func (s *Runtime) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) (proto.Message, error) {
 	if len(s.cfg.OutgoingFilters) > 0 {
 		return s.filtered(from, ctx, id, m, req, opts).Await(ctx)
 	}
@@ -74,14 +74,14 @@ func (s *Silo) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *grain.
 	return c.wait(ctx, e)
 }
 
-func (s *Silo) invokeAsync(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
+func (s *Runtime) invokeAsync(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
 	if len(s.cfg.OutgoingFilters) > 0 {
 		return s.filtered(from, ctx, id, m, req, opts)
 	}
 	return s.sendAsync(from, ctx, id, m, req, opts)
 }
 
-func (s *Silo) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
+func (s *Runtime) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
 	o := grainrt.ResolveCallOptions(m.Timeout, m.OneWay, opts)
 	c, err := s.prepare(from, ctx, id, m, req, o)
 	if err != nil {
@@ -96,14 +96,14 @@ func (s *Silo) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *gra
 }
 
 // filtered runs the outgoing filters around an asynchronous send.
-func (s *Silo) filtered(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
+func (s *Runtime) filtered(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
 	return grainrt.SendThrough(s.cfg.OutgoingFilters, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
 		return s.sendAsync(from, ctx, id, m, req, opts)
 	})
 }
 
 // prepare makes the call record: deadline, call chain, cancellation.
-func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grainrt.CallOptions) (*call, error) {
+func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grainrt.CallOptions) (*call, error) {
 	if m == nil {
 		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %s without a method", id)
 	}
@@ -177,7 +177,7 @@ func (s *Silo) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain
 
 // send routes a prepared call and starts its turn, inline when the caller
 // is a turn and the callee is idle. It returns the caller's Exec, or nil.
-func (s *Silo) send(c *call) *activation.Exec {
+func (s *Runtime) send(c *call) *activation.Exec {
 	var e *activation.Exec
 	if c.caller != nil {
 		e = c.caller.exec
@@ -188,7 +188,7 @@ func (s *Silo) send(c *call) *activation.Exec {
 
 // route delivers c to its activation and queues its turn if admitted.
 // Failures settle it. e is the running turn's worker, or nil.
-func (s *Silo) route(e *activation.Exec, c *call) {
+func (s *Runtime) route(e *activation.Exec, c *call) {
 	c.kind = kindOf(c.method)
 	t := s.byMethod[c.method] // a registered method: checked by RegisterGrain
 	if t == nil || t.desc.Type != c.id.Type {
@@ -239,7 +239,7 @@ func (s *Silo) route(e *activation.Exec, c *call) {
 
 // startTurn queues an admitted request's turn, or runs it inline when the
 // caller is a turn and the callee's group is idle.
-func (s *Silo) startTurn(e *activation.Exec, a *activationRec, c *call) {
+func (s *Runtime) startTurn(e *activation.Exec, a *activationRec, c *call) {
 	if e != nil && c.inline {
 		if e.TryRun(a.group, activation.Turn{Name: c.method.Name, Task: c}) {
 			return
@@ -252,7 +252,7 @@ func (s *Silo) startTurn(e *activation.Exec, a *activationRec, c *call) {
 // callee's ownership: for a call that reached no activation, or that its
 // activation refused or dropped. e is the worker running the settling
 // turn, or nil.
-func (s *Silo) fail(e *activation.Exec, c *call, err error) {
+func (s *Runtime) fail(e *activation.Exec, c *call, err error) {
 	c.settle(e, nil, err)
 	c.release()
 }

@@ -3,13 +3,8 @@ package silo
 import (
 	"context"
 	"strings"
-	"sync"
 
-	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
-	"github.com/granaryio/granary/internal/transport"
-	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
-	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -51,7 +46,7 @@ func observerGone(id grain.ID) error {
 // routeObserver routes a call to an observer: to its client, when this
 // silo's gateway is the client's home, else to the home the directory
 // names.
-func (s *Silo) routeObserver(c *call) {
+func (s *Runtime) routeObserver(c *call) {
 	client, _, ok := strings.Cut(c.id.Key, "/")
 	switch {
 	case !ok || client == "":
@@ -61,77 +56,6 @@ func (s *Silo) routeObserver(c *call) {
 		s.fail(nil, c, observerGone(c.id))
 	default:
 		s.cl.resolveObserver(c, client)
-	}
-}
-
-// resolveObserver forwards a call to an observer of client to the client's
-// home gateway. While the directory is asked where a client's home is,
-// later calls to its observers queue behind the first, so that one
-// caller's calls to an observer reach it in the order they were made:
-// none overtakes another once the answer is cached.
-func (cl *cluster) resolveObserver(c *call, client string) {
-	id := clientGrainID(client)
-	cl.obsMu.Lock()
-	if q := cl.obsLookups[client]; q != nil {
-		q.calls = append(q.calls, c)
-		cl.obsMu.Unlock()
-		return
-	}
-	if e, ok := cl.dir.CachedLookup(id); ok && e.Silo != cl.self {
-		cl.obsMu.Unlock()
-		cl.forward(e, c, false)
-		return
-	}
-	q := &observerLookup{calls: []*call{c}}
-	if cl.obsLookups == nil {
-		cl.obsLookups = map[string]*observerLookup{}
-	}
-	cl.obsLookups[client] = q
-	cl.obsMu.Unlock()
-	cl.dir.Lookup(id, func(e directory.Entry, found bool, err error) {
-		for {
-			cl.obsMu.Lock()
-			calls := q.calls
-			q.calls = nil
-			if len(calls) == 0 {
-				delete(cl.obsLookups, client)
-				cl.obsMu.Unlock()
-				return
-			}
-			cl.obsMu.Unlock()
-			for _, c := range calls {
-				cl.routeToHome(c, client, e, found, err)
-			}
-		}
-	})
-}
-
-// observerLookup is a directory lookup of a client's home in flight, and
-// the calls to the client's observers that wait for it, in order.
-type observerLookup struct {
-	calls []*call
-}
-
-// routeToHome sends a call to an observer of client on, given the
-// directory's answer: the home's entry e, if found.
-func (cl *cluster) routeToHome(c *call, client string, e directory.Entry, found bool, err error) {
-	id := clientGrainID(client)
-	switch {
-	case err != nil && cl.retryLater(c, func() { cl.s.routeObserver(c) }):
-	case err != nil:
-		cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.id, status.Convert(err).Message()))
-	case !found:
-		cl.s.fail(nil, c, observerGone(c.id))
-	case e.Silo != cl.self:
-		cl.forward(e, c, false)
-	case cl.s.gw != nil && cl.s.gw.deliverObserver(client, c):
-		// The client made this gateway its home while the lookup ran.
-	default:
-		// The entry names this silo, whose gateway does not hold the
-		// client: left over from a connection that ended.
-		cl.dir.Invalidate(id, e)
-		cl.dir.Unregister(id, e)
-		cl.s.fail(nil, c, observerGone(c.id))
 	}
 }
 
@@ -157,7 +81,7 @@ func relayObserve(any, context.Context, proto.Message) (proto.Message, error) {
 // as Empty, which keeps every field as unknown and encodes it back
 // unchanged, so the call passes through as it came. The silo that runs
 // it, or the client, checks the method.
-func (s *Silo) relayMethod(k relayKey) *grain.MethodDesc {
+func (s *Runtime) relayMethod(k relayKey) *grain.MethodDesc {
 	if m, ok := s.relays.Load(k); ok {
 		return m.(*grain.MethodDesc)
 	}
@@ -173,224 +97,4 @@ func (s *Silo) relayMethod(k relayKey) *grain.MethodDesc {
 		s.relayCount.Add(1)
 	}
 	return m
-}
-
-// homes are the clients whose home is a gateway: their directory entries.
-type homes struct {
-	mu sync.Mutex
-	m  map[string]directory.Entry // by client ID
-}
-
-// isHome reports whether client's home is this gateway.
-func (g *gateway) isHome(client string) bool {
-	g.homes.mu.Lock()
-	defer g.homes.mu.Unlock()
-	_, ok := g.homes.m[client]
-	return ok
-}
-
-// home makes this gateway the home of client: it registers the client in
-// the directory, taking the entry over from a former home, and answers r.
-func (g *gateway) home(client string, r transport.Responder) {
-	s := g.s
-	if strings.Contains(client, "/") {
-		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: client ID %q contains '/', which observer IDs use as a separator", client)))
-		return
-	}
-	if s.stopping.Load() {
-		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, unavailable(s, "it is stopping")))
-		return
-	}
-	g.homes.mu.Lock()
-	if _, ok := g.homes.m[client]; ok {
-		g.homes.mu.Unlock()
-		r.Reply(&granaryv1.Envelope{})
-		return
-	}
-	var e directory.Entry
-	if s.cl != nil {
-		e = directory.Entry{Silo: s.cl.self, Activation: s.nextActID.Add(1)}
-	}
-	// Recorded before it registers, so a call the new entry brings here
-	// finds the client home and does not take the entry for a stale one.
-	g.homes.m[client] = e
-	g.homes.mu.Unlock()
-	if s.cl == nil {
-		r.Reply(&granaryv1.Envelope{})
-		return
-	}
-	g.registerHome(client, e, r, 0, 0)
-}
-
-// maxHomeTakeovers bounds how often a gateway unregisters another entry
-// of a client that moved here before it gives up.
-const maxHomeTakeovers = 3
-
-// registerHome registers the client's home entry e, retrying while the
-// directory cannot answer (retries), and unregistering the entry of the
-// client's former home, which it left, when that one is in the way
-// (takeovers). It stops as soon as this gateway is no longer the client's
-// home (the client's stream ended meanwhile), so that a late attempt never
-// takes the entry from the client's next home; an entry it won by then
-// it removes again.
-func (g *gateway) registerHome(client string, e directory.Entry, r transport.Responder, retries, takeovers uint8) {
-	cl := g.s.cl
-	id := clientGrainID(client)
-	gone := func() bool {
-		if g.holdsHome(client, e) {
-			return false
-		}
-		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s left this gateway while it registered", client)))
-		return true
-	}
-	if gone() {
-		return
-	}
-	cl.dir.Register(id, e, func(winner directory.Entry, err error) {
-		switch {
-		case err == nil && winner == e && !g.holdsHome(client, e):
-			cl.dir.Unregister(id, e) // won after the client left
-			gone()
-		case err != nil && retries < maxDirectoryRetries && !cl.closed.Load():
-			g.s.clock.AfterFunc(retryBackoff(retries), func() { g.registerHome(client, e, r, retries+1, takeovers) })
-		case err != nil:
-			g.dropHome(client, e)
-			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: registering client %s: %v", client, status.Convert(err).Message())))
-		case winner == e:
-			r.Reply(&granaryv1.Envelope{})
-		case takeovers < maxHomeTakeovers && !gone():
-			cl.dir.Invalidate(id, winner)
-			cl.dir.Unregister(id, winner) // reaches the owner before the Register that follows
-			g.registerHome(client, e, r, retries, takeovers+1)
-		case takeovers >= maxHomeTakeovers:
-			g.dropHome(client, e)
-			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s is still registered at silo %s", client, winner.Silo)))
-		}
-	})
-}
-
-// holdsHome reports whether e is still client's home entry here.
-func (g *gateway) holdsHome(client string, e directory.Entry) bool {
-	g.homes.mu.Lock()
-	defer g.homes.mu.Unlock()
-	cur, ok := g.homes.m[client]
-	return ok && cur == e
-}
-
-// dropHome forgets that this gateway is client's home, if e is still its
-// entry.
-func (g *gateway) dropHome(client string, e directory.Entry) {
-	g.homes.mu.Lock()
-	defer g.homes.mu.Unlock()
-	if cur, ok := g.homes.m[client]; ok && cur == e {
-		delete(g.homes.m, client)
-	}
-}
-
-// StreamsEnded is the transport telling the gateway that a client has no
-// stream to it any more: the client is not home here any more, and its
-// observers are unreachable through this gateway.
-func (g *gateway) StreamsEnded(client string) {
-	if g.tport.Connected(client) {
-		return // a new stream came up meanwhile, and may have made it home again
-	}
-	g.homes.mu.Lock()
-	e, ok := g.homes.m[client]
-	delete(g.homes.m, client)
-	g.homes.mu.Unlock()
-	if ok && g.s.cl != nil {
-		g.s.cl.dir.Unregister(clientGrainID(client), e)
-	}
-}
-
-// leaveHomes makes this gateway nobody's home: the clients are told to go
-// away and move home, and grains reach their observers through their next
-// home, not through a gateway that is stopping.
-func (g *gateway) leaveHomes() {
-	g.homes.mu.Lock()
-	m := g.homes.m
-	g.homes.m = map[string]directory.Entry{}
-	g.homes.mu.Unlock()
-	if g.s.cl == nil {
-		return
-	}
-	for client, e := range m {
-		g.s.cl.dir.Unregister(clientGrainID(client), e)
-	}
-}
-
-// homeEntries lists the directory entries of the clients at home here.
-func (g *gateway) homeEntries() []directory.Item {
-	g.homes.mu.Lock()
-	defer g.homes.mu.Unlock()
-	out := make([]directory.Item, 0, len(g.homes.m))
-	for client, e := range g.homes.m {
-		out = append(out, directory.Item{ID: clientGrainID(client), Entry: e})
-	}
-	return out
-}
-
-// deliverObserver sends a call to an observer of client on the client's
-// stream, when this gateway is its home, and reports whether it is.
-func (g *gateway) deliverObserver(client string, c *call) bool {
-	if !g.isHome(client) {
-		return false
-	}
-	s := g.s
-	o := newOutgoing()
-	defer o.free()
-	env := o.env
-	env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
-	if c.oneWay {
-		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
-	}
-	env.GrainType, env.GrainKey, env.Observer = c.id.Type, c.id.Key, true
-	env.Method, env.MethodIndex = c.method.Name, uint32(c.method.Index)
-	switch {
-	case c.raw != nil:
-		env.Payload = c.raw
-	case c.req != nil:
-		if err := o.encode(c.req); err != nil {
-			s.fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.id, c.method.Name, err))
-			return true
-		}
-	}
-	left := c.due - s.callNow()
-	if left <= 0 {
-		s.fail(nil, c, deadlineError(c))
-		return true
-	}
-	env.TimeoutNanos = int64(left)
-	deadline := s.epoch.Add(c.due)
-	if c.oneWay {
-		if err := g.tport.SendAccepted(client, env, deadline); err != nil {
-			g.log.Debug("a one-way call to an observer was not sent", zap.Stringer("observer", c.id), zap.Error(err))
-		}
-		c.release()
-		return true
-	}
-	// Not counted in the gateway's inflight: Stop does not wait for a
-	// client to answer its observers; closing the stream fails what is
-	// unanswered.
-	g.tport.CallAccepted(client, env, deadline, func(resp *granaryv1.Envelope, err error) {
-		if err != nil {
-			if transport.NotSent(err) {
-				err = observerGone(c.id)
-			}
-			s.fail(nil, c, err)
-			return
-		}
-		if err := transport.StatusOf(resp); err != nil {
-			s.fail(nil, c, err)
-			return
-		}
-		out := c.method.NewResponse()
-		if err := proto.Unmarshal(resp.Payload, out); err != nil {
-			s.fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of observer %s.%s does not decode: %v", c.id, c.method.Name, err))
-			return
-		}
-		c.settle(nil, out, nil)
-		c.release()
-	})
-	return true
 }

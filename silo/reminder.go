@@ -56,7 +56,7 @@ func receiveReminder(impl any, ctx grain.Context, req proto.Message) (proto.Mess
 // that fires the reminders of the ring positions the silo owns, and the
 // goroutines that wait for the grains' answers to its ticks.
 type reminderService struct {
-	s   *Silo
+	s   *Runtime
 	svc *reminders.Service
 	min time.Duration
 
@@ -71,7 +71,7 @@ type reminderService struct {
 
 // startReminders starts the reminder service, when configured. Start,
 // before the cluster: the service owns nothing until the silo has a ring.
-func (s *Silo) startReminders() error {
+func (s *Runtime) startReminders() error {
 	rc := s.cfg.Reminders
 	if rc == nil {
 		return nil
@@ -152,7 +152,7 @@ func (r *reminderService) fire(e storage.ReminderEntry, st grain.TickStatus, don
 
 // changed tells the silo that owns id's ring position that id's reminders
 // changed in the table.
-func (s *Silo) remindersChanged(id grain.ID) {
+func (s *Runtime) remindersChanged(id grain.ID) {
 	h := directory.Position(id)
 	if s.cl == nil {
 		s.rem.svc.Changed(id, h)

@@ -383,7 +383,7 @@ func (t *grainType) method(id grain.ID, env *granaryv1.Envelope, missing codes.C
 // request stays encoded for its turn to decode; a request is answered
 // through r by waiter, counted in inflight, and, when its sender may
 // cancel it, given a context in cancels.
-func (s *Silo) incoming(from string, env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, r transport.Responder, waiter waiterKind, cancels *cancelTable, inflight *inflightCount) *call {
+func (s *Runtime) incoming(from string, env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, r transport.Responder, waiter waiterKind, cancels *cancelTable, inflight *inflightCount) *call {
 	oneWay := !r.Expects()
 	refs := int32(2)
 	if oneWay {

@@ -16,12 +16,8 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/security"
-	"github.com/granaryio/granary/silo/storage"
-	"github.com/granaryio/granary/silo/storage/boltstore"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // ErrStarted is returned by RegisterGrain after Start.
@@ -32,96 +28,17 @@ var ErrStarted = errors.New("silo: grain types must be registered before Start")
 // collects it when it goes idle. A *Silo is a grain.Caller for code that
 // is not a grain; grains call through their Context.
 type Silo struct {
-	cfg   Config
-	log   *zap.Logger
-	clock clockwork.Clock
-	epoch time.Time // the clock's time at New; deadlines are offsets from it
-	// realClock: the clock is the real one, so since may read the
-	// monotonic clock directly.
-	realClock bool
-	pool      *activation.Pool
+	*Runtime
 
-	wheel timeoutWheel
-	// timerWheel drives grain timers. Started and halted with wheel.
-	timerWheel timerWheel
-
-	// cl is the silo's membership of a cluster, or nil for a silo alone.
-	// Set by Start.
-	cl *cluster
-	// gw serves external clients, or is nil. Set by Start.
-	gw *gateway
-
-	types map[string]*grainType // written before Start only
-	// byMethod finds a type from the address of one of its registered
-	// method descriptors, which generated references pass: a pointer
-	// hashes faster than a type name. Written before Start only.
-	byMethod map[*grain.MethodDesc]*grainType
-
-	// relays holds the method descriptors made for the calls this silo
-	// passes on without decoding them: to grain types it does not host,
-	// and to observers.
-	relays     sync.Map // relayKey -> *grain.MethodDesc
-	relayCount atomic.Int32
-
-	// providers are the storage providers by name, resolved by Start;
-	// embedded is the store the silo opened itself (DataDir), which it
-	// closes. reminderTable keeps reminders, and rem fires them; both nil
-	// when reminders are off.
-	providers     map[string]storage.Provider
-	embedded      *boltstore.Store
-	reminderTable storage.ReminderTable
-	rem           *reminderService
-
-	nextActID atomic.Uint64
-	live      atomic.Int64 // activations in the catalog
-
+	// lifeMu serialises Start, Stop and Close; stopped is set by the
+	// first Stop or Close.
+	lifeMu  sync.Mutex
+	stopped bool
 	// startedAt is when Start began; up is set when Start has returned.
 	startedAt atomic.Pointer[time.Time]
 	up        atomic.Bool
 	// hotMu serialises HotGrains, which owns activationRec.sampled.
 	hotMu sync.Mutex
-	// filterChain is the chain of Config.IncomingFilters, or nil for none.
-	filterChain grain.Invocation
-
-	// closed ends when the silo closes; sleeping turns watch it.
-	closed   context.Context
-	closeNow context.CancelFunc
-
-	started   atomic.Bool
-	ready     atomic.Bool // Start finished: outside calls are taken
-	wheelOnce sync.Once
-	stopping  atomic.Bool // no new activations; outside calls refused
-	lifeMu    sync.Mutex
-	stopped   bool
-	collStop  chan struct{}
-	collDone  chan struct{}
-	emptyc    chan struct{} // closed when live reaches 0 while stopping
-	emptyOnce sync.Once
-
-	// collected, when set before Start, is told the clock's time when
-	// the collector starts and after each of its ticks. Tests only.
-	collected func(now time.Time)
-	// placing, when set before Start, is called when a call is about to
-	// make an activation, after the stopping check. Tests only.
-	placing func(id grain.ID)
-}
-
-// grainType is a registered grain type.
-type grainType struct {
-	desc     *grain.ServiceDesc
-	factory  grain.Factory
-	opts     grain.TypeOptions
-	age      time.Duration
-	interval time.Duration
-	workers  int // stateless worker bound
-
-	// The catalog of this type's activations, keyed by grain key: a
-	// string key hashes several times faster than a grain.ID.
-	acts catalog
-	sets sync.Map // key -> *workerSet, for a stateless worker
-	// live counts the type's activations from their start to their
-	// removal from the catalog.
-	live atomic.Int64
 }
 
 // New validates cfg and makes a silo. Register grain types, then Start it.
@@ -142,14 +59,14 @@ func New(cfg Config) (*Silo, error) {
 	if cfg.Rejections == nil {
 		cfg.Rejections = security.NewRejections(cfg.Logger.With(zap.String("silo", cfg.Name)))
 	}
-	s := &Silo{
+	s := &Silo{Runtime: &Runtime{
 		cfg:      cfg,
 		log:      cfg.Logger.With(zap.String("silo", cfg.Name)),
 		clock:    cfg.Clock,
 		types:    map[string]*grainType{},
 		byMethod: map[*grain.MethodDesc]*grainType{},
 		emptyc:   make(chan struct{}),
-	}
+	}}
 	s.epoch, s.realClock = s.clock.Now(), realClock
 	s.filterChain = chainIncoming(cfg.IncomingFilters)
 	s.closed, s.closeNow = context.WithCancel(context.Background())
@@ -232,26 +149,17 @@ func (s *Silo) Start(ctx context.Context) error {
 	}
 	startedAt := s.clock.Now()
 	s.startedAt.Store(&startedAt)
-	if err := s.openStorage(); err != nil {
+	if err := s.start(); err != nil {
+		if s.started.Load() {
+			s.stopped = true
+			s.beginStop()
+			s.closeAll()
+		}
 		return err
 	}
-	pool, err := activation.New(s.cfg.Scheduler)
-	if err != nil {
-		return s.closeStorage(&ConfigError{Field: "Scheduler", Reason: err.Error()})
-	}
-	s.pool = pool
-	s.wheel.init(s, s.cfg.TimeoutResolution)
-	go s.wheel.run()
-	s.timerWheel.init(s, s.cfg.TimerResolution)
-	go s.timerWheel.run()
-	s.collStop, s.collDone = make(chan struct{}), make(chan struct{})
-	go s.collect()
-	s.started.Store(true)
 	fail := func(err error) error {
 		s.stopped = true
-		s.stopping.Store(true)
-		close(s.collStop)
-		<-s.collDone
+		s.beginStop()
 		s.closeAll()
 		return err
 	}
@@ -268,10 +176,7 @@ func (s *Silo) Start(ctx context.Context) error {
 			return fail(err)
 		}
 	}
-	s.ready.Store(true)
-	if s.rem != nil {
-		s.rem.goLive()
-	}
+	s.goLive()
 	if s.gw != nil {
 		if err := s.startGateway(); err != nil {
 			return fail(err)
@@ -292,22 +197,18 @@ func (s *Silo) Start(ctx context.Context) error {
 // then leaves. If ctx ends first, Stop closes the silo (see Close) and
 // returns ctx's error. Idempotent.
 func (s *Silo) Stop(ctx context.Context) error {
-	if !s.beginStop() {
+	if !s.stop() {
 		return nil
 	}
-	if s.rem != nil {
-		s.rem.svc.Stop() // no new ticks; those in flight end as calls do
-	}
+	s.stopReminders()
 	if s.gw != nil {
 		s.gw.goAway(ctx)
 	}
 	if s.cl != nil {
 		s.cl.beginLeave(ctx)
 	}
-	s.forEachActivation(func(a *activationRec) { a.requestDeactivation(grain.DeactivateShutdown) })
-	s.maybeEmpty()
 	select {
-	case <-s.emptyc:
+	case <-s.deactivateAll():
 	case <-ctx.Done():
 		s.closeAll()
 		return ctx.Err()
@@ -328,12 +229,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 		s.closeAll()
 		return err
 	}
-	s.haltWheel()
-	s.closeNow()
-	if s.rem != nil {
-		s.rem.wg.Wait()
-	}
-	s.closeStorage(nil)
+	s.release()
 	s.log.Info("silo stopped")
 	return nil
 }
@@ -342,85 +238,33 @@ func (s *Silo) Stop(ctx context.Context) error {
 // running turns finish, no OnDeactivate runs. It waits for the silo's
 // goroutines. Idempotent; safe alongside Stop.
 func (s *Silo) Close() error {
-	s.beginStop()
+	s.stop()
 	s.closeAll()
 	return nil
 }
 
-// beginStop marks the silo stopping and stops the collector; it reports
-// whether this call did so.
-func (s *Silo) beginStop() bool {
+// stop marks the silo stopping and stops the collector; it reports
+// whether this call did so to a started silo.
+func (s *Silo) stop() bool {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
 	if s.stopped {
 		return false
 	}
 	s.stopped = true
-	s.stopping.Store(true)
-	if s.started.Load() {
-		close(s.collStop)
-		<-s.collDone
-	}
-	return s.started.Load()
+	return s.beginStop()
 }
 
+// closeAll closes the runtime, the gateway and the cluster at once.
 func (s *Silo) closeAll() {
-	defer s.haltWheel()
-	if s.rem != nil {
-		s.rem.svc.Stop()
-	}
-	// Fail what is queued first: the pool's Close waits for running turns,
-	// and a turn may be waiting for one of these calls. Before the
-	// sleepers wake, too: a woken turn that ends while its activation
-	// still lives would start the next queued request, which Close
-	// promises fails.
-	s.forEachActivation(func(a *activationRec) {
-		for _, c := range a.end() {
-			s.fail(nil, c, unavailable(s, "it closed"))
-		}
-	})
-	s.closeNow() // wakes sleeping turns, so the pool's Close need not wait for them
-	if s.pool != nil {
-		s.pool.Close()
-	}
+	s.abort()
 	if s.gw != nil {
 		s.gw.close()
 	}
 	if s.cl != nil {
 		s.cl.close()
 	}
-	if s.rem != nil {
-		s.rem.wg.Wait()
-	}
-	s.closeStorage(nil)
-}
-
-// haltWheel stops the timeout sweeper and the timer wheel once; they run
-// until the pool is stopped, since draining calls still need their
-// timeouts.
-func (s *Silo) haltWheel() {
-	s.wheelOnce.Do(func() {
-		if s.started.Load() {
-			s.wheel.halt()
-			s.timerWheel.halt()
-		}
-	})
-}
-
-// forEachActivation calls fn for every activation in the catalog.
-func (s *Silo) forEachActivation(fn func(a *activationRec)) {
-	for _, t := range s.types {
-		t.acts.each(func(a *activationRec) bool {
-			fn(a)
-			return true
-		})
-		t.sets.Range(func(_, v any) bool {
-			for _, a := range v.(*workerSet).snapshot() {
-				fn(a)
-			}
-			return true
-		})
-	}
+	s.release()
 }
 
 // Stats is a snapshot of a silo's counters.
@@ -469,147 +313,4 @@ func (s *Silo) Stats() Stats {
 		}
 	}
 	return st
-}
-
-// since returns the time since the silo's epoch. With the real clock it
-// reads only the monotonic clock: a call's one clock read, and on some
-// virtual machines a full time.Now costs as much as a channel operation.
-func (s *Silo) since() time.Duration {
-	if s.realClock {
-		return time.Since(s.epoch) // clockwork's Since reads the wall clock too
-	}
-	return s.clock.Since(s.epoch)
-}
-
-// callNow is the time a call starts at, for its deadline: the timeout
-// wheel's coarse clock with the real clock, which costs no clock read, and
-// the exact time with a fake one, which tests move in jumps far larger
-// than a tick.
-func (s *Silo) callNow() time.Duration {
-	if s.realClock {
-		return s.wheel.coarseNow()
-	}
-	return s.since()
-}
-
-// removeActivation drops a dead activation from the catalog.
-func (s *Silo) removeActivation(a *activationRec) {
-	removed := false
-	if a.set != nil {
-		removed = a.set.remove(a)
-	} else {
-		removed = a.typ.acts.compareAndDelete(a.id.Key, a)
-	}
-	if !removed {
-		return
-	}
-	a.typ.live.Add(-1)
-	if s.cl != nil && a.registered.Load() {
-		s.cl.dir.Unregister(a.id, directory.Entry{Silo: s.cl.self, Activation: a.actID})
-	}
-	s.unreserve()
-}
-
-func (s *Silo) maybeEmpty() {
-	if s.stopping.Load() && s.live.Load() == 0 {
-		s.emptyOnce.Do(func() { close(s.emptyc) })
-	}
-}
-
-// activationFor returns the activation a request for id goes to, making
-// one if there is none and the grain belongs here. A request that makes
-// an activation is queued in it before the activation is published (c.act
-// is then set): otherwise a failing OnActivate could end the activation
-// before the request reached it, and the request would make another
-// instead of getting the error; queued reports this, and then c belongs
-// to the activation and may be gone already. remote says the grain is to
-// be found or placed elsewhere in the cluster; a nil activation without
-// remote means this silo is stopping.
-func (s *Silo) activationFor(id grain.ID, t *grainType, c *call) (a *activationRec, remote, queued bool, err error) {
-	if !t.opts.StatelessWorker {
-		if a, ok := t.acts.load(id.Key); ok {
-			return a, false, false, nil // its key was checked when it was made
-		}
-	}
-	if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
-		return nil, false, false, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
-	}
-	if t.opts.StatelessWorker {
-		a, queued := s.workerFor(id, t, c)
-		if a != nil || s.cl == nil {
-			return a, false, queued, nil
-		}
-		return nil, true, false, nil
-	}
-	if s.cl != nil && !c.placedHere {
-		return nil, true, false, nil // ask the directory
-	}
-	// Count the activation before looking at stopping: Stop sets stopping
-	// before it looks at the catalog, and waits for the count to reach
-	// zero, so either it sees this activation or this sees it stopping.
-	s.live.Add(1)
-	if s.stopping.Load() {
-		s.unreserve()
-		c.placedHere = false // elsewhere, then
-		return nil, s.cl != nil, false, nil
-	}
-	if s.placing != nil {
-		s.placing(id)
-	}
-	a = s.newActivation(id, t)
-	a.pushLocked(c) // a is not published yet: no lock needed
-	if actual, loaded := t.acts.loadOrStore(id.Key, a); loaded {
-		s.unreserve()
-		return actual, false, false, nil
-	}
-	c.act = a
-	s.activated(a)
-	return a, false, true, nil
-}
-
-// activationByID returns activation actID of grain id if it is in the
-// catalog, else nil.
-func (s *Silo) activationByID(id grain.ID, actID uint64) *activationRec {
-	if t := s.types[id.Type]; t != nil {
-		if a, ok := t.acts.load(id.Key); ok && a.actID == actID {
-			return a
-		}
-	}
-	return nil
-}
-
-// unreserve gives back a count taken for an activation not made.
-func (s *Silo) unreserve() {
-	if s.live.Add(-1) == 0 {
-		s.maybeEmpty()
-	}
-}
-
-// activated starts a new activation, which the caller counted in live. In
-// a cluster it first registers in the directory; see cluster.register.
-func (s *Silo) activated(a *activationRec) {
-	a.typ.live.Add(1)
-	if s.cl != nil && a.set == nil {
-		s.cl.register(a)
-		return
-	}
-	s.startActivation(a)
-}
-
-// startActivation queues a new activation's activate turn. If the silo
-// began stopping meanwhile, the activation is asked to deactivate as soon
-// as it is up.
-func (s *Silo) startActivation(a *activationRec) {
-	if err := a.start(); err != nil {
-		a.activated(nil, unavailable(s, "its silo is shutting down"))
-		return
-	}
-	if s.stopping.Load() {
-		a.requestDeactivation(grain.DeactivateShutdown)
-	}
-}
-
-// unknownType is the error for a call to a type no silo hosts.
-func unknownType(id grain.ID) error {
-	return status.Errorf(codes.NotFound, "granary: unknown grain type %q (calling %s): no silo registered it", id.Type, id)
 }

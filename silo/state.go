@@ -24,7 +24,7 @@ const EmbeddedStoreFile = "granary.db"
 // openStorage resolves the providers the registered types' states and the
 // reminder service use, opening the embedded store when the default
 // provider is asked for and DataDir gives it. Start, before anything else.
-func (s *Silo) openStorage() error {
+func (s *Runtime) openStorage() error {
 	s.providers = make(map[string]storage.Provider, len(s.cfg.Storage)+1)
 	for name, p := range s.cfg.Storage {
 		s.providers[name] = p
@@ -82,7 +82,7 @@ func missingProvider(typ string, d grain.StateDecl) string {
 
 // closeStorage closes the embedded store if the silo opened it, and
 // returns err.
-func (s *Silo) closeStorage(err error) error {
+func (s *Runtime) closeStorage(err error) error {
 	if s.embedded != nil {
 		if cerr := s.embedded.Close(); cerr != nil && !errors.Is(cerr, storage.ErrClosed) {
 			s.log.Warn("closing the embedded store", zap.Error(cerr))
@@ -138,7 +138,7 @@ func (t *turnCtx) BoundState(decl grain.StateDecl) grainrt.BoundState {
 // grainrt.StateStore that turns the provider's errors into the status codes
 // callers see.
 type stateStore struct {
-	s        *Silo
+	s        *Runtime
 	p        storage.Provider
 	provider string
 	id       grain.ID
@@ -198,7 +198,7 @@ func storageStatus(err error, what string) error {
 
 // sortedTypes returns the registered types in name order, for errors that
 // do not change from run to run.
-func (s *Silo) sortedTypes() []*grainType {
+func (s *Runtime) sortedTypes() []*grainType {
 	ts := make([]*grainType, 0, len(s.types))
 	for _, t := range s.types {
 		ts = append(ts, t)

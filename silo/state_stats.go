@@ -76,14 +76,6 @@ func (s *Silo) StateStats() StateStats {
 	return st
 }
 
-// countStateOps puts a counting provider in front of each resolved
-// provider, so that every state operation of the silo's grains is
-// counted. openStorage only, once it has resolved them.
-func (s *Silo) countStateOps() {
-	for name, p := range s.providers {
-		s.providers[name] = &countingProvider{Provider: p}
-	}
-}
 
 // countingProvider is a storage provider that counts the operations it
 // passes on. Any goroutine.

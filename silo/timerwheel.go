@@ -54,7 +54,7 @@ const never = time.Duration(math.MaxInt64)
 // collected together, up to one resolution late; with a fake clock it is
 // the exact due time, since tests advance the clock by exactly that.
 type timerWheel struct {
-	s     *Silo
+	s     *Runtime
 	res   time.Duration
 	exact bool // wake at the due time itself, not the end of its tick
 
@@ -100,7 +100,7 @@ type timerSlot struct {
 	min atomic.Int64
 }
 
-func (w *timerWheel) init(s *Silo, res time.Duration) {
+func (w *timerWheel) init(s *Runtime, res time.Duration) {
 	w.s, w.res, w.exact = s, res, !s.realClock
 	w.swept.Store(int64(s.since()/res) - 1)
 	for i := range w.slots {

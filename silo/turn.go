@@ -91,7 +91,7 @@ func (c *call) Done(e *activation.Exec, err error) {
 }
 
 // dispatch runs the method through the incoming filters.
-func (s *Silo) dispatch(ctx *turnCtx, c *call) (proto.Message, error) {
+func (s *Runtime) dispatch(ctx *turnCtx, c *call) (proto.Message, error) {
 	if s.filterChain == nil {
 		return c.method.Handler(c.act.impl, ctx, c.req)
 	}

@@ -19,7 +19,7 @@ type workerSet struct {
 // workerFor picks the activation of a stateless worker that takes c: an
 // idle one, else a new one while fewer than the type's bound exist, else
 // the least loaded. Lock order: set, then activation.
-func (s *Silo) workerFor(id grain.ID, t *grainType, c *call) (a *activationRec, queued bool) {
+func (s *Runtime) workerFor(id grain.ID, t *grainType, c *call) (a *activationRec, queued bool) {
 	v, ok := t.sets.Load(id.Key)
 	if !ok {
 		if s.stopping.Load() {

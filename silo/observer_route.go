@@ -1,0 +1,78 @@
+package silo
+
+import (
+	"github.com/granaryio/granary/directory"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// resolveObserver forwards a call to an observer of client to the client's
+// home gateway. While the directory is asked where a client's home is,
+// later calls to its observers queue behind the first, so that one
+// caller's calls to an observer reach it in the order they were made:
+// none overtakes another once the answer is cached.
+func (cl *cluster) resolveObserver(c *call, client string) {
+	id := clientGrainID(client)
+	cl.obsMu.Lock()
+	if q := cl.obsLookups[client]; q != nil {
+		q.calls = append(q.calls, c)
+		cl.obsMu.Unlock()
+		return
+	}
+	if e, ok := cl.dir.CachedLookup(id); ok && e.Silo != cl.self {
+		cl.obsMu.Unlock()
+		cl.forward(e, c, false)
+		return
+	}
+	q := &observerLookup{calls: []*call{c}}
+	if cl.obsLookups == nil {
+		cl.obsLookups = map[string]*observerLookup{}
+	}
+	cl.obsLookups[client] = q
+	cl.obsMu.Unlock()
+	cl.dir.Lookup(id, func(e directory.Entry, found bool, err error) {
+		for {
+			cl.obsMu.Lock()
+			calls := q.calls
+			q.calls = nil
+			if len(calls) == 0 {
+				delete(cl.obsLookups, client)
+				cl.obsMu.Unlock()
+				return
+			}
+			cl.obsMu.Unlock()
+			for _, c := range calls {
+				cl.routeToHome(c, client, e, found, err)
+			}
+		}
+	})
+}
+
+// observerLookup is a directory lookup of a client's home in flight, and
+// the calls to the client's observers that wait for it, in order.
+type observerLookup struct {
+	calls []*call
+}
+
+// routeToHome sends a call to an observer of client on, given the
+// directory's answer: the home's entry e, if found.
+func (cl *cluster) routeToHome(c *call, client string, e directory.Entry, found bool, err error) {
+	id := clientGrainID(client)
+	switch {
+	case err != nil && cl.retryLater(c, func() { cl.s.routeObserver(c) }):
+	case err != nil:
+		cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.id, status.Convert(err).Message()))
+	case !found:
+		cl.s.fail(nil, c, observerGone(c.id))
+	case e.Silo != cl.self:
+		cl.forward(e, c, false)
+	case cl.s.gw != nil && cl.s.gw.deliverObserver(client, c):
+		// The client made this gateway its home while the lookup ran.
+	default:
+		// The entry names this silo, whose gateway does not hold the
+		// client: left over from a connection that ended.
+		cl.dir.Invalidate(id, e)
+		cl.dir.Unregister(id, e)
+		cl.s.fail(nil, c, observerGone(c.id))
+	}
+}
