@@ -1,0 +1,400 @@
+package lifecycle
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+)
+
+// State is where an activation is in its life.
+type State uint8
+
+const (
+	// Registering: made, waiting for its directory registration. The
+	// zero State.
+	Registering State = iota
+	// Activating: the activate turn is queued or running.
+	Activating
+	// Active: OnActivate succeeded; requests are admitted.
+	Active
+	// Deactivating: the deactivate turn is queued or running.
+	Deactivating
+	// Dead: out of the catalog. Final.
+	Dead
+)
+
+var stateNames = [...]string{"registering", "activating", "active", "deactivating", "dead"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Action is a set of things the runtime must do, in the order of their
+// bits. See the package comment.
+type Action uint16
+
+const (
+	// Admit: offer the request to the admission gate.
+	Admit Action = 1 << iota
+	// Hold: keep the request in the activation's queue, past the gate.
+	Hold
+	// Retry: the activation is dead; route the request again.
+	Retry
+	// FailDeadlock: fail the request as a deadlock.
+	FailDeadlock
+	// StartActivate: queue the activate turn (OnActivate).
+	StartActivate
+	// AdmitHeld: offer the held requests to the gate, in arrival order.
+	AdmitHeld
+	// FireDueTimers: fire the timers that came due while activating.
+	FireDueTimers
+	// StartQueued: start what the gate's queue may start now.
+	StartQueued
+	// StopTimers: stop the activation's timers.
+	StopTimers
+	// BeginDeactivate: queue the deactivate turn (OnDeactivate with
+	// Result.Reason).
+	BeginDeactivate
+	// DropRegistration: the directory entry is another activation's; do
+	// not unregister it on Remove.
+	DropRegistration
+	// Remove: take the activation out of the catalog (and unregister it).
+	Remove
+	// RerouteQueue: route every queued request again.
+	RerouteQueue
+	// ForwardQueue: send every queued request to the registration's
+	// winner.
+	ForwardQueue
+	// MigrateQueue: send every queued request to the migration's target.
+	MigrateQueue
+	// FailQueue: fail every queued request, for Result.Cause.
+	FailQueue
+
+	lastAction = FailQueue
+)
+
+var actionNames = [...]string{
+	"admit", "hold", "retry", "fail-deadlock", "start-activate", "admit-held",
+	"fire-due-timers", "start-queued", "stop-timers", "begin-deactivate",
+	"drop-registration", "remove", "reroute-queue", "forward-queue",
+	"migrate-queue", "fail-queue",
+}
+
+// Cause says why FailQueue fails the queue.
+type Cause uint8
+
+const (
+	// CauseNone: no failure.
+	CauseNone Cause = iota
+	// CauseActivate: OnActivate (or reading the grain's state) failed
+	// or panicked; the requests get its error.
+	CauseActivate
+	// CauseRegistration: the directory registration failed.
+	CauseRegistration
+	// CauseClosed: the silo closed (Unavailable).
+	CauseClosed
+)
+
+var causeNames = [...]string{"none", "activate", "registration", "closed"}
+
+func (c Cause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return "Cause(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Result is what an event asks of the runtime. It is returned by value:
+// stepping a Machine allocates nothing.
+type Result struct {
+	Do Action
+	// Reason is the deactivation's reason, with BeginDeactivate.
+	Reason grain.DeactivationReason
+	// Cause is why, with FailQueue.
+	Cause Cause
+	// Held is how many requests the lifecycle held that AdmitHeld or the
+	// queue action covers.
+	Held int
+}
+
+// Has reports whether r asks for every action in a.
+func (r Result) Has(a Action) bool { return r.Do&a == a }
+
+// String lists the actions, as the scenarios write them: "none", or names
+// in bit order, with the reason, the cause and the held count.
+func (r Result) String() string {
+	if r.Do == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i := range actionNames {
+		a := Action(1) << i
+		if r.Do&a == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(actionNames[i])
+		switch a {
+		case BeginDeactivate:
+			b.WriteString("(" + r.Reason.String() + ")")
+		case FailQueue:
+			b.WriteString("(" + r.Cause.String() + ")")
+		}
+	}
+	if r.Held > 0 {
+		b.WriteString(" held=" + strconv.Itoa(r.Held))
+	}
+	return b.String()
+}
+
+// Machine is the lifecycle of one activation. The zero Machine is
+// Registering, holding nothing. Not safe for concurrent use: the
+// activation's lock is held around every method.
+type Machine struct {
+	idleSince time.Duration // when the collector last saw activity (or activation ended)
+	held      int32         // requests held (Hold) not yet admitted or disposed of
+	state     State
+	flags     flag
+	reason    uint8 // the pending deactivation's grain.DeactivationReason
+}
+
+type flag uint8
+
+const (
+	pending flag = 1 << iota // a deactivation was asked for
+	migrate                  // ... by Migrate
+	touched                  // a turn counted as activity since the collector last looked
+)
+
+func (m *Machine) is(f flag) bool { return m.flags&f != 0 }
+
+// State returns the activation's state.
+func (m *Machine) State() State { return m.state }
+
+// Pending reports whether a deactivation was asked for (it may have begun)
+// and its reason.
+func (m *Machine) Pending() (grain.DeactivationReason, bool) {
+	return grain.DeactivationReason(m.reason), m.is(pending)
+}
+
+// Migrating reports whether the deactivation asked for is a migration.
+func (m *Machine) Migrating() bool { return m.is(migrate) }
+
+// Held returns how many requests the activation holds for the lifecycle.
+func (m *Machine) Held() int { return int(m.held) }
+
+// Usable reports whether the activation may still take on work of its
+// own: a timer registered, a stateless-worker request, a timer tick (once
+// Active). False once a deactivation is pending.
+func (m *Machine) Usable() bool { return m.state <= Active && !m.is(pending) }
+
+// Offer is a request arriving. inChain: its call chain passes through this
+// activation; holdsChain: a request up its chain runs here now.
+func (m *Machine) Offer(inChain, holdsChain bool) Result {
+	switch m.state {
+	case Active:
+		if !m.is(pending) || holdsChain {
+			return Result{Do: Admit}
+		}
+	case Registering, Activating:
+		if inChain {
+			return Result{Do: FailDeadlock}
+		}
+	case Dead:
+		return Result{Do: Retry}
+	}
+	m.held++
+	return Result{Do: Hold}
+}
+
+// Registered is the directory registration won, or there is none.
+func (m *Machine) Registered() Result {
+	if m.state != Registering {
+		return Result{}
+	}
+	m.state = Activating
+	return Result{Do: StartActivate}
+}
+
+// RegistrationLost is the directory naming another activation of the
+// grain. quiet: nothing runs (see Deactivate).
+func (m *Machine) RegistrationLost(quiet bool) Result {
+	switch m.state {
+	case Registering:
+		return m.die(ForwardQueue, CauseNone)
+	case Dead:
+		return Result{}
+	}
+	r := m.request(grain.DeactivateOperator, false, quiet)
+	r.Do |= DropRegistration
+	return r
+}
+
+// RegistrationFailed is the directory registration failing for good.
+func (m *Machine) RegistrationFailed() Result {
+	if m.state != Registering {
+		return Result{}
+	}
+	return m.die(FailQueue, CauseRegistration)
+}
+
+// ActivateDone is the activate turn ending at now, failed or not.
+func (m *Machine) ActivateDone(failed bool, now time.Duration) Result {
+	if m.state != Activating {
+		return Result{}
+	}
+	if failed {
+		r := m.die(FailQueue, CauseActivate)
+		r.Do |= StopTimers
+		return r
+	}
+	m.state = Active
+	m.idleSince = now
+	switch {
+	case m.held > 0:
+		r := Result{Do: AdmitHeld, Held: int(m.held)}
+		m.held = 0
+		if !m.is(pending) {
+			r.Do |= FireDueTimers
+		}
+		return r
+	case m.is(pending):
+		return m.begin()
+	}
+	return Result{Do: FireDueTimers}
+}
+
+// TurnDone is a request's or timer tick's turn ending, after the gate was
+// told. quiet: nothing runs any more; activity: the turn counts against
+// idle collection; panicked: grain code panicked.
+func (m *Machine) TurnDone(quiet, activity, panicked bool) Result {
+	if activity {
+		m.flags |= touched
+	}
+	if m.state != Active {
+		return Result{}
+	}
+	if panicked && !m.is(pending) {
+		m.flags |= pending
+		m.reason = uint8(grain.DeactivatePanic)
+	}
+	switch {
+	case !m.is(pending):
+		return Result{Do: StartQueued}
+	case quiet:
+		return m.begin()
+	}
+	return Result{}
+}
+
+// Deactivate asks for the activation to end once quiet (nothing runs).
+func (m *Machine) Deactivate(reason grain.DeactivationReason, quiet bool) Result {
+	return m.request(reason, false, quiet)
+}
+
+// Migrate asks for the activation to end once quiet, keeping its queue
+// for the migration's target.
+func (m *Machine) Migrate(reason grain.DeactivationReason, quiet bool) Result {
+	return m.request(reason, true, quiet)
+}
+
+// IdleTick is the idle collector looking at the activation at now; age is
+// its type's collection age; busy: anything runs or waits in the gate.
+func (m *Machine) IdleTick(now, age time.Duration, busy bool) Result {
+	switch {
+	case m.state != Active || m.is(pending) || busy:
+		return Result{}
+	case m.is(touched):
+		m.flags &^= touched
+		m.idleSince = now
+		return Result{}
+	case now-m.idleSince < age:
+		return Result{}
+	}
+	m.flags |= pending
+	m.reason = uint8(grain.DeactivateIdle)
+	return m.begin()
+}
+
+// Deactivated is the deactivate turn ending.
+func (m *Machine) Deactivated() Result {
+	if m.state != Deactivating {
+		return Result{}
+	}
+	if m.is(migrate) {
+		return m.die(MigrateQueue, CauseNone)
+	}
+	return m.die(RerouteQueue, CauseNone)
+}
+
+// Close is the silo closing at once.
+func (m *Machine) Close() Result {
+	if m.state == Dead {
+		return Result{}
+	}
+	r := m.die(FailQueue, CauseClosed)
+	r.Do |= StopTimers
+	return r
+}
+
+// request records a deactivation asked for, first come first served, and
+// begins it if the activation is active and quiet.
+func (m *Machine) request(reason grain.DeactivationReason, migrating, quiet bool) Result {
+	if m.state > Active || m.is(pending) {
+		return Result{}
+	}
+	m.flags |= pending
+	if migrating {
+		m.flags |= migrate
+	}
+	m.reason = uint8(reason)
+	if m.state == Active && quiet {
+		return m.begin()
+	}
+	return Result{}
+}
+
+// begin moves an active, quiet activation with a deactivation pending to
+// Deactivating.
+func (m *Machine) begin() Result {
+	m.state = Deactivating
+	return Result{Do: StopTimers | BeginDeactivate, Reason: grain.DeactivationReason(m.reason)}
+}
+
+// die moves to Dead, disposing of the queue with the action queue.
+func (m *Machine) die(queue Action, c Cause) Result {
+	r := Result{Do: Remove | queue, Cause: c, Held: int(m.held)}
+	m.state, m.held = Dead, 0
+	return r
+}
+
+// String describes the machine as the scenarios check it: the state, then
+// pending=<reason>, migrating, held=<n>, touched, and idle-since=<time>
+// while Active.
+func (m *Machine) String() string {
+	var b strings.Builder
+	b.WriteString(m.state.String())
+	if m.is(pending) {
+		b.WriteString(" pending=" + grain.DeactivationReason(m.reason).String())
+	}
+	if m.is(migrate) {
+		b.WriteString(" migrating")
+	}
+	if m.held > 0 {
+		b.WriteString(" held=" + strconv.Itoa(int(m.held)))
+	}
+	if m.is(touched) {
+		b.WriteString(" touched")
+	}
+	if m.state == Active {
+		b.WriteString(" idle-since=" + m.idleSince.String())
+	}
+	return b.String()
+}

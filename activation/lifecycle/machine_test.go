@@ -1,0 +1,25 @@
+package lifecycle_test
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/granaryio/granary/activation/lifecycle"
+)
+
+// The Machine stays small: it lives in every activation.
+func TestMachineSize(t *testing.T) {
+	if n := unsafe.Sizeof(lifecycle.Machine{}); n > 16 {
+		t.Errorf("Machine is %d bytes, want at most 16", n)
+	}
+}
+
+// Every action has a name, and an unnamed bit would print nothing.
+func TestEveryActionNamed(t *testing.T) {
+	for a := lifecycle.Admit; a != 0 && a <= lifecycle.FailQueue; a <<= 1 {
+		r := lifecycle.Result{Do: a}
+		if s := r.String(); s == "" || s == "none" {
+			t.Errorf("action %#x prints %q", uint16(a), s)
+		}
+	}
+}
