@@ -10,6 +10,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/local"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
@@ -20,7 +21,7 @@ import (
 // method ends, no call is left pending.
 func TestTimeout(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
-	calls0 := liveCalls.Load()
+	calls0 := local.LiveCalls.Load()
 	release := h.hold("long")
 	h.script("late", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
 		h.event("late executed")
@@ -52,7 +53,7 @@ func TestTimeout(t *testing.T) {
 			t.Fatal("an expired call was executed")
 		}
 	}
-	waitFor(t, "no calls pending", func() bool { return liveCalls.Load() == calls0 })
+	waitFor(t, "no calls pending", func() bool { return local.LiveCalls.Load() == calls0 })
 }
 
 // TestCancelPropagates: cancelling the caller's context cancels the

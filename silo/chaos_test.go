@@ -231,7 +231,7 @@ func (cl *chaosLogger) tweak(cfg *Config) {
 // choice among them is replayed.
 func (tc *testCluster) sortedLive() []*Silo {
 	ss := tc.live()
-	slices.SortFunc(ss, func(a, b *Silo) int { return cmp.Compare(a.cfg.Name, b.cfg.Name) })
+	slices.SortFunc(ss, func(a, b *Silo) int { return cmp.Compare(a.rt.Cfg.Name, b.rt.Cfg.Name) })
 	return ss
 }
 
@@ -264,7 +264,7 @@ func runChaosCaller(tc *testCluster, rng *rand.Rand, ks []string, t0 time.Time, 
 		case err == nil:
 			ct.ok++
 			ct.answered(key, where(r), start, end)
-		case via.stopping.Load():
+		case via.rt.Stopping.Load():
 			ct.fail(ct.gone, err, end)
 		default:
 			ct.fail(ct.failed, err, end)
@@ -401,8 +401,8 @@ func chaosRound(ctx context.Context, tc *testCluster, ks []string) []string {
 		}
 		var held []string
 		for _, s := range ss {
-			if v, ok := s.types[probe.ProbeGrainType].acts.load(k); ok {
-				held = append(held, fmt.Sprintf("%s#%d", s.cfg.Name, v.actID))
+			if v, ok := s.rt.Types[probe.ProbeGrainType].Acts.Load(k); ok {
+				held = append(held, fmt.Sprintf("%s#%d", s.cfg.Name, v.ActID))
 			}
 		}
 		single := len(seen) == 1
@@ -658,7 +658,7 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 	if key == "" {
 		t.Fatal("no grain whose activation, owner and next owner are on three silos")
 	}
-	t.Logf("%s: activation on %s, entry on %s, next owner %s", key, s1.cfg.Name, x.cfg.Name, o.cfg.Name)
+	t.Logf("%s: activation on %s, entry on %s, next owner %s", key, s1.rt.Cfg.Name, x.rt.Cfg.Name, o.rt.Cfg.Name)
 
 	// Only S1 learns of X's death at first, so that what O drops is S1's.
 	var held []string
@@ -669,7 +669,7 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 		}
 	}
 	dropped := o.cl.dir.Stats().Dropped
-	tc.kill(x.cfg.Name)
+	tc.kill(x.rt.Cfg.Name)
 	waitFor(t, "O to drop the handoff of S1", func() bool { return o.cl.dir.Stats().Dropped > dropped })
 	for _, id := range held {
 		tc.hub.Release(id)
@@ -687,14 +687,14 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 		for _, via := range tc.sortedLive() {
 			r, err := tc.call(via, key, nil)
 			if err != nil {
-				t.Fatalf("calling %s through %s: %v", key, via.cfg.Name, err)
+				t.Fatalf("calling %s through %s: %v", key, via.rt.Cfg.Name, err)
 			}
-			seen[where(r)] = append(seen[where(r)], via.cfg.Name)
+			seen[where(r)] = append(seen[where(r)], via.rt.Cfg.Name)
 		}
 		entry := "none"
 		for _, it := range o.cl.dir.Entries() {
 			if it.ID == id {
-				entry = fmt.Sprintf("%s#%d", byMember[it.Entry.Silo].cfg.Name, it.Entry.Activation)
+				entry = fmt.Sprintf("%s#%d", byMember[it.Entry.Silo].rt.Cfg.Name, it.Entry.Activation)
 			}
 		}
 		if len(seen) == 1 && len(seen[entry]) > 0 {
@@ -702,7 +702,7 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s, %v after the cluster converged, answers from %v; its entry at %s: %s",
-				key, chaosResolveTimeout, seen, o.cfg.Name, entry)
+				key, chaosResolveTimeout, seen, o.rt.Cfg.Name, entry)
 		}
 	}
 }

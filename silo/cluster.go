@@ -16,6 +16,7 @@ import (
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/tlsfiles"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/placement"
 	"go.uber.org/zap"
@@ -128,7 +129,7 @@ func (c *ClusterConfig) validate() error {
 // cluster is a silo's membership of a cluster: the view of the other
 // silos, the directory, placement and the transport.
 type cluster struct {
-	s    *Runtime
+	s    *local.Runtime
 	cfg  ClusterConfig
 	log  *zap.Logger
 	self string // this silo's member ID
@@ -155,10 +156,10 @@ type cluster struct {
 	// inflight counts requests from other silos not yet answered and
 	// calls forwarded from here not yet answered: Stop waits for both
 	// before it leaves.
-	inflight inflightCount
+	inflight local.InflightCount
 	// cancels holds what cancels the requests from other silos that
 	// their senders may cancel.
-	cancels cancelTable
+	cancels local.CancelTable
 
 	// obsLookups holds, per client, the directory lookup of its home in
 	// flight and the observer calls queued behind it. obsMu.
@@ -215,7 +216,7 @@ func (v *clusterView) gone(silo string) bool {
 // runs; on error, everything it started is stopped again.
 func (s *Silo) startCluster(ctx context.Context) (err error) {
 	cfg := *s.cfg.Cluster
-	cl := &cluster{s: s.Runtime, cfg: cfg, log: s.log, members: map[string]membership.Member{}}
+	cl := &cluster{s: s.rt, cfg: cfg, log: s.rt.Log, members: map[string]membership.Member{}}
 	defer func() {
 		if err != nil {
 			cl.close()
@@ -225,10 +226,10 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	tcfg.ClusterID = cfg.Membership.ClusterID
 	tcfg.Listener, tcfg.Rejections = security.ListenerSilo, s.cfg.Rejections
 	if tcfg.Logger == nil {
-		tcfg.Logger = s.log.Named("transport")
+		tcfg.Logger = s.rt.Log.Named("transport")
 	}
 	if tcfg.Clock == nil {
-		tcfg.Clock = s.clock
+		tcfg.Clock = s.rt.Clock
 	}
 
 	cl.lis = cfg.Listener
@@ -249,12 +250,12 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 		mcfg.Name = s.cfg.Name
 	}
 	if mcfg.Logger == nil {
-		mcfg.Logger = s.log.Named("membership")
+		mcfg.Logger = s.rt.Log.Named("membership")
 	}
 	if mcfg.Rejections == nil {
 		mcfg.Rejections = s.cfg.Rejections
 	}
-	mcfg.Types = s.hostedTypes()
+	mcfg.Types = s.rt.HostedTypes()
 	if s.gw != nil && mcfg.GatewayAddr == "" {
 		mcfg.GatewayAddr = s.gw.addr
 	}
@@ -298,8 +299,8 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 		cl.gate = newPeerGate(cl, cfg.DialTLS, tcfg.DialTimeout, cfg.LoadReportInterval)
 	}
 	dcfg := cfg.Directory
-	dcfg.Logger, dcfg.Clock, dcfg.Lost, dcfg.RetryNeeded = s.log.Named("directory"), s.clock, cl.lost, cl.retryRegistrations
-	dcfg.Local = s.registeredActivations
+	dcfg.Logger, dcfg.Clock, dcfg.Lost, dcfg.RetryNeeded = s.rt.Log.Named("directory"), s.rt.Clock, cl.lost, cl.retryRegistrations
+	dcfg.Local = s.rt.RegisteredActivations
 	if cl.dir, err = directory.New(dcfg, cl.self, cl); err != nil {
 		return fmt.Errorf("silo: cluster: %w", err)
 	}
@@ -308,6 +309,10 @@ func (s *Silo) startCluster(ctx context.Context) (err error) {
 	}
 	cl.view.Store(&clusterView{hosts: map[string][]placement.Candidate{}, known: map[string]membership.Status{}})
 	s.cl = cl // requests may arrive once the listener serves
+	s.rt.Cl = cl
+	if s.gw != nil {
+		s.gw.cl = cl
+	}
 
 	if err := cl.lis.Serve(cl.tport); err != nil {
 		return fmt.Errorf("silo: cluster: %w", err)
@@ -495,9 +500,9 @@ func (cl *cluster) refreshLocked() {
 		return
 	}
 	cl.active = active
-	cl.dir.SetMembers(active, cl.s.registeredActivations())
-	if rem := cl.s.rem; rem != nil {
-		rem.ringChanged(cl.dir.Ring(), cl.self)
+	cl.dir.SetMembers(active, cl.s.RegisteredActivations())
+	if rem := cl.s.Rem; rem != nil {
+		rem.RingChanged(cl.dir.Ring(), cl.self)
 	}
 	for id, m := range cl.members {
 		if m.Status != membership.StatusActive {
@@ -513,7 +518,7 @@ func (cl *cluster) lost(id grain.ID, local, winner directory.Entry) {
 	if local.Silo != cl.self {
 		return
 	}
-	a := cl.s.activationByID(id, local.Activation)
+	a := cl.s.ActivationByID(id, local.Activation)
 	if a == nil {
 		return
 	}
@@ -526,21 +531,21 @@ func (cl *cluster) lost(id grain.ID, local, winner directory.Entry) {
 		return
 	}
 	cl.log.Warn("duplicate activation found; deactivating this one", zap.Stringer("grain", id),
-		zap.Uint64("activation", a.actID), zap.Stringer("winner", winner))
-	a.registered.Store(false) // its entry is the winner's: not to be unregistered
-	a.requestDeactivation(grain.DeactivateOperator)
+		zap.Uint64("activation", a.ActID), zap.Stringer("winner", winner))
+	a.Registered.Store(false) // its entry is the winner's: not to be unregistered
+	a.RequestDeactivation(grain.DeactivateOperator)
 }
 
 // reregister registers a running activation again, after its entry was
 // found missing or stale; if it loses, it deactivates.
-func (cl *cluster) reregister(a *activationRec) {
-	mine := directory.Entry{Silo: cl.self, Activation: a.actID}
-	cl.dir.Register(a.id, mine, func(winner directory.Entry, err error) {
+func (cl *cluster) reregister(a *local.ActivationRec) {
+	mine := directory.Entry{Silo: cl.self, Activation: a.ActID}
+	cl.dir.Register(a.Id, mine, func(winner directory.Entry, err error) {
 		switch {
 		case err != nil:
-			cl.log.Debug("registering again failed", zap.Stringer("grain", a.id), zap.Error(err))
+			cl.log.Debug("registering again failed", zap.Stringer("grain", a.Id), zap.Error(err))
 		case winner != mine && winner.Silo != cl.self:
-			cl.lost(a.id, mine, winner)
+			cl.lost(a.Id, mine, winner)
 		}
 	})
 }
@@ -554,7 +559,7 @@ func (cl *cluster) retryRegistrations() {
 	if cl.closed.Load() || !cl.retryArmed.CompareAndSwap(false, true) {
 		return
 	}
-	now := cl.s.clock.Now()
+	now := cl.s.Clock.Now()
 	cl.retryMu.Lock()
 	d := registrationRetryDelay
 	if !cl.retryLast.IsZero() && now.Sub(cl.retryLast) < 4*cl.retryDelay {
@@ -562,7 +567,7 @@ func (cl *cluster) retryRegistrations() {
 	}
 	cl.retryDelay, cl.retryLast = d, now
 	cl.retryMu.Unlock()
-	cl.s.clock.AfterFunc(d, func() {
+	cl.s.Clock.AfterFunc(d, func() {
 		cl.retryArmed.Store(false)
 		if !cl.closed.Load() {
 			cl.dir.RetryRegistrations()
@@ -578,7 +583,7 @@ const registrationRetryDelay = 50 * time.Millisecond
 // directory send again the registrations it could not deliver.
 func (cl *cluster) reportLoad() {
 	defer close(cl.loadDone)
-	tk := cl.s.clock.NewTicker(cl.cfg.LoadReportInterval)
+	tk := cl.s.Clock.NewTicker(cl.cfg.LoadReportInterval)
 	defer tk.Stop()
 	var last [2]uint64
 	for {
@@ -589,7 +594,7 @@ func (cl *cluster) reportLoad() {
 		}
 		cl.dir.RetryRegistrations()
 		cl.healTick()
-		now := [2]uint64{uint64(cl.s.live.Load()), uint64(cl.s.pool.Stats().QueuedGroups)}
+		now := [2]uint64{uint64(cl.s.Live.Load()), uint64(cl.s.Pool.Stats().QueuedGroups)}
 		if now == last {
 			continue
 		}
@@ -630,7 +635,7 @@ func (cl *cluster) beginLeave(ctx context.Context) {
 // those requests too, writes out the last answers and closes the
 // streams. Stop calls it once the silo's grains are deactivated.
 func (cl *cluster) finishLeave(ctx context.Context) error {
-	err := cl.inflight.drain(ctx, "requests through the cluster")
+	err := cl.inflight.Drain(ctx, "requests through the cluster")
 	if lerr := cl.mship.Leave(ctx); lerr != nil {
 		// The others then find this silo failed instead of left, which
 		// costs nothing now: its grains and directory ranges are handed
@@ -642,56 +647,13 @@ func (cl *cluster) finishLeave(ctx context.Context) error {
 		err = fmt.Errorf("silo: cluster: waiting for the other silos to stop sending: %w", gerr)
 	}
 	if err == nil {
-		err = cl.inflight.drain(ctx, "requests through the cluster")
+		err = cl.inflight.Drain(ctx, "requests through the cluster")
 	}
 	if serr := cl.tport.Shutdown(ctx); serr != nil && err == nil {
 		err = serr
 	}
 	cl.close()
 	return err
-}
-
-// inflightCount counts requests in flight, and lets Stop wait until
-// there are none.
-type inflightCount struct {
-	n       atomic.Int64
-	mu      sync.Mutex
-	drained chan struct{} // closed when n reaches 0 while draining
-}
-
-func (c *inflightCount) add()        { c.n.Add(1) }
-func (c *inflightCount) load() int64 { return c.n.Load() }
-
-// done counts one request as answered.
-func (c *inflightCount) done() {
-	if c.n.Add(-1) != 0 {
-		return
-	}
-	c.mu.Lock()
-	if c.drained != nil && c.n.Load() == 0 {
-		close(c.drained)
-		c.drained = nil
-	}
-	c.mu.Unlock()
-}
-
-// drain waits until no request is in flight, or ctx ends; what names the
-// requests in the error.
-func (c *inflightCount) drain(ctx context.Context, what string) error {
-	c.mu.Lock()
-	drained := make(chan struct{})
-	if c.n.Load() == 0 {
-		close(drained)
-	} else {
-		c.drained = drained
-	}
-	c.mu.Unlock()
-	select {
-	case <-drained:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("silo: %d %s still in flight: %w", c.n.Load(), what, ctx.Err())
-	}
 }
 
 // close stops everything the cluster runs, without a leave: the other
@@ -702,7 +664,7 @@ func (cl *cluster) close() {
 }
 
 func (cl *cluster) closeNow() {
-	cl.cancels.cancelAll()
+	cl.cancels.CancelAll()
 	if cl.gate != nil {
 		cl.gate.close()
 	}
@@ -742,4 +704,12 @@ func (s *Silo) Member() string {
 		return ""
 	}
 	return s.cl.self
+}
+
+// Self is this silo's member ID.
+func (cl *cluster) Self() string { return cl.self }
+
+// Unregister removes a dead activation's directory entry.
+func (cl *cluster) Unregister(a *local.ActivationRec) {
+	cl.dir.Unregister(a.Id, directory.Entry{Silo: cl.self, Activation: a.ActID})
 }

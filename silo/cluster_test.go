@@ -24,7 +24,7 @@ func TestClusterCallsReachOneActivation(t *testing.T) {
 		for _, via := range tc.live() {
 			r, err := tc.call(via, k, nil)
 			if err != nil {
-				t.Fatalf("calling %s from %s: %v", k, via.cfg.Name, err)
+				t.Fatalf("calling %s from %s: %v", k, via.rt.Cfg.Name, err)
 			}
 			if h, ok := homes[k]; ok && h != where(r) {
 				t.Fatalf("%s answered from %s and from %s", k, h, where(r))
@@ -303,7 +303,7 @@ func TestClusterPartitionHeals(t *testing.T) {
 	for _, via := range []*Silo{a, c} {
 		for _, k := range ks {
 			if _, err := tc.call(via, k, nil); err != nil {
-				t.Fatalf("calling %s from %s during the partition: %v", k, via.cfg.Name, err)
+				t.Fatalf("calling %s from %s during the partition: %v", k, via.rt.Cfg.Name, err)
 			}
 		}
 	}
@@ -327,7 +327,7 @@ func TestClusterPartitionHeals(t *testing.T) {
 					lastErr = err
 					return false
 				}
-				last[k][via.cfg.Name+"->"+where(r)] = true
+				last[k][via.rt.Cfg.Name+"->"+where(r)] = true
 			}
 			if len(activations(last[k])) != 1 {
 				return false

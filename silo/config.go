@@ -8,6 +8,7 @@ import (
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -144,7 +145,7 @@ type RemindersConfig struct {
 }
 
 // DefaultMinReminderPeriod is RemindersConfig.MinPeriod's default.
-const DefaultMinReminderPeriod = time.Minute
+const DefaultMinReminderPeriod = local.DefaultMinReminderPeriod
 
 func (rc *RemindersConfig) validate() error {
 	bad := func(field string, d time.Duration) error {

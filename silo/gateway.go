@@ -17,6 +17,7 @@ import (
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo/grpcapi"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/membership"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -144,7 +145,10 @@ func (c *GatewayConfig) validate() error {
 
 // gateway is a silo's service to external clients.
 type gateway struct {
-	s   *Runtime
+	// cl is the silo's cluster, or nil for a silo alone. Set before the
+	// gateway serves.
+	cl  *cluster
+	s   *local.Runtime
 	cfg GatewayConfig
 	log *zap.Logger
 	// addr is the advertised address, or "" when it is each client's own
@@ -162,18 +166,18 @@ type gateway struct {
 	homes homes
 
 	// cancels holds what cancels the calls clients may cancel.
-	cancels cancelTable
+	cancels local.CancelTable
 
 	// inflight counts client requests not yet answered: Stop waits for
 	// them.
-	inflight inflightCount
+	inflight local.InflightCount
 }
 
 // listenGateway binds the gateway's listener, so that its address is
 // known before the silo joins its cluster. Start calls it.
 func (s *Silo) listenGateway() error {
 	cfg := *s.cfg.Gateway
-	g := &gateway{s: s.Runtime, cfg: cfg, log: s.log.Named("gateway"), auth: newGatewayAuth(cfg.Authenticator, s.Rejections())}
+	g := &gateway{s: s.rt, cfg: cfg, log: s.rt.Log.Named("gateway"), auth: newGatewayAuth(cfg.Authenticator, s.Rejections())}
 	cfg.Transport.Listener, cfg.Transport.Rejections = security.ListenerGateway, s.Rejections()
 	ka := cfg.Keepalive
 	if ka.MaxConnectionIdle == 0 {
@@ -205,6 +209,7 @@ func (s *Silo) listenGateway() error {
 		}
 	}
 	s.gw = g
+	s.rt.Gw = g
 	return nil
 }
 
@@ -224,7 +229,7 @@ func (s *Silo) startGateway() error {
 		tcfg.Logger = g.log.Named("transport")
 	}
 	if tcfg.Clock == nil {
-		tcfg.Clock = s.clock
+		tcfg.Clock = s.rt.Clock
 	}
 	g.clusterID, g.self = tcfg.ClusterID, tcfg.Self
 	tcfg.Listener, tcfg.Rejections = security.ListenerGateway, s.Rejections()
@@ -232,12 +237,12 @@ func (s *Silo) startGateway() error {
 	if g.tport, err = transport.New(tcfg, noNetwork{}, g); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
 	}
-	descs := make([]*grain.ServiceDesc, 0, len(s.types)+len(g.cfg.Services))
-	for _, name := range s.hostedTypes() {
-		descs = append(descs, s.types[name].desc)
+	descs := make([]*grain.ServiceDesc, 0, len(s.rt.Types)+len(g.cfg.Services))
+	for _, name := range s.rt.HostedTypes() {
+		descs = append(descs, s.rt.Types[name].Desc)
 	}
 	for _, d := range g.cfg.Services {
-		if s.types[d.Type] == nil {
+		if s.rt.Types[d.Type] == nil {
 			descs = append(descs, d)
 		}
 	}
@@ -312,15 +317,15 @@ func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 			self = md[":authority"][0]
 		}
 	}
-	if s.cl == nil {
-		if !s.stopping.Load() {
+	if s.Cl == nil {
+		if !s.Stopping.Load() {
 			resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: g.self, Address: self})
 		}
 		return resp, nil
 	}
-	cl := s.cl
+	cl := g.cl
 	cl.viewMu.Lock()
-	if cl.selfStatus == membership.StatusActive && !s.stopping.Load() {
+	if cl.selfStatus == membership.StatusActive && !s.Stopping.Load() {
 		resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: cl.self, Address: self})
 	}
 	for _, m := range cl.members {
@@ -342,7 +347,7 @@ func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
 	switch env.Kind {
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
-		g.cancels.cancel(remoteCall{from, env.CallId})
+		g.cancels.Cancel(local.RemoteCall{From: from, ID: env.CallId})
 		return
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME, granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY:
 	default:
@@ -374,30 +379,30 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	case id.Key == "":
 		refuse(codes.InvalidArgument, "granary: calling a %s grain with an empty key", id.Type)
 		return
-	case env.Method == reminderMethodName && !env.Observer:
+	case env.Method == local.ReminderMethodName && !env.Observer:
 		// The runtime's own method: only the silo that owns a reminder
 		// calls it, and other silos take it only from silos.
-		s.cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, "", errReminderMethod)
-		refuse(codes.PermissionDenied, "granary: %s is the runtime's method; clients cannot call it", reminderMethodName)
+		s.Cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, "", errReminderMethod)
+		refuse(codes.PermissionDenied, "granary: %s is the runtime's method; clients cannot call it", local.ReminderMethodName)
 		return
 	}
 	var m *grain.MethodDesc
 	if env.Observer {
-		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, true})
-	} else if t := s.types[id.Type]; t != nil {
+		m = s.RelayMethod(local.RelayKey{Type: id.Type, Method: env.Method, Index: env.MethodIndex, Observer: true})
+	} else if t := s.Types[id.Type]; t != nil {
 		var err error
-		if m, err = t.method(id, env, codes.Unimplemented); err != nil {
+		if m, err = t.Method(id, env, codes.Unimplemented); err != nil {
 			refuse(status.Code(err), "%s", status.Convert(err).Message())
 			return
 		}
 	} else {
-		if s.cl == nil {
+		if s.Cl == nil {
 			refuse(codes.NotFound, "granary: no silo hosts grain type %q", id.Type)
 			return
 		}
-		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, false})
+		m = s.RelayMethod(local.RelayKey{Type: id.Type, Method: env.Method, Index: env.MethodIndex, Observer: false})
 	}
-	s.route(nil, s.incoming(from, env, id, m, r, clientWaiter, &g.cancels, &g.inflight))
+	s.Route(nil, s.Incoming(from, env, id, m, r, local.ClientWaiter, &g.cancels, &g.inflight))
 }
 
 // errReminderMethod is why a client's call to the reminder method is
@@ -407,10 +412,10 @@ var errReminderMethod = errors.New("a client called the runtime's reminder metho
 // reply answers a client's call; settle calls it once the outcome is in.
 // Calls a grain's filter refused as unauthenticated or forbidden are
 // counted here, at the edge, once each, wherever the grain ran.
-func (g *gateway) reply(c *call) {
-	defer g.inflight.done()
-	if c.err != nil {
-		g.countRefused("", c.err)
+func (g *gateway) Reply(c *local.Call) {
+	defer g.inflight.Done()
+	if c.Err != nil {
+		g.countRefused("", c.Err)
 	}
 	answer(c, "")
 }
@@ -447,7 +452,7 @@ func (g *gateway) goAway(ctx context.Context) {
 // finish waits until every client call is answered, writes the last
 // answers out and stops the gateway's server, or gives up when ctx ends.
 func (g *gateway) finish(ctx context.Context) error {
-	err := g.inflight.drain(ctx, "client calls")
+	err := g.inflight.Drain(ctx, "client calls")
 	if g.tport != nil {
 		if serr := g.tport.Shutdown(ctx); serr != nil && err == nil {
 			err = serr
@@ -462,7 +467,7 @@ func (g *gateway) finish(ctx context.Context) error {
 // close stops the gateway at once: client streams end and what waits on
 // them fails. Idempotent.
 func (g *gateway) close() {
-	g.cancels.cancelAll()
+	g.cancels.CancelAll()
 	if g.tport != nil {
 		g.tport.Close()
 	}

@@ -142,9 +142,9 @@ func (g *gateway) unaryInterceptor(ctx context.Context, req any, info *grpc.Unar
 func (g *gateway) countRefused(remote string, err error) {
 	switch status.Code(err) {
 	case codes.PermissionDenied:
-		g.s.cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, remote, err)
+		g.s.Cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, remote, err)
 	case codes.Unauthenticated:
-		g.s.cfg.Rejections.Reject(security.ListenerGateway, security.ReasonUnauthenticated, remote, err)
+		g.s.Cfg.Rejections.Reject(security.ListenerGateway, security.ReasonUnauthenticated, remote, err)
 	}
 }
 

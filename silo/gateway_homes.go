@@ -7,6 +7,7 @@ import (
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/internal/local"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,8 +36,8 @@ func (g *gateway) home(client string, r transport.Responder) {
 		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: client ID %q contains '/', which observer IDs use as a separator", client)))
 		return
 	}
-	if s.stopping.Load() {
-		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, unavailable(s, "it is stopping")))
+	if s.Stopping.Load() {
+		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, local.Unavailable(s, "it is stopping")))
 		return
 	}
 	g.homes.mu.Lock()
@@ -46,14 +47,14 @@ func (g *gateway) home(client string, r transport.Responder) {
 		return
 	}
 	var e directory.Entry
-	if s.cl != nil {
-		e = directory.Entry{Silo: s.cl.self, Activation: s.nextActID.Add(1)}
+	if s.Cl != nil {
+		e = directory.Entry{Silo: s.Cl.Self(), Activation: s.NextActID.Add(1)}
 	}
 	// Recorded before it registers, so a call the new entry brings here
 	// finds the client home and does not take the entry for a stale one.
 	g.homes.m[client] = e
 	g.homes.mu.Unlock()
-	if s.cl == nil {
+	if s.Cl == nil {
 		r.Reply(&granaryv1.Envelope{})
 		return
 	}
@@ -72,8 +73,8 @@ const maxHomeTakeovers = 3
 // takes the entry from the client's next home; an entry it won by then
 // it removes again.
 func (g *gateway) registerHome(client string, e directory.Entry, r transport.Responder, retries, takeovers uint8) {
-	cl := g.s.cl
-	id := clientGrainID(client)
+	cl := g.cl
+	id := local.ClientGrainID(client)
 	gone := func() bool {
 		if g.holdsHome(client, e) {
 			return false
@@ -90,7 +91,7 @@ func (g *gateway) registerHome(client string, e directory.Entry, r transport.Res
 			cl.dir.Unregister(id, e) // won after the client left
 			gone()
 		case err != nil && retries < maxDirectoryRetries && !cl.closed.Load():
-			g.s.clock.AfterFunc(retryBackoff(retries), func() { g.registerHome(client, e, r, retries+1, takeovers) })
+			g.s.Clock.AfterFunc(retryBackoff(retries), func() { g.registerHome(client, e, r, retries+1, takeovers) })
 		case err != nil:
 			g.dropHome(client, e)
 			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: registering client %s: %v", client, status.Convert(err).Message())))
@@ -136,8 +137,8 @@ func (g *gateway) StreamsEnded(client string) {
 	e, ok := g.homes.m[client]
 	delete(g.homes.m, client)
 	g.homes.mu.Unlock()
-	if ok && g.s.cl != nil {
-		g.s.cl.dir.Unregister(clientGrainID(client), e)
+	if ok && g.cl != nil {
+		g.cl.dir.Unregister(local.ClientGrainID(client), e)
 	}
 }
 
@@ -149,28 +150,28 @@ func (g *gateway) leaveHomes() {
 	m := g.homes.m
 	g.homes.m = map[string]directory.Entry{}
 	g.homes.mu.Unlock()
-	if g.s.cl == nil {
+	if g.cl == nil {
 		return
 	}
 	for client, e := range m {
-		g.s.cl.dir.Unregister(clientGrainID(client), e)
+		g.cl.dir.Unregister(local.ClientGrainID(client), e)
 	}
 }
 
 // homeEntries lists the directory entries of the clients at home here.
-func (g *gateway) homeEntries() []directory.Item {
+func (g *gateway) HomeEntries() []directory.Item {
 	g.homes.mu.Lock()
 	defer g.homes.mu.Unlock()
 	out := make([]directory.Item, 0, len(g.homes.m))
 	for client, e := range g.homes.m {
-		out = append(out, directory.Item{ID: clientGrainID(client), Entry: e})
+		out = append(out, directory.Item{ID: local.ClientGrainID(client), Entry: e})
 	}
 	return out
 }
 
 // deliverObserver sends a call to an observer of client on the client's
 // stream, when this gateway is its home, and reports whether it is.
-func (g *gateway) deliverObserver(client string, c *call) bool {
+func (g *gateway) DeliverObserver(client string, c *local.Call) bool {
 	if !g.isHome(client) {
 		return false
 	}
@@ -179,32 +180,32 @@ func (g *gateway) deliverObserver(client string, c *call) bool {
 	defer o.free()
 	env := o.env
 	env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
-	if c.oneWay {
+	if c.OneWay {
 		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
 	}
-	env.GrainType, env.GrainKey, env.Observer = c.id.Type, c.id.Key, true
-	env.Method, env.MethodIndex = c.method.Name, uint32(c.method.Index)
+	env.GrainType, env.GrainKey, env.Observer = c.Id.Type, c.Id.Key, true
+	env.Method, env.MethodIndex = c.Method.Name, uint32(c.Method.Index)
 	switch {
-	case c.raw != nil:
-		env.Payload = c.raw
-	case c.req != nil:
-		if err := o.encode(c.req); err != nil {
-			s.fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.id, c.method.Name, err))
+	case c.Raw != nil:
+		env.Payload = c.Raw
+	case c.Req != nil:
+		if err := o.encode(c.Req); err != nil {
+			s.Fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.Id, c.Method.Name, err))
 			return true
 		}
 	}
-	left := c.due - s.callNow()
+	left := c.Due - s.CallNow()
 	if left <= 0 {
-		s.fail(nil, c, deadlineError(c))
+		s.Fail(nil, c, local.DeadlineError(c))
 		return true
 	}
 	env.TimeoutNanos = int64(left)
-	deadline := s.epoch.Add(c.due)
-	if c.oneWay {
+	deadline := s.Epoch.Add(c.Due)
+	if c.OneWay {
 		if err := g.tport.SendAccepted(client, env, deadline); err != nil {
-			g.log.Debug("a one-way call to an observer was not sent", zap.Stringer("observer", c.id), zap.Error(err))
+			g.log.Debug("a one-way call to an observer was not sent", zap.Stringer("observer", c.Id), zap.Error(err))
 		}
-		c.release()
+		c.Release()
 		return true
 	}
 	// Not counted in the gateway's inflight: Stop does not wait for a
@@ -213,22 +214,22 @@ func (g *gateway) deliverObserver(client string, c *call) bool {
 	g.tport.CallAccepted(client, env, deadline, func(resp *granaryv1.Envelope, err error) {
 		if err != nil {
 			if transport.NotSent(err) {
-				err = observerGone(c.id)
+				err = local.ObserverGone(c.Id)
 			}
-			s.fail(nil, c, err)
+			s.Fail(nil, c, err)
 			return
 		}
 		if err := transport.StatusOf(resp); err != nil {
-			s.fail(nil, c, err)
+			s.Fail(nil, c, err)
 			return
 		}
-		out := c.method.NewResponse()
+		out := c.Method.NewResponse()
 		if err := proto.Unmarshal(resp.Payload, out); err != nil {
-			s.fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of observer %s.%s does not decode: %v", c.id, c.method.Name, err))
+			s.Fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of observer %s.%s does not decode: %v", c.Id, c.Method.Name, err))
 			return
 		}
-		c.settle(nil, out, nil)
-		c.release()
+		c.Settle(nil, out, nil)
+		c.Release()
 	})
 	return true
 }

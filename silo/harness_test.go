@@ -10,6 +10,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 	// Count call records in tests, not in benchmarks: the count is a
 	// cache line every call touches, which would skew them.
 	flag.Parse()
-	trackCalls = flag.Lookup("test.bench").Value.String() == ""
+	local.TrackCalls = flag.Lookup("test.bench").Value.String() == ""
 	goleak.VerifyTestMain(m)
 }
 
@@ -70,7 +71,7 @@ func newHarness(t *testing.T, o harnessOpt) *harness {
 	h.s = s
 	if o.fake {
 		h.collected = make(chan time.Time, 64)
-		s.collected = func(now time.Time) { h.collected <- now }
+		s.rt.Collected = func(now time.Time) { h.collected <- now }
 	}
 	factory := func(id grain.ID) *probeGrain { return &probeGrain{h: h, id: id} }
 	must := func(err error) {

@@ -58,7 +58,7 @@ type healWork struct {
 // asks member to register again and schedules this silo's own checks.
 // Call it once the transport knows member again. Any goroutine.
 func (cl *cluster) healed(member string) {
-	now := cl.s.clock.Now()
+	now := cl.s.Clock.Now()
 	h := &cl.heal
 	h.mu.Lock()
 	if h.resync == nil {
@@ -112,7 +112,7 @@ func (cl *cluster) askResync(member string) {
 // and, when a check is due, registers every own activation again. The
 // load loop.
 func (cl *cluster) healTick() {
-	now := cl.s.clock.Now()
+	now := cl.s.Clock.Now()
 	h := &cl.heal
 	h.mu.Lock()
 	var ask []string

@@ -9,6 +9,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/membership"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,9 +68,9 @@ func (s *Silo) advertisedGateway() string {
 
 func (s *Silo) status() string {
 	switch {
-	case s.closed.Err() != nil:
+	case s.rt.Closed.Err() != nil:
 		return StatusStopped
-	case s.stopping.Load():
+	case s.rt.Stopping.Load():
 		return StatusShuttingDown
 	case s.up.Load():
 		return StatusActive
@@ -121,10 +122,10 @@ func (s *Silo) Members() []membership.Member {
 	}
 	m := membership.Member{
 		ID: s.cfg.Name, Name: s.cfg.Name, GatewayAddr: s.advertisedGateway(), AdminAddr: s.cfg.AdminAddr,
-		Types: s.hostedTypes(), Status: st, Activations: uint64(max(s.live.Load(), 0)),
+		Types: s.rt.HostedTypes(), Status: st, Activations: uint64(max(s.rt.Live.Load(), 0)),
 	}
-	if s.pool != nil {
-		m.Queued = uint64(s.pool.Stats().QueuedGroups)
+	if s.rt.Pool != nil {
+		m.Queued = uint64(s.rt.Pool.Stats().QueuedGroups)
 	}
 	return []membership.Member{m}
 }
@@ -138,9 +139,9 @@ type TypeStats struct {
 // TypeStats returns every registered grain type with its activation
 // count, sorted by type. Any goroutine.
 func (s *Silo) TypeStats() []TypeStats {
-	out := make([]TypeStats, 0, len(s.types))
-	for name, t := range s.types {
-		out = append(out, TypeStats{Type: name, Activations: int(max(t.live.Load(), 0))})
+	out := make([]TypeStats, 0, len(s.rt.Types))
+	for name, t := range s.rt.Types {
+		out = append(out, TypeStats{Type: name, Activations: int(max(t.Live.Load(), 0))})
 	}
 	slices.SortFunc(out, func(a, b TypeStats) int { return cmp.Compare(a.Type, b.Type) })
 	return out
@@ -160,7 +161,7 @@ func (s *Silo) Lookup(ctx context.Context, id grain.ID) (member string, found bo
 	if err := s.checkAdminID(id); err != nil {
 		return "", false, err
 	}
-	if t := s.types[id.Type]; t != nil && (t.opts.StatelessWorker || s.cl == nil) {
+	if t := s.rt.Types[id.Type]; t != nil && (t.Opts.StatelessWorker || s.cl == nil) {
 		if len(s.localActivations(id)) > 0 {
 			return s.self(), true, nil
 		}
@@ -198,7 +199,7 @@ func (s *Silo) Deactivate(ctx context.Context, id grain.ID) (bool, error) {
 	}
 	acts := s.localActivations(id)
 	for _, a := range acts {
-		a.requestDeactivation(grain.DeactivateOperator)
+		a.RequestDeactivation(grain.DeactivateOperator)
 	}
 	return len(acts) > 0, nil
 }
@@ -208,8 +209,8 @@ func (s *Silo) checkAdminID(id grain.ID) error {
 	switch {
 	case id.Type == "" || id.Key == "":
 		return status.Errorf(codes.InvalidArgument, "granary: grain ID %q needs a type and a key", id)
-	case s.types[id.Type] == nil && !s.hostedElsewhere(id.Type):
-		return unknownType(id)
+	case s.rt.Types[id.Type] == nil && !s.hostedElsewhere(id.Type):
+		return local.UnknownType(id)
 	}
 	return nil
 }
@@ -225,7 +226,7 @@ func (s *Silo) hostedElsewhere(grainType string) bool {
 // the gateway, the reminder service), which it writes without a lock, may
 // be read: Start has returned, or the silo is stopping (Start's failure
 // sets stopping after it). Any goroutine.
-func (s *Silo) published() bool { return s.up.Load() || s.stopping.Load() }
+func (s *Silo) published() bool { return s.up.Load() || s.rt.Stopping.Load() }
 
 // startedCluster returns the silo's cluster once published (nil for a
 // silo alone, and before then).
@@ -237,16 +238,16 @@ func (s *Silo) startedCluster() *cluster {
 }
 
 // localActivations returns grain id's activations in this silo's catalog.
-func (s *Silo) localActivations(id grain.ID) []*activationRec {
-	t := s.types[id.Type]
+func (s *Silo) localActivations(id grain.ID) []*local.ActivationRec {
+	t := s.rt.Types[id.Type]
 	if t == nil {
 		return nil
 	}
-	if a, ok := t.acts.load(id.Key); ok {
-		return []*activationRec{a}
+	if a, ok := t.Acts.Load(id.Key); ok {
+		return []*local.ActivationRec{a}
 	}
-	if v, ok := t.sets.Load(id.Key); ok {
-		return v.(*workerSet).snapshot()
+	if v, ok := t.Sets.Load(id.Key); ok {
+		return v.(*local.WorkerSet).Snapshot()
 	}
 	return nil
 }
@@ -277,16 +278,16 @@ func (s *Silo) HotGrains(n int) []GrainLoad {
 	s.hotMu.Lock()
 	defer s.hotMu.Unlock()
 	top := make([]GrainLoad, 0, n+1) // sorted, the busiest first
-	s.forEachActivation(func(a *activationRec) {
-		a.mu.Lock()
-		d := a.calls - a.sampled
-		a.sampled = a.calls
-		a.mu.Unlock()
+	s.rt.ForEachActivation(func(a *local.ActivationRec) {
+		a.Mu.Lock()
+		d := a.Calls - a.Sampled
+		a.Sampled = a.Calls
+		a.Mu.Unlock()
 		if d == 0 || len(top) == n && d <= top[n-1].Calls {
 			return
 		}
 		i, _ := slices.BinarySearchFunc(top, d, func(g GrainLoad, d uint64) int { return cmp.Compare(d, g.Calls) })
-		top = slices.Insert(top, i, GrainLoad{ID: a.id, Calls: d})
+		top = slices.Insert(top, i, GrainLoad{ID: a.Id, Calls: d})
 		if len(top) > n {
 			top = top[:n]
 		}

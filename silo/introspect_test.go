@@ -179,7 +179,7 @@ func TestIntrospectionInACluster(t *testing.T) {
 		for _, via := range tc.live() {
 			m, found, err := via.Lookup(ctx, id)
 			if err != nil || !found || m != host.Member() {
-				t.Errorf("%s: Lookup(%v) = %q, %v, %v; want %q", via.cfg.Name, id, m, found, err, host.Member())
+				t.Errorf("%s: Lookup(%v) = %q, %v, %v; want %q", via.rt.Cfg.Name, id, m, found, err, host.Member())
 			}
 		}
 		if in := host.Info(); in.Member != host.Member() || in.GRPCAddr == "" || in.Status != StatusActive {

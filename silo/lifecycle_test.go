@@ -185,13 +185,13 @@ func TestPanicDeactivates(t *testing.T) {
 // type lacks, and a key of the wrong kind fail with clear codes.
 func TestUnknownTypeMethodKey(t *testing.T) {
 	h := newHarness(t, harnessOpt{})
-	_, err := h.s.Invoke(testCtx(t), grain.NewID("nope.Missing", "x"), &probe.Probe_ServiceDesc.Methods[0], &probe.Request{})
+	_, err := h.s.rt.Invoke(testCtx(t), grain.NewID("nope.Missing", "x"), &probe.Probe_ServiceDesc.Methods[0], &probe.Request{})
 	if grain.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "nope.Missing") {
 		t.Fatalf("unknown type: %v", err)
 	}
 	bogus := probe.Probe_ServiceDesc.Methods[0]
 	bogus.Name, bogus.Index = "Bogus", 99
-	_, err = h.s.Invoke(testCtx(t), grain.NewID(probe.ProbeGrainType, "x"), &bogus, &probe.Request{})
+	_, err = h.s.rt.Invoke(testCtx(t), grain.NewID(probe.ProbeGrainType, "x"), &bogus, &probe.Request{})
 	if grain.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "Bogus") {
 		t.Fatalf("unknown method: %v", err)
 	}

@@ -354,8 +354,8 @@ func churn(ss []*Silo, keys []string, seed uint64, stop <-chan struct{}) int {
 		}
 		key := keys[rng.IntN(len(keys))]
 		for _, s := range ss {
-			if v, ok := s.types[probe.RegisterGrainType].acts.load(key); ok {
-				v.requestDeactivation(grain.DeactivateRequested)
+			if v, ok := s.rt.Types[probe.RegisterGrainType].Acts.Load(key); ok {
+				v.RequestDeactivation(grain.DeactivateRequested)
 				n++
 			}
 		}
@@ -368,15 +368,15 @@ func deactivateAll(t *testing.T, ss []*Silo, keys []string) {
 	t.Helper()
 	for _, s := range ss {
 		for _, key := range keys {
-			if v, ok := s.types[probe.RegisterGrainType].acts.load(key); ok {
-				v.requestDeactivation(grain.DeactivateRequested)
+			if v, ok := s.rt.Types[probe.RegisterGrainType].Acts.Load(key); ok {
+				v.RequestDeactivation(grain.DeactivateRequested)
 			}
 		}
 	}
 	waitFor(t, "the registers to deactivate", func() bool {
 		for _, s := range ss {
 			for _, key := range keys {
-				if _, ok := s.types[probe.RegisterGrainType].acts.load(key); ok {
+				if _, ok := s.rt.Types[probe.RegisterGrainType].Acts.Load(key); ok {
 					return false
 				}
 			}
@@ -502,7 +502,7 @@ func runKillAndChurn(t *testing.T, provider storage.Provider) linRun {
 					break
 				}
 				if ctx.Err() != nil {
-					t.Fatalf("final read of %s through %s: %v", key, via.cfg.Name, err)
+					t.Fatalf("final read of %s through %s: %v", key, via.rt.Cfg.Name, err)
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package silo
 
 import (
 	"github.com/granaryio/granary/directory"
+	"github.com/granaryio/granary/silo/internal/local"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -11,8 +12,8 @@ import (
 // later calls to its observers queue behind the first, so that one
 // caller's calls to an observer reach it in the order they were made:
 // none overtakes another once the answer is cached.
-func (cl *cluster) resolveObserver(c *call, client string) {
-	id := clientGrainID(client)
+func (cl *cluster) ResolveObserver(c *local.Call, client string) {
+	id := local.ClientGrainID(client)
 	cl.obsMu.Lock()
 	if q := cl.obsLookups[client]; q != nil {
 		q.calls = append(q.calls, c)
@@ -21,10 +22,10 @@ func (cl *cluster) resolveObserver(c *call, client string) {
 	}
 	if e, ok := cl.dir.CachedLookup(id); ok && e.Silo != cl.self {
 		cl.obsMu.Unlock()
-		cl.forward(e, c, false)
+		cl.Forward(e, c, false)
 		return
 	}
-	q := &observerLookup{calls: []*call{c}}
+	q := &observerLookup{calls: []*local.Call{c}}
 	if cl.obsLookups == nil {
 		cl.obsLookups = map[string]*observerLookup{}
 	}
@@ -51,28 +52,28 @@ func (cl *cluster) resolveObserver(c *call, client string) {
 // observerLookup is a directory lookup of a client's home in flight, and
 // the calls to the client's observers that wait for it, in order.
 type observerLookup struct {
-	calls []*call
+	calls []*local.Call
 }
 
 // routeToHome sends a call to an observer of client on, given the
 // directory's answer: the home's entry e, if found.
-func (cl *cluster) routeToHome(c *call, client string, e directory.Entry, found bool, err error) {
-	id := clientGrainID(client)
+func (cl *cluster) routeToHome(c *local.Call, client string, e directory.Entry, found bool, err error) {
+	id := local.ClientGrainID(client)
 	switch {
-	case err != nil && cl.retryLater(c, func() { cl.s.routeObserver(c) }):
+	case err != nil && cl.retryLater(c, func() { cl.s.RouteObserver(c) }):
 	case err != nil:
-		cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.id, status.Convert(err).Message()))
+		cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.Id, status.Convert(err).Message()))
 	case !found:
-		cl.s.fail(nil, c, observerGone(c.id))
+		cl.s.Fail(nil, c, local.ObserverGone(c.Id))
 	case e.Silo != cl.self:
-		cl.forward(e, c, false)
-	case cl.s.gw != nil && cl.s.gw.deliverObserver(client, c):
+		cl.Forward(e, c, false)
+	case cl.s.Gw != nil && cl.s.Gw.DeliverObserver(client, c):
 		// The client made this gateway its home while the lookup ran.
 	default:
 		// The entry names this silo, whose gateway does not hold the
 		// client: left over from a connection that ended.
 		cl.dir.Invalidate(id, e)
 		cl.dir.Unregister(id, e)
-		cl.s.fail(nil, c, observerGone(c.id))
+		cl.s.Fail(nil, c, local.ObserverGone(c.Id))
 	}
 }

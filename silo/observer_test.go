@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 
+	"testing"
+	"time"
+
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/transport"
-	"testing"
-	"time"
+	"github.com/granaryio/granary/silo/internal/local"
 
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/proto/probe"
@@ -135,7 +137,7 @@ func clientOwnedBy(t *testing.T, s *Silo, prefix string) string {
 	t.Helper()
 	for i := range 1000 {
 		id := fmt.Sprintf("%s-%d", prefix, i)
-		if s.cl.dir.Owner(clientGrainID(id)) == s.cl.self {
+		if s.cl.dir.Owner(local.ClientGrainID(id)) == s.cl.self {
 			return id
 		}
 	}
@@ -181,10 +183,10 @@ func TestStaleHomeRegistrationDoesNotStealEntry(t *testing.T) {
 	}
 	// What a's retry timer runs: a HOME a took earlier, whose Register
 	// failed, after StreamsEnded dropped the client from a's homes.
-	eA := directory.Entry{Silo: a.cl.self, Activation: a.nextActID.Add(1)}
+	eA := directory.Entry{Silo: a.cl.self, Activation: a.rt.NextActID.Add(1)}
 	a.gw.registerHome(id, eA, transport.Responder{}, 1, 0)
 	if err := ask(t, a, o); err != nil {
-		e, _ := a.cl.dir.CachedLookup(clientGrainID(id))
+		e, _ := a.cl.dir.CachedLookup(local.ClientGrainID(id))
 		t.Fatalf("the client is connected and home at b, but its observer fails: %v (directory entry %v, a's stale one %v)", err, e, eA)
 	}
 }
@@ -205,13 +207,13 @@ func TestObserverCallRacingHomeKeepsEntry(t *testing.T) {
 	id := clientOwnedBy(t, a, "race")
 	o := dialObs(t, id, a, b)
 	o.home(t, "a") // lands between routeObserver's isHome and the lookup
-	c := a.newCall(2)
-	c.id, c.method, c.req = o.observer(), &probe.ProbeObserver_ServiceDesc.Methods[1], &probe.Request{Text: "hi"}
-	c.due, c.waiter = a.callNow()+defaultTestTimeout, outsideWaiter
-	a.cl.resolveObserver(c, id)
-	<-c.donec
-	err := c.err
-	c.release()
+	c := a.rt.NewCall(2)
+	c.Id, c.Method, c.Req = o.observer(), &probe.ProbeObserver_ServiceDesc.Methods[1], &probe.Request{Text: "hi"}
+	c.Due, c.Waiter = a.rt.CallNow()+defaultTestTimeout, local.OutsideWaiter
+	a.cl.ResolveObserver(c, id)
+	<-c.Donec
+	err := c.Err
+	c.Release()
 	if err != nil {
 		t.Errorf("a call to the observer of a client home here failed: %v", err)
 	}

@@ -74,7 +74,7 @@ func testPartitionHeal(t *testing.T, heal string) {
 	for _, via := range silos {
 		for _, k := range ks {
 			if _, err := tc.call(via, k, nil); err != nil {
-				t.Fatalf("calling %s through %s during the partition: %v", k, via.cfg.Name, err)
+				t.Fatalf("calling %s through %s during the partition: %v", k, via.rt.Cfg.Name, err)
 			}
 		}
 	}
@@ -157,10 +157,10 @@ func singleActivationProblems(silos []*Silo, ks []string) []string {
 		var acts []string
 		var held directory.Entry
 		for _, s := range silos {
-			if v, ok := s.types[probe.ProbeGrainType].acts.load(k); ok {
+			if v, ok := s.rt.Types[probe.ProbeGrainType].Acts.Load(k); ok {
 				a := v
-				acts = append(acts, fmt.Sprintf("%s#%d", s.cfg.Name, a.actID))
-				held = directory.Entry{Silo: s.cl.self, Activation: a.actID}
+				acts = append(acts, fmt.Sprintf("%s#%d", s.cfg.Name, a.ActID))
+				held = directory.Entry{Silo: s.cl.self, Activation: a.ActID}
 			}
 		}
 		e, ok := entries[reviewProbeID(k)]

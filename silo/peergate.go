@@ -120,13 +120,13 @@ func (g *peerGate) verify(id string) {
 			// Not up yet, or gone: not a refusal.
 			g.cl.log.Debug("cannot reach a silo to verify it yet", zap.String("member", id), zap.Error(err))
 		} else {
-			g.cl.s.cfg.Rejections.Reject(security.ListenerDial, security.HandshakeReason(err), m.GRPCAddr,
+			g.cl.s.Cfg.Rejections.Reject(security.ListenerDial, security.HandshakeReason(err), m.GRPCAddr,
 				errors.New("silo "+id+" is kept out of the cluster: "+err.Error()))
 		}
 		select {
 		case <-g.ctx.Done():
 			return
-		case <-g.cl.s.clock.After(wait):
+		case <-g.cl.s.Clock.After(wait):
 		}
 		wait = min(2*wait, maxGateRetry)
 	}

@@ -72,7 +72,7 @@ func TestStatePostgresQueuedWriteOutlivesTurn(t *testing.T) {
 	// y's Set deactivates y after its failed write: once y is gone its
 	// call's record has been released.
 	waitFor(t, "y's activation to end", func() bool {
-		_, ok := s.types[probe.RegisterGrainType].acts.load("y")
+		_, ok := s.rt.Types[probe.RegisterGrainType].Acts.Load("y")
 		return !ok
 	})
 	// Let x's write go: its connection frees, and the committer sends y's

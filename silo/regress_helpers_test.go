@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/internal/local"
 )
 
 // actOf returns the (non-worker) activation of typ/key, or nil.
-func actOf(h *harness, typ, key string) *activationRec {
-	v, ok := h.s.types[typ].acts.load(key)
+func actOf(h *harness, typ, key string) *local.ActivationRec {
+	v, ok := h.s.rt.Types[typ].Acts.Load(key)
 	if !ok {
 		return nil
 	}

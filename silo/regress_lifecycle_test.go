@@ -24,7 +24,7 @@ func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
 	release := sync.OnceFunc(func() { close(proceed) })
 	h := newHarness(t, harnessOpt{})
 	t.Cleanup(release) // before the harness's Stop, which would wait on the held call
-	h.s.placing = func(id grain.ID) {
+	h.s.rt.Placing = func(id grain.ID) {
 		if id.Key == "late" { // held after the stopping check
 			close(placing)
 			<-proceed
@@ -60,9 +60,9 @@ func TestRegressStopMissesActivationCreatedDuringStop(t *testing.T) {
 	}()
 	x := actOf(h, probe.ProbeGrainType, "x")
 	waitFor(t, "Stop asked x to deactivate", func() bool {
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		return x.deactPending
+		x.Mu.Lock()
+		defer x.Mu.Unlock()
+		return x.DeactPending
 	})
 	release()
 	<-lateErr
@@ -258,7 +258,7 @@ func interleavedTickChild(t *testing.T) {
 	h.waitEvent("hold start")
 	closed := make(chan struct{})
 	go func() { h.s.Close(); close(closed) }()
-	probeGroup := h.s.pool.NewGroup("probe-group")
+	probeGroup := h.s.rt.Pool.NewGroup("probe-group")
 	waitFor(t, "pool closed", func() bool {
 		return probeGroup.Enqueue(activation.Turn{Task: noopTask{}}) == activation.ErrClosed
 	})

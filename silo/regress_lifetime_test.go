@@ -67,9 +67,9 @@ func TestRegressCancelAfterFuncUsesReleasedRecord(t *testing.T) {
 		fa := h.probe("ua").CallAsync(testCtx(t), &probe.Request{Tag: "caller"})
 		b := actOf(h, probe.ProbeGrainType, "ub")
 		waitFor(t, "A's call queued on B", func() bool {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			return b.queuedLocked() == 1
+			b.Mu.Lock()
+			defer b.Mu.Unlock()
+			return b.QueuedLocked() == 1
 		})
 		hold.open()
 		if err := fb.Wait(testCtx(t)); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/storage"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -44,7 +45,7 @@ func TestReminderTickRefusedFromClients(t *testing.T) {
 	rc := dialRaw(t, "test", gw.GatewayAddr())
 	_, answer := rc.call(&granaryv1.Envelope{
 		Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, GrainType: probe.RegisterGrainType, GrainKey: "victim",
-		Method: reminderMethodName, MethodIndex: 0, Payload: payload, TimeoutNanos: int64(5 * time.Second),
+		Method: local.ReminderMethodName, MethodIndex: 0, Payload: payload, TimeoutNanos: int64(5 * time.Second),
 	})
 	var resp *granaryv1.Envelope
 	select {
@@ -59,6 +60,6 @@ func TestReminderTickRefusedFromClients(t *testing.T) {
 	default:
 	}
 	if codes.Code(resp.Code) == codes.OK {
-		t.Fatalf("the gateway accepted a client's call of %s", reminderMethodName)
+		t.Fatalf("the gateway accepted a client's call of %s", local.ReminderMethodName)
 	}
 }

@@ -70,6 +70,6 @@ func TestReminderNoticeReachesOwner(t *testing.T) {
 			t.Logf("%s: %s %v", e.Level, e.Message, e.ContextMap())
 		}
 		t.Fatalf("%s's reminder, registered on %s, is not scheduled by its owner %s: the REMINDER notice was dropped by the transport",
-			key, host, owner.cfg.Name)
+			key, host, owner.rt.Cfg.Name)
 	}
 }

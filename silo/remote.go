@@ -9,6 +9,7 @@ import (
 	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/placement"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -34,32 +35,32 @@ const directoryTimeout = 10 * time.Second
 // membership change two silos' caches can each name the other, and
 // trusting them would bounce the call until its hop bound, and every
 // call after it, for as long as both entries live.
-func (cl *cluster) resolve(c *call, t *grainType) {
+func (cl *cluster) Resolve(c *local.Call, t *local.GrainType) {
 	lookup := cl.dir.Lookup
-	if c.hops > 0 {
+	if c.Hops > 0 {
 		lookup = cl.dir.LookupOwner
-	} else if e, ok := cl.dir.CachedLookup(c.id); ok && e.Silo != cl.self {
-		cl.forward(e, c, false)
+	} else if e, ok := cl.dir.CachedLookup(c.Id); ok && e.Silo != cl.self {
+		cl.Forward(e, c, false)
 		return
 	}
-	lookup(c.id, func(e directory.Entry, found bool, err error) {
+	lookup(c.Id, func(e directory.Entry, found bool, err error) {
 		switch {
-		case err != nil && cl.retryLater(c, func() { cl.resolve(c, t) }):
+		case err != nil && cl.retryLater(c, func() { cl.Resolve(c, t) }):
 		case err != nil:
-			cl.s.fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating %s: %v", c.id, status.Convert(err).Message()))
+			cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating %s: %v", c.Id, status.Convert(err).Message()))
 		case found && e.Silo != cl.self:
-			cl.forward(e, c, false)
-		case found && cl.s.activationByID(c.id, e.Activation) != nil:
+			cl.Forward(e, c, false)
+		case found && cl.s.ActivationByID(c.Id, e.Activation) != nil:
 			// Made here since the call missed the catalog.
-			c.placedHere = true
-			cl.s.route(nil, c)
+			c.PlacedHere = true
+			cl.s.Route(nil, c)
 		default:
 			if found {
 				// The entry names an activation of this silo that is
 				// gone: its unregistration is late or was lost. (An
 				// activation is in the catalog before it registers.)
-				cl.dir.Invalidate(c.id, e)
-				cl.dir.Unregister(c.id, e)
+				cl.dir.Invalidate(c.Id, e)
+				cl.dir.Unregister(c.Id, e)
 			}
 			cl.place(c, t)
 		}
@@ -82,25 +83,25 @@ func retryBackoff(n uint8) time.Duration {
 // retryLater runs retry after a short backoff, unless the call has used
 // its retries or its deadline would pass first; it reports whether it
 // will.
-func (cl *cluster) retryLater(c *call, retry func()) bool {
-	if c.retries >= maxDirectoryRetries || cl.closed.Load() || cl.s.stopping.Load() && c.raw == nil {
+func (cl *cluster) retryLater(c *local.Call, retry func()) bool {
+	if c.Retries >= maxDirectoryRetries || cl.closed.Load() || cl.s.Stopping.Load() && c.Raw == nil {
 		return false
 	}
-	d := retryBackoff(c.retries)
-	if cl.s.since()+d >= c.due {
+	d := retryBackoff(c.Retries)
+	if cl.s.Since()+d >= c.Due {
 		return false
 	}
-	c.retries++
-	cl.s.clock.AfterFunc(d, retry)
+	c.Retries++
+	cl.s.Clock.AfterFunc(d, retry)
 	return true
 }
 
 // place picks a silo for a grain that has no activation anywhere and
 // sends the call there, or activates the grain here.
-func (cl *cluster) place(c *call, t *grainType) {
+func (cl *cluster) place(c *local.Call, t *local.GrainType) {
 	v := cl.view.Load()
-	req := placement.Request{Grain: c.id, Local: cl.self, Candidates: v.hosts[c.id.Type]}
-	stopping := cl.s.stopping.Load()
+	req := placement.Request{Grain: c.Id, Local: cl.self, Candidates: v.hosts[c.Id.Type]}
+	stopping := cl.s.Stopping.Load()
 	if stopping {
 		// This silo activates nothing any more, whatever its view says.
 		var others []placement.Candidate
@@ -112,7 +113,7 @@ func (cl *cluster) place(c *call, t *grainType) {
 		req.Candidates = others
 	}
 	if t != nil {
-		req.Strategy, req.Role = strategyOf(t.opts)
+		req.Strategy, req.Role = strategyOf(t.Opts)
 		for _, cand := range req.Candidates {
 			if cand.ID == cl.self {
 				req.LocalHosts = true
@@ -122,18 +123,18 @@ func (cl *cluster) place(c *call, t *grainType) {
 	to, err := cl.placer.Place(req)
 	if err != nil {
 		if status.Code(err) == codes.Unavailable && len(req.Candidates) == 0 && t == nil {
-			err = unknownType(c.id)
+			err = local.UnknownType(c.Id)
 		}
-		cl.s.fail(nil, c, err)
+		cl.s.Fail(nil, c, err)
 		return
 	}
 	if to == cl.self {
-		c.placedHere = true
-		cl.s.route(nil, c)
+		c.PlacedHere = true
+		cl.s.Route(nil, c)
 		return
 	}
 	cl.placer.Placed(to)
-	cl.forward(directory.Entry{Silo: to}, c, true)
+	cl.Forward(directory.Entry{Silo: to}, c, true)
 }
 
 // strategyOf maps a type's options onto a placement strategy.
@@ -153,63 +154,63 @@ func strategyOf(o grain.TypeOptions) (placement.Strategy, string) {
 // failure to reach the silo drops the cached entry that sent the call
 // there; a call that never left is routed again, and the entry, which
 // names a silo that is gone or going, is unregistered first.
-func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
+func (cl *cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 	to := via.Silo
-	if c.hops > maxForwards {
-		cl.s.fail(nil, c, status.Errorf(codes.Unavailable,
-			"granary: %s: the call was passed between silos %d times without finding the activation (the cluster is changing; retry)", c.id, c.hops))
+	if c.Hops > maxForwards {
+		cl.s.Fail(nil, c, status.Errorf(codes.Unavailable,
+			"granary: %s: the call was passed between silos %d times without finding the activation (the cluster is changing; retry)", c.Id, c.Hops))
 		return
 	}
 	o := newOutgoing()
 	defer o.free()
 	if err := cl.envelope(c, placed, o); err != nil {
-		cl.s.fail(nil, c, err)
+		cl.s.Fail(nil, c, err)
 		return
 	}
-	if c.oneWay {
-		if err := cl.tport.Send(to, o.env, c.deadline()); err != nil {
-			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.id), zap.String("to", to), zap.Error(err))
+	if c.OneWay {
+		if err := cl.tport.Send(to, o.env, c.Deadline()); err != nil {
+			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.Id), zap.String("to", to), zap.Error(err))
 			cl.notSent(c, via, err)
 			return
 		}
-		c.release()
+		c.Release()
 		return
 	}
-	var w *cancelWatch
-	cctx := c.cancel // c may be released before Call returns
+	var w *local.CancelWatch
+	cctx := c.Cancel // c may be released before Call returns
 	if cctx != nil {
 		o.env.Cancellable = true
-		w = new(cancelWatch)
+		w = new(local.CancelWatch)
 	}
-	cl.inflight.add()
-	id := cl.tport.Call(to, o.env, c.deadline(), func(resp *granaryv1.Envelope, err error) {
-		defer cl.inflight.done()
+	cl.inflight.Add()
+	id := cl.tport.Call(to, o.env, c.Deadline(), func(resp *granaryv1.Envelope, err error) {
+		defer cl.inflight.Done()
 		if w != nil {
-			w.done()
+			w.Done()
 		}
 		if err != nil {
 			cl.notSent(c, via, err)
 			return
 		}
-		c.servedBy = to
+		c.ServedBy = to
 		if resp.ActivationSilo != "" && resp.ActivationSilo != to {
-			cl.dir.Invalidate(c.dirID(), directory.Entry{}) // it was passed on
-			c.servedBy = resp.ActivationSilo
+			cl.dir.Invalidate(c.DirID(), directory.Entry{}) // it was passed on
+			c.ServedBy = resp.ActivationSilo
 		}
 		if err := transport.StatusOf(resp); err != nil {
-			cl.s.fail(nil, c, err)
+			cl.s.Fail(nil, c, err)
 			return
 		}
-		out := c.method.NewResponse()
+		out := c.Method.NewResponse()
 		if err := proto.Unmarshal(resp.Payload, out); err != nil {
-			cl.s.fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of %s.%s from silo %s does not decode: %v", c.id, c.method.Name, to, err))
+			cl.s.Fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of %s.%s from silo %s does not decode: %v", c.Id, c.Method.Name, to, err))
 			return
 		}
-		c.settle(nil, out, nil)
-		c.release()
+		c.Settle(nil, out, nil)
+		c.Release()
 	})
 	if w != nil {
-		w.watch(cctx, id, func(env *granaryv1.Envelope, deadline time.Time) error { return cl.tport.Send(to, env, deadline) })
+		w.Watch(cctx, id, func(env *granaryv1.Envelope, deadline time.Time) error { return cl.tport.Send(to, env, deadline) })
 	}
 }
 
@@ -217,22 +218,22 @@ func (cl *cluster) forward(via directory.Entry, c *call, placed bool) {
 // never left is routed again at once when that silo is gone or going (its
 // entry unregistered first), or shortly while it may be alive behind a
 // broken link; any other fails.
-func (cl *cluster) notSent(c *call, via directory.Entry, err error) {
-	cl.dir.Invalidate(c.dirID(), directory.Entry{})
-	reroute := func() { c.placedHere = false; cl.s.route(nil, c) }
+func (cl *cluster) notSent(c *local.Call, via directory.Entry, err error) {
+	cl.dir.Invalidate(c.DirID(), directory.Entry{})
+	reroute := func() { c.PlacedHere = false; cl.s.Route(nil, c) }
 	switch {
-	case transport.NotSent(err) && cl.view.Load().gone(via.Silo) && c.retries < maxDirectoryRetries && !cl.closed.Load():
+	case transport.NotSent(err) && cl.view.Load().gone(via.Silo) && c.Retries < maxDirectoryRetries && !cl.closed.Load():
 		// The unregistration reaches the entry's owner before the lookup
 		// that follows it. (A silo this one has not heard of yet is not
 		// gone: it may have just joined.)
-		c.retries++
+		c.Retries++
 		if via.Activation != 0 {
-			cl.dir.Unregister(c.dirID(), via)
+			cl.dir.Unregister(c.DirID(), via)
 		}
 		reroute()
 	case transport.NotSent(err) && cl.retryLater(c, reroute):
 	default:
-		cl.s.fail(nil, c, err)
+		cl.s.Fail(nil, c, err)
 	}
 }
 
@@ -273,42 +274,42 @@ func (o outgoing) free() {
 }
 
 // envelope encodes a call for another silo into o.
-func (cl *cluster) envelope(c *call, placed bool, o outgoing) error {
+func (cl *cluster) envelope(c *local.Call, placed bool, o outgoing) error {
 	env := o.env
 	env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
-	if c.oneWay {
+	if c.OneWay {
 		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
 	}
-	env.GrainType, env.GrainKey = c.id.Type, c.id.Key
-	env.Method, env.MethodIndex = c.method.Name, uint32(c.method.Index)
-	env.Observer = c.method.Observe != nil
-	env.Hops, env.Placed = c.hops, placed
+	env.GrainType, env.GrainKey = c.Id.Type, c.Id.Key
+	env.Method, env.MethodIndex = c.Method.Name, uint32(c.Method.Index)
+	env.Observer = c.Method.Observe != nil
+	env.Hops, env.Placed = c.Hops, placed
 	switch {
-	case c.raw != nil:
-		env.Payload = c.raw // relayed as it came
-	case c.req != nil:
-		if err := o.encode(c.req); err != nil {
-			return status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.id, c.method.Name, err)
+	case c.Raw != nil:
+		env.Payload = c.Raw // relayed as it came
+	case c.Req != nil:
+		if err := o.encode(c.Req); err != nil {
+			return status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.Id, c.Method.Name, err)
 		}
 	}
-	left := c.due - cl.s.callNow()
+	left := c.Due - cl.s.CallNow()
 	if left <= 0 {
-		return deadlineError(c)
+		return local.DeadlineError(c)
 	}
 	env.TimeoutNanos = int64(left)
-	if c.headers != nil {
-		kv := grainrt.AppendHeaders(nil, c.headers)
+	if c.Headers != nil {
+		kv := grainrt.AppendHeaders(nil, c.Headers)
 		env.Headers = make([]*granaryv1.Header, 0, len(kv)/2)
 		for i := 0; i+1 < len(kv); i += 2 {
 			env.Headers = append(env.Headers, &granaryv1.Header{Key: kv[i], Value: kv[i+1]})
 		}
 	}
-	for l := c.chain; l != nil; l = l.next {
-		if l.remote != nil {
-			env.Chain = append(env.Chain, l.remote)
+	for l := c.Chain; l != nil; l = l.Next {
+		if l.Remote != nil {
+			env.Chain = append(env.Chain, l.Remote)
 			continue
 		}
-		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.self, Activation: l.act.actID, Seq: l.seq, Grain: l.act.id.String()})
+		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.self, Activation: l.Act.ActID, Seq: l.Seq, Grain: l.Act.Id.String()})
 	}
 	return nil
 }
@@ -322,12 +323,12 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		cl.handleDirectory(from, env, r)
 		return
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
-		cl.cancels.cancel(remoteCall{from, env.CallId})
+		cl.cancels.Cancel(local.RemoteCall{From: from, ID: env.CallId})
 		return
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_REMINDER:
-		if rem := cl.s.rem; rem != nil {
+		if rem := cl.s.Rem; rem != nil {
 			id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
-			rem.svc.Changed(id, directory.Position(id))
+			rem.Svc.Changed(id, directory.Position(id))
 		}
 		return
 	}
@@ -336,100 +337,52 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
 	var m *grain.MethodDesc
 	if env.Observer {
-		m = s.relayMethod(relayKey{id.Type, env.Method, env.MethodIndex, true})
+		m = s.RelayMethod(local.RelayKey{Type: id.Type, Method: env.Method, Index: env.MethodIndex, Observer: true})
 	} else {
-		t := s.types[env.GrainType]
+		t := s.Types[env.GrainType]
 		if t == nil {
 			refuse(codes.NotFound, "granary: silo %s does not host grain type %q", cl.self, env.GrainType)
 			return
 		}
 		var err error
-		if env.Method == reminderMethodName {
-			m = &reminderMethod // a tick from the silo that owns the reminder
-		} else if m, err = t.method(id, env, codes.NotFound); err != nil {
+		if env.Method == local.ReminderMethodName {
+			m = &local.ReminderMethod // a tick from the silo that owns the reminder
+		} else if m, err = t.Method(id, env, codes.NotFound); err != nil {
 			refuse(status.Code(err), "%s", status.Convert(err).Message())
 			return
 		}
 	}
-	if len(env.Chain) >= s.cfg.MaxCallChain {
-		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
+	if len(env.Chain) >= s.Cfg.MaxCallChain {
+		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.Cfg.MaxCallChain, id)
 		return
 	}
-	c := s.incoming(from, env, id, m, r, remoteWaiter, &cl.cancels, &cl.inflight)
-	c.chain, c.depth = cl.chainFrom(env.Chain), len(env.Chain)
-	c.hops = env.Hops + 1 // were it passed on from here, this silo would be one more hop
+	c := s.Incoming(from, env, id, m, r, local.RemoteWaiter, &cl.cancels, &cl.inflight)
+	c.Chain, c.Depth = cl.chainFrom(env.Chain), len(env.Chain)
+	c.Hops = env.Hops + 1 // were it passed on from here, this silo would be one more hop
 	if env.Placed {
-		c.placedHere = true
+		c.PlacedHere = true
 	}
-	s.route(nil, c)
-}
-
-// method returns the method of t that env names, or the error that
-// refuses the call: missing, for a method t does not have, or
-// InvalidArgument, for a key not of t's kind.
-func (t *grainType) method(id grain.ID, env *granaryv1.Envelope, missing codes.Code) (*grain.MethodDesc, error) {
-	idx := int(env.MethodIndex)
-	if idx >= len(t.desc.Methods) || t.desc.Methods[idx].Name != env.Method {
-		return nil, status.Errorf(missing, "granary: grain type %s has no method %q at index %d", id.Type, env.Method, env.MethodIndex)
-	}
-	if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
-	}
-	return &t.desc.Methods[idx], nil
-}
-
-// incoming makes the call record of a request or one-way call that came
-// from another process (a silo, or a client through the gateway): its
-// request stays encoded for its turn to decode; a request is answered
-// through r by waiter, counted in inflight, and, when its sender may
-// cancel it, given a context in cancels.
-func (s *Runtime) incoming(from string, env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, r transport.Responder, waiter waiterKind, cancels *cancelTable, inflight *inflightCount) *call {
-	oneWay := !r.Expects()
-	refs := int32(2)
-	if oneWay {
-		refs = 1
-	}
-	c := s.newCall(refs)
-	c.id, c.method, c.raw, c.oneWay = id, m, env.Payload, oneWay
-	if c.raw == nil {
-		c.raw = []byte{}
-	}
-	c.due = s.callNow() + s.callTimeout(time.Duration(env.TimeoutNanos))
-	if len(env.Headers) > 0 {
-		kv := make([]string, 0, 2*len(env.Headers))
-		for _, h := range env.Headers {
-			kv = append(kv, h.Key, h.Value)
-		}
-		c.headers = grainrt.HeadersFromPairs(kv)
-	}
-	if !oneWay {
-		c.waiter, c.responder = waiter, r
-		if env.Cancellable {
-			cancels.add(c, remoteCall{from, env.CallId})
-		}
-		inflight.add()
-	}
-	return c
+	s.Route(nil, c)
 }
 
 // chainFrom rebuilds a call chain that came from another silo: links to
 // this silo's activations point at them again, so that admission sees a
 // chain that comes back here.
-func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *chainLink {
-	var head, tail *chainLink
+func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *local.ChainLink {
+	var head, tail *local.ChainLink
 	for _, pl := range links {
-		l := &chainLink{seq: pl.Seq, remote: pl}
+		l := &local.ChainLink{Seq: pl.Seq, Remote: pl}
 		if pl.Silo == cl.self {
 			if id, err := grain.ParseID(pl.Grain); err == nil {
-				if a := cl.s.activationByID(id, pl.Activation); a != nil {
-					l.act, l.remote = a, nil
+				if a := cl.s.ActivationByID(id, pl.Activation); a != nil {
+					l.Act, l.Remote = a, nil
 				}
 			}
 		}
 		if head == nil {
 			head = l
 		} else {
-			tail.next = l
+			tail.Next = l
 		}
 		tail = l
 	}
@@ -438,11 +391,11 @@ func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *chainLink {
 
 // reply answers a call that came from another silo; settle calls it once
 // the outcome is in.
-func (cl *cluster) reply(c *call) {
-	defer cl.inflight.done()
+func (cl *cluster) Reply(c *local.Call) {
+	defer cl.inflight.Done()
 	servedBy := ""
-	if c.servedBy != "" && c.servedBy != cl.self {
-		servedBy = c.servedBy // it was passed on; empty means here
+	if c.ServedBy != "" && c.ServedBy != cl.self {
+		servedBy = c.ServedBy // it was passed on; empty means here
 	}
 	answer(c, servedBy)
 }
@@ -450,34 +403,34 @@ func (cl *cluster) reply(c *call) {
 // answer sends c's outcome back through its responder to the process
 // that sent it (another silo or a client), naming servedBy as the silo
 // that ran it when that is not the answering one.
-func answer(c *call, servedBy string) {
-	c.forgetCancel()
+func answer(c *local.Call, servedBy string) {
+	c.ForgetCancel()
 	o := newOutgoing()
 	defer o.free()
 	resp := o.env
 	resp.ActivationSilo = servedBy
 	switch {
-	case c.err != nil:
-		transport.SetStatus(resp, c.err)
-	case c.resp != nil:
-		if err := o.encode(c.resp); err != nil {
+	case c.Err != nil:
+		transport.SetStatus(resp, c.Err)
+	case c.Resp != nil:
+		if err := o.encode(c.Resp); err != nil {
 			resp.Payload = nil
 			resp.Code, resp.Message = uint32(codes.Internal), "granary: encoding the reply: "+err.Error()
 		}
 	}
-	c.responder.Reply(resp)
+	c.Responder.Reply(resp)
 }
 
 // remindersChanged tells the silo that owns ring position h, id's, that
 // id's reminders changed; this silo, when it owns it.
-func (cl *cluster) remindersChanged(id grain.ID, h uint64) {
+func (cl *cluster) RemindersChanged(id grain.ID, h uint64) {
 	owner := cl.dir.Ring().Owner(h)
 	if owner == "" || owner == cl.self {
-		cl.s.rem.svc.Changed(id, h)
+		cl.s.Rem.Svc.Changed(id, h)
 		return
 	}
 	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REMINDER, GrainType: id.Type, GrainKey: id.Key}
-	if err := cl.tport.Send(owner, env, cl.s.clock.Now().Add(directoryTimeout)); err != nil {
+	if err := cl.tport.Send(owner, env, cl.s.Clock.Now().Add(directoryTimeout)); err != nil {
 		cl.log.Debug("reminder change notice not sent; the owner finds it at its next refresh",
 			zap.Stringer("grain", id), zap.String("owner", owner), zap.Error(err))
 	}
@@ -487,7 +440,7 @@ func (cl *cluster) remindersChanged(id grain.ID, h uint64) {
 // Sender.
 func (cl *cluster) Send(to string, req *directory.Request, done func(*directory.Response, error)) {
 	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY, Directory: dirRequestToProto(req)}
-	cl.tport.Call(to, env, cl.s.clock.Now().Add(directoryTimeout), func(resp *granaryv1.Envelope, err error) {
+	cl.tport.Call(to, env, cl.s.Clock.Now().Add(directoryTimeout), func(resp *granaryv1.Envelope, err error) {
 		if err == nil {
 			err = transport.StatusOf(resp)
 		}
@@ -510,9 +463,9 @@ func (cl *cluster) handleDirectory(from string, env *granaryv1.Envelope, r trans
 		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
 		return
 	}
-	cl.inflight.add() // it may be passed on: a leaving silo waits for it
+	cl.inflight.Add() // it may be passed on: a leaving silo waits for it
 	cl.dir.Handle(from, req, func(resp *directory.Response, err error) {
-		defer cl.inflight.done()
+		defer cl.inflight.Done()
 		if err != nil {
 			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
 			return
@@ -590,21 +543,21 @@ func entryToProto(id grain.ID, e directory.Entry) *granaryv1.DirectoryEntry {
 // register records a new activation in the directory before it starts:
 // the first registration of a grain wins, and an activation that loses
 // never runs, and sends the requests it holds to the winner.
-func (cl *cluster) register(a *activationRec) {
-	mine := directory.Entry{Silo: cl.self, Activation: a.actID}
-	cl.dir.Register(a.id, mine, func(winner directory.Entry, err error) {
+func (cl *cluster) Register(a *local.ActivationRec) {
+	mine := directory.Entry{Silo: cl.self, Activation: a.ActID}
+	cl.dir.Register(a.Id, mine, func(winner directory.Entry, err error) {
 		switch {
-		case err != nil && a.retries < maxDirectoryRetries && !cl.s.stopping.Load() && !cl.closed.Load():
-			d := retryBackoff(a.retries)
-			a.retries++
-			cl.s.clock.AfterFunc(d, func() { cl.register(a) })
+		case err != nil && a.Retries < maxDirectoryRetries && !cl.s.Stopping.Load() && !cl.closed.Load():
+			d := retryBackoff(a.Retries)
+			a.Retries++
+			cl.s.Clock.AfterFunc(d, func() { cl.Register(a) })
 		case err != nil:
-			a.abandon(directory.Entry{}, status.Errorf(codes.Unavailable, "granary: registering %s in the directory: %s", a.id, status.Convert(err).Message()))
+			a.Abandon(directory.Entry{}, status.Errorf(codes.Unavailable, "granary: registering %s in the directory: %s", a.Id, status.Convert(err).Message()))
 		case winner == mine:
-			a.registered.Store(true)
-			cl.s.startActivation(a)
+			a.Registered.Store(true)
+			cl.s.StartActivation(a)
 		default:
-			a.abandon(winner, nil)
+			a.Abandon(winner, nil)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/internal/local"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -14,11 +15,11 @@ import (
 // links with no local activation; its Context's CallChain names them
 // instead of dereferencing a nil activation.
 func TestCallChainWithRemoteLinks(t *testing.T) {
-	c := &call{}
-	c.ctx.c = c
-	c.chain = &chainLink{remote: &granaryv1.ChainLink{Silo: "s-1", Grain: "bank.Account/alice"}}
-	c.depth = 1
-	if got := c.ctx.CallChain(); len(got) != 1 || got[0].String() != "bank.Account/alice" {
+	c := &local.Call{}
+	c.Ctx.C = c
+	c.Chain = &local.ChainLink{Remote: &granaryv1.ChainLink{Silo: "s-1", Grain: "bank.Account/alice"}}
+	c.Depth = 1
+	if got := c.Ctx.CallChain(); len(got) != 1 || got[0].String() != "bank.Account/alice" {
 		t.Fatalf("CallChain = %v, want [bank.Account/alice]", got)
 	}
 }

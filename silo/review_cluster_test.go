@@ -9,6 +9,7 @@ import (
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/placement"
 	"github.com/jonboulle/clockwork"
@@ -22,7 +23,7 @@ import (
 func holders(ss []*Silo, key string) []string {
 	var out []string
 	for _, s := range ss {
-		if _, ok := s.types[probe.ProbeGrainType].acts.load(key); ok {
+		if _, ok := s.rt.Types[probe.ProbeGrainType].Acts.Load(key); ok {
 			out = append(out, s.cfg.Name)
 		}
 	}
@@ -168,7 +169,7 @@ func TestReviewStoppingSiloPlacesOnItself(t *testing.T) {
 		defer cancel()
 		stopped <- a.Stop(ctx)
 	}()
-	waitFor(t, "a to begin stopping", func() bool { return a.stopping.Load() })
+	waitFor(t, "a to begin stopping", func() bool { return a.rt.Stopping.Load() })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -246,13 +247,13 @@ func TestReviewShutdownGossipDelayOutlivesRecoveryWindow(t *testing.T) {
 		t.Fatalf("calling %s from b while a stops: %v", g, err)
 	}
 	if r.Text != "a" {
-		if v, ok := a.types[probe.ProbeGrainType].acts.load(g); ok {
+		if v, ok := a.rt.Types[probe.ProbeGrainType].Acts.Load(g); ok {
 			act := v
-			act.mu.Lock()
-			st := act.state
-			act.mu.Unlock()
-			if st == valid {
-				t.Errorf("%s answered from %s while its activation on a (%d) is still valid: two activations", g, where(r), act.actID)
+			act.Mu.Lock()
+			st := act.State
+			act.Mu.Unlock()
+			if st == local.Valid {
+				t.Errorf("%s answered from %s while its activation on a (%d) is still valid: two activations", g, where(r), act.ActID)
 			}
 		}
 	}

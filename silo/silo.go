@@ -16,8 +16,10 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 )
 
 // ErrStarted is returned by RegisterGrain after Start.
@@ -28,7 +30,13 @@ var ErrStarted = errors.New("silo: grain types must be registered before Start")
 // collects it when it goes idle. A *Silo is a grain.Caller for code that
 // is not a grain; grains call through their Context.
 type Silo struct {
-	*Runtime
+	cfg Config
+	log *zap.Logger
+	rt  *local.Runtime // activations, calls, timers, state and reminders
+	// cl is the silo's membership of a cluster, or nil for a silo alone;
+	// gw serves external clients, or is nil. Set by Start.
+	cl *cluster
+	gw *gateway
 
 	// lifeMu serialises Start, Stop and Close; stopped is set by the
 	// first Stop or Close.
@@ -59,17 +67,27 @@ func New(cfg Config) (*Silo, error) {
 	if cfg.Rejections == nil {
 		cfg.Rejections = security.NewRejections(cfg.Logger.With(zap.String("silo", cfg.Name)))
 	}
-	s := &Silo{Runtime: &Runtime{
-		cfg:      cfg,
-		log:      cfg.Logger.With(zap.String("silo", cfg.Name)),
-		clock:    cfg.Clock,
-		types:    map[string]*grainType{},
-		byMethod: map[*grain.MethodDesc]*grainType{},
-		emptyc:   make(chan struct{}),
-	}}
-	s.epoch, s.realClock = s.clock.Now(), realClock
-	s.filterChain = chainIncoming(cfg.IncomingFilters)
-	s.closed, s.closeNow = context.WithCancel(context.Background())
+	s := &Silo{cfg: cfg, log: cfg.Logger.With(zap.String("silo", cfg.Name))}
+	s.rt = local.New(local.Config{
+		Name:                    cfg.Name,
+		Scheduler:               cfg.Scheduler,
+		ResponseTimeout:         cfg.ResponseTimeout,
+		TimeoutResolution:       cfg.TimeoutResolution,
+		TimerResolution:         cfg.TimerResolution,
+		CollectionInterval:      cfg.CollectionInterval,
+		MaxCallChain:            cfg.MaxCallChain,
+		StopDeactivationTimeout: cfg.StopDeactivationTimeout,
+		IncomingFilters:         cfg.IncomingFilters,
+		OutgoingFilters:         cfg.OutgoingFilters,
+		Logger:                  s.log,
+		Rejections:              cfg.Rejections,
+		Clock:                   cfg.Clock,
+		RealClock:               realClock,
+		Storage:                 cfg.Storage,
+		DataDir:                 cfg.DataDir,
+		Reminders:               (*local.RemindersConfig)(cfg.Reminders),
+		Clustered:               cfg.Cluster != nil,
+	})
 	return s, nil
 }
 
@@ -81,7 +99,7 @@ func (s *Silo) Rejections() *security.Rejections { return s.cfg.Rejections }
 // call it. It fails after Start, for a type registered twice, and for
 // options that contradict each other.
 func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opts ...grain.RegisterOption) error {
-	if s.started.Load() {
+	if s.rt.Started.Load() {
 		return ErrStarted
 	}
 	switch {
@@ -91,7 +109,7 @@ func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opt
 		return fmt.Errorf("silo: RegisterGrain %q: a grain type must not contain '/', which separates type and key in an ID", desc.Type)
 	case factory == nil:
 		return fmt.Errorf("silo: RegisterGrain %s: nil factory", desc.Type)
-	case s.types[desc.Type] != nil:
+	case s.rt.Types[desc.Type] != nil:
 		return fmt.Errorf("silo: RegisterGrain %s: type registered twice", desc.Type)
 	}
 	for i := range desc.Methods {
@@ -99,36 +117,36 @@ func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opt
 			return fmt.Errorf("silo: RegisterGrain %s: method %q has index %d at position %d or no handler", desc.Type, m.Name, m.Index, i)
 		}
 	}
-	t := &grainType{desc: desc, factory: factory, opts: desc.Options}
-	t.opts.States = slices.Clip(t.opts.States) // options append: never into the descriptor's array
+	t := &local.GrainType{Desc: desc, Factory: factory, Opts: desc.Options}
+	t.Opts.States = slices.Clip(t.Opts.States) // options append: never into the descriptor's array
 	for _, o := range opts {
-		o(&t.opts)
+		o(&t.Opts)
 	}
-	if err := checkStates(desc.Type, t.opts.States); err != nil {
+	if err := local.CheckStates(desc.Type, t.Opts.States); err != nil {
 		return err
 	}
-	if t.opts.MaxLocalWorkers < 0 {
-		return fmt.Errorf("silo: RegisterGrain %s: MaxLocalWorkers %d is negative", desc.Type, t.opts.MaxLocalWorkers)
+	if t.Opts.MaxLocalWorkers < 0 {
+		return fmt.Errorf("silo: RegisterGrain %s: MaxLocalWorkers %d is negative", desc.Type, t.Opts.MaxLocalWorkers)
 	}
-	t.age, t.interval = s.cfg.CollectionAge, s.cfg.CollectionInterval
-	if t.opts.CollectionAge > 0 {
-		t.age = t.opts.CollectionAge
+	t.Age, t.Interval = s.cfg.CollectionAge, s.cfg.CollectionInterval
+	if t.Opts.CollectionAge > 0 {
+		t.Age = t.Opts.CollectionAge
 	}
 	if tc, ok := s.cfg.Types[desc.Type]; ok {
 		if tc.CollectionAge > 0 {
-			t.age = tc.CollectionAge
+			t.Age = tc.CollectionAge
 		}
 		if tc.CollectionInterval > 0 {
-			t.interval = tc.CollectionInterval
+			t.Interval = tc.CollectionInterval
 		}
 	}
-	t.workers = t.opts.MaxLocalWorkers
-	if t.workers == 0 {
-		t.workers = runtime.GOMAXPROCS(0)
+	t.Workers = t.Opts.MaxLocalWorkers
+	if t.Workers == 0 {
+		t.Workers = runtime.GOMAXPROCS(0)
 	}
-	s.types[desc.Type] = t
+	s.rt.Types[desc.Type] = t
 	for i := range desc.Methods {
-		s.byMethod[&desc.Methods[i]] = t
+		s.rt.ByMethod[&desc.Methods[i]] = t
 	}
 	return nil
 }
@@ -141,30 +159,31 @@ func (s *Silo) Start(ctx context.Context) error {
 	if s.stopped {
 		return errors.New("silo: Start after Stop")
 	}
-	if s.started.Load() {
+	if s.rt.Started.Load() {
 		return errors.New("silo: started twice")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	startedAt := s.clock.Now()
+	startedAt := s.rt.Clock.Now()
 	s.startedAt.Store(&startedAt)
-	if err := s.start(); err != nil {
-		if s.started.Load() {
+	if err := s.rt.Open(); err != nil {
+		err = configError(err)
+		if s.rt.Started.Load() {
 			s.stopped = true
-			s.beginStop()
+			s.rt.BeginStop()
 			s.closeAll()
 		}
 		return err
 	}
 	fail := func(err error) error {
 		s.stopped = true
-		s.beginStop()
+		s.rt.BeginStop()
 		s.closeAll()
 		return err
 	}
-	if err := s.startReminders(); err != nil {
-		return fail(err)
+	if err := s.rt.StartReminders(); err != nil {
+		return fail(configError(err))
 	}
 	if s.cfg.Gateway != nil {
 		if err := s.listenGateway(); err != nil {
@@ -176,14 +195,14 @@ func (s *Silo) Start(ctx context.Context) error {
 			return fail(err)
 		}
 	}
-	s.goLive()
+	s.rt.GoLive()
 	if s.gw != nil {
 		if err := s.startGateway(); err != nil {
 			return fail(err)
 		}
 	}
 	s.up.Store(true)
-	s.log.Info("silo started", zap.Int("grain_types", len(s.types)))
+	s.rt.Log.Info("silo started", zap.Int("grain_types", len(s.rt.Types)))
 	return nil
 }
 
@@ -200,7 +219,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 	if !s.stop() {
 		return nil
 	}
-	s.stopReminders()
+	s.rt.StopReminders()
 	if s.gw != nil {
 		s.gw.goAway(ctx)
 	}
@@ -208,7 +227,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 		s.cl.beginLeave(ctx)
 	}
 	select {
-	case <-s.deactivateAll():
+	case <-s.rt.DeactivateAll():
 	case <-ctx.Done():
 		s.closeAll()
 		return ctx.Err()
@@ -225,12 +244,12 @@ func (s *Silo) Stop(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.pool.Stop(ctx); err != nil {
+	if err := s.rt.Pool.Stop(ctx); err != nil {
 		s.closeAll()
 		return err
 	}
-	s.release()
-	s.log.Info("silo stopped")
+	s.rt.Release()
+	s.rt.Log.Info("silo stopped")
 	return nil
 }
 
@@ -252,19 +271,19 @@ func (s *Silo) stop() bool {
 		return false
 	}
 	s.stopped = true
-	return s.beginStop()
+	return s.rt.BeginStop()
 }
 
 // closeAll closes the runtime, the gateway and the cluster at once.
 func (s *Silo) closeAll() {
-	s.abort()
+	s.rt.Abort()
 	if s.gw != nil {
 		s.gw.close()
 	}
 	if s.cl != nil {
 		s.cl.close()
 	}
-	s.release()
+	s.rt.Release()
 }
 
 // Stats is a snapshot of a silo's counters.
@@ -276,7 +295,7 @@ type Stats struct {
 	// Reminders is set for a silo that runs the reminder service: the
 	// reminders it owns, their ticks, and how late the ticks came
 	// (Reminders.Tardiness).
-	Reminders *ReminderStats
+	Reminders *local.ReminderStats
 }
 
 // ClusterStats is a snapshot of a silo's part in its cluster.
@@ -291,15 +310,15 @@ type ClusterStats struct {
 // Stats returns the silo's counters. Any goroutine; until Start has
 // returned, only Activations.
 func (s *Silo) Stats() Stats {
-	st := Stats{Activations: int(s.live.Load())}
+	st := Stats{Activations: int(s.rt.Live.Load())}
 	if !s.published() {
 		return st
 	}
-	if s.pool != nil {
-		st.Scheduler = s.pool.Stats()
+	if s.rt.Pool != nil {
+		st.Scheduler = s.rt.Pool.Stats()
 	}
-	if r := s.rem; r != nil {
-		rs := r.svc.Stats()
+	if r := s.rt.Rem; r != nil {
+		rs := r.Svc.Stats()
 		st.Reminders = &rs
 	}
 	if cl := s.cl; cl != nil && cl.dir != nil && cl.tport != nil {
@@ -309,8 +328,29 @@ func (s *Silo) Stats() Stats {
 			Active:    cl.dir.Ring().Len(),
 			Directory: cl.dir.Stats(),
 			Transport: cl.tport.Stats(),
-			InFlight:  cl.inflight.load(),
+			InFlight:  cl.inflight.Load(),
 		}
 	}
 	return st
+}
+
+// Invoke calls a grain from code that is not a grain (a grain passing its
+// own Context is recognised and calls as itself). It implements
+// grain.Caller.
+func (s *Silo) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
+	return s.rt.Invoke(ctx, id, m, req, opts...)
+}
+
+// InvokeAsync is Invoke without the wait.
+func (s *Silo) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
+	return s.rt.InvokeAsync(ctx, id, m, req, opts...)
+}
+
+// configError turns the runtime's configuration errors into the silo's.
+func configError(err error) error {
+	var ce *local.ConfigError
+	if errors.As(err, &ce) {
+		return &ConfigError{Field: ce.Field, Reason: ce.Reason}
+	}
+	return err
 }

@@ -1,14 +1,10 @@
 package silo
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"strings"
-	"sync/atomic"
 
-	"github.com/granaryio/granary/grain"
-	"github.com/granaryio/granary/silo/storage"
+	"github.com/granaryio/granary/silo/internal/local"
 )
 
 // StateOps counts the persistent-state operations grains made through
@@ -60,76 +56,18 @@ type StateStats struct {
 // before Start. Any goroutine.
 func (s *Silo) StateStats() StateStats {
 	var st StateStats
-	if !s.started.Load() {
+	if !s.rt.Started.Load() {
 		return st // openStorage has not published the providers
 	}
-	for name, p := range s.providers {
-		cp, ok := p.(*countingProvider)
+	for name, p := range s.rt.Providers {
+		cp, ok := p.(*local.CountingProvider)
 		if !ok {
 			continue
 		}
-		ops := cp.snapshot()
+		ops := StateOps(cp.Snapshot())
 		st.add(ops)
 		st.Providers = append(st.Providers, ProviderStateOps{Provider: name, StateOps: ops})
 	}
 	slices.SortFunc(st.Providers, func(a, b ProviderStateOps) int { return strings.Compare(a.Provider, b.Provider) })
 	return st
-}
-
-
-// countingProvider is a storage provider that counts the operations it
-// passes on. Any goroutine.
-type countingProvider struct {
-	storage.Provider
-
-	reads, writes, clears                      atomic.Uint64
-	readFailures, writeFailures, clearFailures atomic.Uint64
-	conflicts                                  atomic.Uint64
-}
-
-func (c *countingProvider) ReadState(ctx context.Context, id grain.ID, name string) (storage.Record, error) {
-	c.reads.Add(1)
-	r, err := c.Provider.ReadState(ctx, id, name)
-	if err != nil {
-		c.readFailures.Add(1)
-	}
-	return r, err
-}
-
-func (c *countingProvider) WriteState(ctx context.Context, id grain.ID, name string, data []byte, etag string) (string, error) {
-	c.writes.Add(1)
-	e, err := c.Provider.WriteState(ctx, id, name, data, etag)
-	if err != nil {
-		c.writeFailures.Add(1)
-		c.maybeConflict(err)
-	}
-	return e, err
-}
-
-func (c *countingProvider) ClearState(ctx context.Context, id grain.ID, name string, etag string) (string, error) {
-	c.clears.Add(1)
-	e, err := c.Provider.ClearState(ctx, id, name, etag)
-	if err != nil {
-		c.clearFailures.Add(1)
-		c.maybeConflict(err)
-	}
-	return e, err
-}
-
-func (c *countingProvider) maybeConflict(err error) {
-	if errors.Is(err, storage.ErrETagMismatch) {
-		c.conflicts.Add(1)
-	}
-}
-
-func (c *countingProvider) snapshot() StateOps {
-	return StateOps{
-		Reads:         c.reads.Load(),
-		Writes:        c.writes.Load(),
-		Clears:        c.clears.Load(),
-		ReadFailures:  c.readFailures.Load(),
-		WriteFailures: c.writeFailures.Load(),
-		ClearFailures: c.clearFailures.Load(),
-		Conflicts:     c.conflicts.Load(),
-	}
 }

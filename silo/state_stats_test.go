@@ -6,6 +6,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/storage"
 	"google.golang.org/grpc/codes"
 )
@@ -56,7 +57,7 @@ func TestStateStatsCountOperations(t *testing.T) {
 
 func TestCountingProviderClears(t *testing.T) {
 	ctx := context.Background()
-	cp := &countingProvider{Provider: storage.NewMemory(0)}
+	cp := &local.CountingProvider{Provider: storage.NewMemory(0)}
 	id := grain.NewID("t", "k")
 	etag, err := cp.WriteState(ctx, id, "s", []byte("x"), "")
 	if err != nil {
@@ -72,7 +73,7 @@ func TestCountingProviderClears(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := StateOps{Reads: 1, Writes: 1, Clears: 2, ClearFailures: 1, Conflicts: 1}
-	if got := cp.snapshot(); got != want {
+	if got := cp.Snapshot(); StateOps(got) != want {
 		t.Fatalf("counts = %+v, want %+v", got, want)
 	}
 }
@@ -86,10 +87,10 @@ func TestStateStatsKeepReminderTable(t *testing.T) {
 		memoryStore(m)(c)
 		c.Reminders = &RemindersConfig{}
 	})
-	if s.reminderTable != storage.ReminderTable(m) {
-		t.Fatalf("reminder table = %T, want the memory store", s.reminderTable)
+	if s.rt.ReminderTable != storage.ReminderTable(m) {
+		t.Fatalf("reminder table = %T, want the memory store", s.rt.ReminderTable)
 	}
-	if _, ok := s.providers[grain.DefaultStorage].(*countingProvider); !ok {
-		t.Fatalf("provider = %T, want a countingProvider", s.providers[grain.DefaultStorage])
+	if _, ok := s.rt.Providers[grain.DefaultStorage].(*local.CountingProvider); !ok {
+		t.Fatalf("provider = %T, want a local.CountingProvider", s.rt.Providers[grain.DefaultStorage])
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/storage"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -20,13 +21,13 @@ func memoryStore(m *storage.Memory) func(*Config) {
 // deactivate deactivates key's activation on s and waits until it is gone.
 func deactivate(t *testing.T, s *Silo, key string) {
 	t.Helper()
-	typ := s.types[probe.RegisterGrainType]
-	v, ok := typ.acts.load(key)
+	typ := s.rt.Types[probe.RegisterGrainType]
+	v, ok := typ.Acts.Load(key)
 	if !ok {
 		t.Fatalf("%s is not active on %s", key, s.cfg.Name)
 	}
-	v.requestDeactivation(grain.DeactivateRequested)
-	waitFor(t, key+" to deactivate", func() bool { _, ok := typ.acts.load(key); return !ok })
+	v.RequestDeactivation(grain.DeactivateRequested)
+	waitFor(t, key+" to deactivate", func() bool { _, ok := typ.Acts.Load(key); return !ok })
 }
 
 func TestStateReadBeforeActivateAndAfterDeactivation(t *testing.T) {
@@ -79,7 +80,7 @@ func TestStateSurvivesRestartEmbedded(t *testing.T) {
 			t.Fatalf("after restart %s = %v, %v; want %d", key, r, err, want)
 		}
 	}
-	if _, err := filepath.Glob(filepath.Join(dir, EmbeddedStoreFile)); err != nil {
+	if _, err := filepath.Glob(filepath.Join(dir, local.EmbeddedStoreFile)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/local"
 )
 
 // wheelTick is a timer tick as a test saw it: the timer, and the silo's
@@ -124,11 +125,11 @@ func (w *wheelHarness) expect(at time.Duration, names ...string) {
 // armed is when the wheel's clock timer fires, after the test's start,
 // or never.
 func (w *wheelHarness) armed() time.Duration {
-	a := time.Duration(w.s.timerWheel.armed.Load())
-	if a == never {
-		return never
+	a := time.Duration(w.s.rt.TimerWheel.Armed.Load())
+	if a == local.Never {
+		return local.Never
 	}
-	return a - w.start.Sub(w.s.epoch)
+	return a - w.start.Sub(w.s.rt.Epoch)
 }
 
 // waitArmed waits until the wheel's clock timer is set for at: the
@@ -155,7 +156,7 @@ func (w *wheelHarness) barrier(keys ...string) {
 // the grains keys, then fails on any tick not yet expected.
 func (w *wheelHarness) quiesce(keys ...string) {
 	w.t.Helper()
-	w.waitArmed(never)
+	w.waitArmed(local.Never)
 	w.barrier(keys...) // queued behind any tick fired before the wheel went idle
 	select {
 	case tk := <-w.ticks:
@@ -179,11 +180,11 @@ func sortedKeys(m map[string]bool) []string {
 // when the clock is advanced to exactly its due time and not before.
 func TestTimerWheelFiresEachOnceWhenDue(t *testing.T) {
 	w := newWheelHarness(t)
-	if a := w.armed(); a != never {
+	if a := w.armed(); a != local.Never {
 		t.Fatalf("an idle silo's timer wheel is armed for %v", a)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	span := timerWheelSlots * DefaultConfig().TimerResolution
+	span := local.TimerWheelSlots * DefaultConfig().TimerResolution
 	fixed := []time.Duration{0, time.Millisecond, time.Millisecond, 1500 * time.Microsecond, span - time.Millisecond, span, span + time.Millisecond, 2 * span, 3*span + 100*time.Microsecond}
 	byDue := map[time.Duration][]string{}
 	var grains []string
@@ -245,7 +246,7 @@ func TestTimerWheelBurst(t *testing.T) {
 
 // timerWheelBatchTest is how many timers TestTimerWheelBurst runs: three
 // batch turns' worth.
-const timerWheelBatchTest = 3*timerBatchMax - 12
+const timerWheelBatchTest = 3*local.TimerBatchMax - 12
 
 // TestTimerWheelFarFuture: a timer due many turns of the wheel away ticks
 // when due, and one in the same slot a turn later waits its turn; a
@@ -253,7 +254,7 @@ const timerWheelBatchTest = 3*timerBatchMax - 12
 func TestTimerWheelFarFuture(t *testing.T) {
 	w := newWheelHarness(t)
 	const far = 10 * time.Minute
-	span := timerWheelSlots * DefaultConfig().TimerResolution
+	span := local.TimerWheelSlots * DefaultConfig().TimerResolution
 	w.register("far",
 		wheelTimer{name: "once", due: far},
 		wheelTimer{name: "periodic", due: far, period: far},
@@ -397,7 +398,7 @@ func TestTimerWheelChangeDuringTick(t *testing.T) {
 // timer stops, an idle silo does not wake for timers.
 func TestTimerWheelIdleNotArmed(t *testing.T) {
 	w := newWheelHarness(t)
-	if a := w.armed(); a != never {
+	if a := w.armed(); a != local.Never {
 		t.Fatalf("an idle silo's timer wheel is armed for %v", a)
 	}
 	w.register("i", wheelTimer{name: "once", due: time.Second}, wheelTimer{name: "stopped", due: time.Hour})
@@ -407,7 +408,7 @@ func TestTimerWheelIdleNotArmed(t *testing.T) {
 	w.quiesce("i") // waits for never
 	// Nothing linked: an hour passes without a sweep.
 	w.advanceTo(time.Hour)
-	if a := w.armed(); a != never {
+	if a := w.armed(); a != local.Never {
 		t.Fatalf("armed for %v with no timer", a)
 	}
 }
@@ -423,14 +424,14 @@ func TestTimerWheelHaltsWithSilo(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-w.s.timerWheel.done:
+	case <-w.s.rt.TimerWheel.Done:
 	default:
 		t.Fatal("the timer wheel's sweeper runs after Stop")
 	}
-	tw := &w.s.timerWheel
-	tw.armMu.Lock()
-	halted := tw.halted
-	tw.armMu.Unlock()
+	tw := &w.s.rt.TimerWheel
+	tw.ArmMu.Lock()
+	halted := tw.Halted
+	tw.ArmMu.Unlock()
 	if !halted {
 		t.Fatal("the timer wheel is not halted after Stop")
 	}
@@ -493,7 +494,7 @@ func TestTimerWheelRealClock(t *testing.T) {
 			t.Fatalf("%d of %d timers ticked", len(seen), 8*25)
 		}
 	}
-	waitFor(t, "the timer wheel idle", func() bool { return time.Duration(h.s.timerWheel.armed.Load()) == never })
+	waitFor(t, "the timer wheel idle", func() bool { return time.Duration(h.s.rt.TimerWheel.Armed.Load()) == local.Never })
 	for _, k := range grains {
 		if _, err := h.probe(k).Call(testCtx(t), &probe.Request{}); err != nil {
 			t.Fatal(err)
@@ -510,7 +511,7 @@ func TestTimerWheelRealClock(t *testing.T) {
 // the end of its resolution tick, so the timers due in one tick are
 // collected together, none early; with a fake clock it is exact.
 func TestTimerWheelWakeAt(t *testing.T) {
-	w := &timerWheel{res: time.Millisecond}
+	w := &local.TimerWheel{Res: time.Millisecond}
 	for _, c := range []struct{ due, want time.Duration }{
 		{0, 0},
 		{1, time.Millisecond},
@@ -518,12 +519,12 @@ func TestTimerWheelWakeAt(t *testing.T) {
 		{time.Millisecond + 1, 2 * time.Millisecond},
 		{1999 * time.Microsecond, 2 * time.Millisecond},
 	} {
-		if got := w.wakeAt(c.due); got != c.want {
+		if got := w.WakeAt(c.due); got != c.want {
 			t.Errorf("wakeAt(%v) = %v, want %v", c.due, got, c.want)
 		}
 	}
-	w.exact = true
-	if got := w.wakeAt(1500 * time.Microsecond); got != 1500*time.Microsecond {
+	w.Exact = true
+	if got := w.WakeAt(1500 * time.Microsecond); got != 1500*time.Microsecond {
 		t.Errorf("exact wakeAt(1.5ms) = %v", got)
 	}
 }

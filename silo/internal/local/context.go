@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // call record, so passing it costs nothing. Its Done channel is made only
 // when grain code asks for it.
 type turnCtx struct {
-	c *call
+	C *Call
 
 	once    sync.Once
 	derived context.Context
@@ -45,12 +45,12 @@ func (t *turnCtx) stopDerived() {
 // fake-clock deadline (Deadline still reports it).
 func (t *turnCtx) lazy() context.Context {
 	t.once.Do(func() {
-		parent := t.c.cancel
+		parent := t.C.Cancel
 		if parent == nil {
 			parent = context.Background()
 		}
-		if t.c.s.realClock {
-			t.derived, t.stop = context.WithDeadline(parent, t.c.deadline())
+		if t.C.s.RealClock {
+			t.derived, t.stop = context.WithDeadline(parent, t.C.Deadline())
 		} else {
 			t.derived, t.stop = context.WithCancel(parent)
 		}
@@ -68,7 +68,7 @@ func (t *turnCtx) AfterFunc(f func()) (stop func() bool) {
 
 // Deadline is the call's deadline: the earliest of the caller's, the
 // method's timeout and the silo's response timeout.
-func (t *turnCtx) Deadline() (time.Time, bool) { return t.c.deadline(), true }
+func (t *turnCtx) Deadline() (time.Time, bool) { return t.C.Deadline(), true }
 
 // Done closes when the deadline passes or the caller cancels.
 func (t *turnCtx) Done() <-chan struct{} { return t.lazy().Done() }
@@ -82,19 +82,19 @@ func (t *turnCtx) Value(key any) any {
 	case grainCtxKey:
 		return t
 	case headerCtxKey:
-		return t.c.headers
+		return t.C.Headers
 	}
 	return nil
 }
 
-func (t *turnCtx) ID() grain.ID { return t.c.act.id }
+func (t *turnCtx) ID() grain.ID { return t.C.act.Id }
 
-func (t *turnCtx) ActivationID() uint64 { return t.c.act.actID }
+func (t *turnCtx) ActivationID() uint64 { return t.C.act.ActID }
 
 func (t *turnCtx) CallChain() []grain.ID {
-	ids := make([]grain.ID, t.c.depth)
+	ids := make([]grain.ID, t.C.Depth)
 	i := len(ids)
-	for l := t.c.chain; l != nil; l = l.next {
+	for l := t.C.Chain; l != nil; l = l.Next {
 		i--
 		ids[i] = l.grainID()
 	}
@@ -103,30 +103,30 @@ func (t *turnCtx) CallChain() []grain.ID {
 
 func (t *turnCtx) Caller() grain.Caller {
 	if t.caller == nil {
-		t.caller = turnCaller{s: t.c.s, t: t, gen: t.c.gen.Load()}
+		t.caller = turnCaller{s: t.C.s, t: t, gen: t.C.gen.Load()}
 	}
 	return t.caller
 }
 
-func (t *turnCtx) Logger() *zap.Logger { return t.c.act.logger() }
+func (t *turnCtx) Logger() *zap.Logger { return t.C.act.logger() }
 
-func (t *turnCtx) DeactivateOnIdle() { t.c.act.requestDeactivation(grain.DeactivateRequested) }
+func (t *turnCtx) DeactivateOnIdle() { t.C.act.RequestDeactivation(grain.DeactivateRequested) }
 
 func (t *turnCtx) RegisterTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts ...grain.TimerOption) (grain.Timer, error) {
-	return t.c.act.registerTimer(name, fn, due, period, opts)
+	return t.C.act.registerTimer(name, fn, due, period, opts)
 }
 
 // Sleep waits without holding a processor, for d or until the call's
 // deadline or the caller's cancellation, whichever comes first; those end
 // it with DeadlineExceeded or Canceled.
 func (t *turnCtx) Sleep(d time.Duration) error {
-	c := t.c
+	c := t.C
 	e := t.exec()
 	if e == nil && !c.blocking {
 		return errOffTurn
 	}
 	short := false
-	if left := c.due - c.s.since(); left < d {
+	if left := c.Due - c.s.Since(); left < d {
 		d, short = max(left, 0), true
 	}
 	switch {
@@ -135,23 +135,23 @@ func (t *turnCtx) Sleep(d time.Duration) error {
 		t.sleepBlocking(d)
 	default:
 		w := &sleeper{}
-		timer := c.s.clock.AfterFunc(d, w.ev.Signal)
+		timer := c.s.Clock.AfterFunc(d, w.ev.Signal)
 		defer timer.Stop()
-		if c.cancel != nil {
-			stop := context.AfterFunc(c.cancel, w.ev.Signal)
+		if c.Cancel != nil {
+			stop := context.AfterFunc(c.Cancel, w.ev.Signal)
 			defer stop()
 		}
-		stop := context.AfterFunc(c.s.closed, w.ev.Signal)
+		stop := context.AfterFunc(c.s.Closed, w.ev.Signal)
 		defer stop()
 		e.Wait(&w.ev)
 	}
 	switch {
-	case c.s.closed.Err() != nil:
-		return unavailable(c.s, "it closed")
-	case c.cancel != nil && c.cancel.Err() != nil:
-		return contextError(c.cancel)
+	case c.s.Closed.Err() != nil:
+		return Unavailable(c.s, "it closed")
+	case c.Cancel != nil && c.Cancel.Err() != nil:
+		return contextError(c.Cancel)
 	case short:
-		return status.Errorf(codes.DeadlineExceeded, "granary: Sleep in %s outlasts the call's deadline", c.act.id)
+		return status.Errorf(codes.DeadlineExceeded, "granary: Sleep in %s outlasts the call's deadline", c.act.Id)
 	}
 	return nil
 }
@@ -160,11 +160,11 @@ func (t *turnCtx) Sleep(d time.Duration) error {
 // holds no processor.
 func (t *turnCtx) sleepBlocking(d time.Duration) {
 	var done <-chan struct{}
-	if t.c.cancel != nil {
-		done = t.c.cancel.Done()
+	if t.C.Cancel != nil {
+		done = t.C.Cancel.Done()
 	}
 	select {
-	case <-t.c.s.clock.After(d):
+	case <-t.C.s.Clock.After(d):
 	case <-done:
 	}
 }
@@ -173,7 +173,7 @@ func (t *turnCtx) sleepBlocking(d time.Duration) {
 // this grain's Caller wait as an outside goroutine's do, keeping the call
 // chain.
 func (t *turnCtx) Blocking(fn func()) {
-	c := t.c
+	c := t.C
 	e := c.exec
 	if e == nil {
 		fn()
@@ -184,7 +184,7 @@ func (t *turnCtx) Blocking(fn func()) {
 	e.Blocking(fn)
 }
 
-func (t *turnCtx) exec() *activation.Exec { return t.c.exec }
+func (t *turnCtx) exec() *activation.Exec { return t.C.exec }
 
 type sleeper struct{ ev activation.Event }
 
@@ -209,7 +209,7 @@ func (tc turnCaller) turn(ctx context.Context) (*turnCtx, error) {
 	if cur := turnOf(ctx); cur != nil {
 		return cur, nil
 	}
-	if tc.t.c.gen.Load() != tc.gen {
+	if tc.t.C.gen.Load() != tc.gen {
 		return nil, errStaleCaller
 	}
 	return tc.t, nil

@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"context"
@@ -21,13 +21,13 @@ import (
 // reminderMethodName is the name of the runtime's method that delivers a
 // reminder's tick to a grain (grain.Remindable); every grain type has it,
 // and only silos call it.
-const reminderMethodName = "granary.v1.Reminders/ReceiveReminder"
+const ReminderMethodName = "granary.v1.Reminders/ReceiveReminder"
 
 // reminderMethod is the descriptor of that method. Its Index is outside
 // every dispatch table: route and Deliver know it by its address and name.
-var reminderMethod = grain.MethodDesc{
-	Name:        reminderMethodName,
-	FullName:    "/" + reminderMethodName,
+var ReminderMethod = grain.MethodDesc{
+	Name:        ReminderMethodName,
+	FullName:    "/" + ReminderMethodName,
 	Index:       -1,
 	Handler:     receiveReminder,
 	NewRequest:  func() proto.Message { return new(granaryv1.ReminderTick) },
@@ -57,7 +57,7 @@ func receiveReminder(impl any, ctx grain.Context, req proto.Message) (proto.Mess
 // goroutines that wait for the grains' answers to its ticks.
 type reminderService struct {
 	s   *Runtime
-	svc *reminders.Service
+	Svc *reminders.Service
 	min time.Duration
 
 	wg sync.WaitGroup // ticks waiting for their grain
@@ -71,8 +71,8 @@ type reminderService struct {
 
 // startReminders starts the reminder service, when configured. Start,
 // before the cluster: the service owns nothing until the silo has a ring.
-func (s *Runtime) startReminders() error {
-	rc := s.cfg.Reminders
+func (s *Runtime) StartReminders() error {
+	rc := s.Cfg.Reminders
 	if rc == nil {
 		return nil
 	}
@@ -81,9 +81,9 @@ func (s *Runtime) startReminders() error {
 		r.min = DefaultMinReminderPeriod
 	}
 	svc, err := reminders.New(reminders.Config{
-		Table:           s.reminderTable,
-		Clock:           s.clock,
-		Logger:          s.log,
+		Table:           s.ReminderTable,
+		Clock:           s.Clock,
+		Logger:          s.Log,
 		RefreshInterval: rc.RefreshInterval,
 		RetryInterval:   rc.RetryInterval,
 		Fire:            r.fire,
@@ -91,10 +91,10 @@ func (s *Runtime) startReminders() error {
 	if err != nil {
 		return &ConfigError{Field: "Reminders", Reason: err.Error()}
 	}
-	r.svc = svc
-	s.rem = r
+	r.Svc = svc
+	s.Rem = r
 	svc.Start()
-	if s.cfg.Cluster == nil {
+	if !s.Cfg.Clustered {
 		r.setRanges([]storage.HashRange{{Lo: 0, Hi: math.MaxUint64}})
 	}
 	return nil
@@ -107,7 +107,7 @@ func (r *reminderService) setRanges(rs []storage.HashRange) {
 	defer r.mu.Unlock()
 	r.ranges = rs // never nil: ringChanged and startReminders make them
 	if r.live {
-		r.svc.SetRanges(rs)
+		r.Svc.SetRanges(rs)
 	}
 }
 
@@ -118,12 +118,12 @@ func (r *reminderService) goLive() {
 	defer r.mu.Unlock()
 	r.live = true
 	if r.ranges != nil {
-		r.svc.SetRanges(r.ranges)
+		r.Svc.SetRanges(r.ranges)
 	}
 }
 
 // ringChanged gives the service the ranges the silo owns on ring.
-func (r *reminderService) ringChanged(ring *directory.Ring, self string) {
+func (r *reminderService) RingChanged(ring *directory.Ring, self string) {
 	arcs := ring.Arcs(self)
 	ranges := make([]storage.HashRange, len(arcs))
 	for i, a := range arcs {
@@ -142,9 +142,9 @@ func (r *reminderService) fire(e storage.ReminderEntry, st grain.TickStatus, don
 		PeriodNanos:          int64(st.Period),
 	}
 	r.wg.Go(func() {
-		_, err := r.s.Invoke(context.Background(), e.Grain, &reminderMethod, tick)
+		_, err := r.s.Invoke(context.Background(), e.Grain, &ReminderMethod, tick)
 		if err != nil {
-			r.s.log.Warn("reminder tick failed", zap.Stringer("grain", e.Grain), zap.String("reminder", e.Name), zap.Error(err))
+			r.s.Log.Warn("reminder tick failed", zap.Stringer("grain", e.Grain), zap.String("reminder", e.Name), zap.Error(err))
 		}
 		done(err)
 	})
@@ -154,21 +154,21 @@ func (r *reminderService) fire(e storage.ReminderEntry, st grain.TickStatus, don
 // changed in the table.
 func (s *Runtime) remindersChanged(id grain.ID) {
 	h := directory.Position(id)
-	if s.cl == nil {
-		s.rem.svc.Changed(id, h)
+	if s.Cl == nil {
+		s.Rem.Svc.Changed(id, h)
 		return
 	}
-	s.cl.remindersChanged(id, h)
+	s.Cl.RemindersChanged(id, h)
 }
 
 // reminderOp checks that a grain may use reminders now.
 func (t *turnCtx) reminderOp() (*reminderService, error) {
-	a := t.c.act
-	r := a.s.rem
+	a := t.C.act
+	r := a.s.Rem
 	switch {
 	case r == nil:
-		return nil, status.Errorf(codes.FailedPrecondition, "granary: %s: silo %s runs no reminder service (Config.Reminders)", a.id, a.s.cfg.Name)
-	case t.exec() == nil && !t.c.blocking:
+		return nil, status.Errorf(codes.FailedPrecondition, "granary: %s: silo %s runs no reminder service (Config.Reminders)", a.Id, a.s.Cfg.Name)
+	case t.exec() == nil && !t.C.blocking:
 		return nil, errOffTurn
 	}
 	return r, nil
@@ -179,30 +179,30 @@ func (t *turnCtx) RegisterReminder(name string, due, period time.Duration) (grai
 	if err != nil {
 		return grain.Reminder{}, err
 	}
-	a := t.c.act
+	a := t.C.act
 	if _, ok := a.impl.(grain.Remindable); !ok {
-		return grain.Reminder{}, status.Errorf(codes.FailedPrecondition, "granary: %s registers reminder %q but does not implement grain.Remindable (ReceiveReminder)", a.id, name)
+		return grain.Reminder{}, status.Errorf(codes.FailedPrecondition, "granary: %s registers reminder %q but does not implement grain.Remindable (ReceiveReminder)", a.Id, name)
 	}
 	switch {
 	case name == "":
-		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: a reminder needs a name", a.id)
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: a reminder needs a name", a.Id)
 	case due < 0:
-		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: due time %v is negative", a.id, name, due)
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: due time %v is negative", a.Id, name, due)
 	case period < r.min:
-		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: period %v is below the silo's minimum of %v (Reminders.MinPeriod); use a timer for short periods", a.id, name, period, r.min)
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: period %v is below the silo's minimum of %v (Reminders.MinPeriod); use a timer for short periods", a.Id, name, period, r.min)
 	}
 	e := storage.ReminderEntry{
-		Grain:     a.id,
+		Grain:     a.Id,
 		Name:      name,
-		Hash:      directory.Position(a.id),
-		FirstTick: a.s.clock.Now().Add(due),
+		Hash:      directory.Position(a.Id),
+		FirstTick: a.s.Clock.Now().Add(due),
 		Period:    period,
 	}
-	t.Blocking(func() { e.ETag, err = a.s.reminderTable.UpsertReminder(t, e) })
+	t.Blocking(func() { e.ETag, err = a.s.ReminderTable.UpsertReminder(t, e) })
 	if err != nil {
-		return grain.Reminder{}, storageStatus(err, "registering reminder "+name+" of "+a.id.String())
+		return grain.Reminder{}, storageStatus(err, "registering reminder "+name+" of "+a.Id.String())
 	}
-	a.s.remindersChanged(a.id)
+	a.s.remindersChanged(a.Id)
 	return grain.Reminder{Name: name, FirstTick: e.FirstTick, Period: period, ETag: e.ETag}, nil
 }
 
@@ -210,13 +210,13 @@ func (t *turnCtx) UnregisterReminder(name string) error {
 	if _, err := t.reminderOp(); err != nil {
 		return err
 	}
-	a := t.c.act
+	a := t.C.act
 	var err error
-	t.Blocking(func() { err = a.s.reminderTable.RemoveReminder(t, a.id, name, "") })
+	t.Blocking(func() { err = a.s.ReminderTable.RemoveReminder(t, a.Id, name, "") })
 	if err != nil {
-		return storageStatus(err, "removing reminder "+name+" of "+a.id.String())
+		return storageStatus(err, "removing reminder "+name+" of "+a.Id.String())
 	}
-	a.s.remindersChanged(a.id)
+	a.s.remindersChanged(a.Id)
 	return nil
 }
 
@@ -224,14 +224,14 @@ func (t *turnCtx) Reminders() ([]grain.Reminder, error) {
 	if _, err := t.reminderOp(); err != nil {
 		return nil, err
 	}
-	a := t.c.act
+	a := t.C.act
 	var (
 		es  []storage.ReminderEntry
 		err error
 	)
-	t.Blocking(func() { es, err = a.s.reminderTable.GrainReminders(t, a.id) })
+	t.Blocking(func() { es, err = a.s.ReminderTable.GrainReminders(t, a.Id) })
 	if err != nil {
-		return nil, storageStatus(err, "reading the reminders of "+a.id.String())
+		return nil, storageStatus(err, "reading the reminders of "+a.Id.String())
 	}
 	out := make([]grain.Reminder, len(es))
 	for i, e := range es {

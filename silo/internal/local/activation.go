@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ type actState uint8
 
 const (
 	activating actState = iota
-	valid
+	Valid
 	deactivating
 	dead
 )
@@ -36,79 +36,79 @@ const (
 // activationRec is one activation of a grain: its group (the turns), its
 // implementation, its admission gate and its queue of requests that may not
 // start yet.
-type activationRec struct {
+type ActivationRec struct {
 	s     *Runtime
-	typ   *grainType
-	id    grain.ID
-	actID uint64
+	typ   *GrainType
+	Id    grain.ID
+	ActID uint64
 	group *activation.Group
 	impl  any // set by the activate turn; used by turns only
 	// states are the activation's persistent states, in the order of its
 	// type's declarations: set by the activate turn; used by turns only.
 	states []grainrt.BoundState
-	set    *workerSet // the stateless-worker set it belongs to, or nil
+	set    *WorkerSet // the stateless-worker set it belongs to, or nil
 	// registered: in a cluster, the directory holds this activation's
 	// entry, which it unregisters when it ends.
-	registered atomic.Bool
-	retries    uint8 // failed registrations retried; the registration's callbacks only
+	Registered atomic.Bool
+	Retries    uint8 // failed registrations retried; the registration's callbacks only
 
-	mu    sync.Mutex
-	state actState
+	Mu    sync.Mutex
+	State actState
 	gate  admission.Gate
-	queue []*call // requests not started: gate-queued, or held while activating or deactivating
+	queue []*Call // requests not started: gate-queued, or held while activating or deactivating
 	// qfirst is queue's first backing array: the request that makes an
 	// activation waits in it, and most queues never hold two.
-	qfirst [1]*call
+	qfirst [1]*Call
 	qhead  int
 	seq    uint64
 	// deactivate is the reason for a deactivation asked for while
 	// requests run; set means no new request starts here.
 	deactivate   grain.DeactivationReason
-	deactPending bool
+	DeactPending bool
 	touched      bool      // a request ran since the collector last looked
 	idleSince    time.Time // when the collector last saw it touched
 	timers       []*grainTimer
 	ticksRunning int // interleaving timer ticks, which bypass the gate
 	// calls counts the requests offered to the activation; sampled is
 	// calls as HotGrains last saw it (hotMu held too).
-	calls, sampled uint64
+	Calls, Sampled uint64
 	log            *zap.Logger
 }
 
-func (s *Runtime) newActivation(id grain.ID, typ *grainType) *activationRec {
-	a := &activationRec{
+func (s *Runtime) newActivation(id grain.ID, typ *GrainType) *ActivationRec {
+	a := &ActivationRec{
 		s:     s,
 		typ:   typ,
-		id:    id,
-		actID: s.nextActID.Add(1),
+		Id:    id,
+		ActID: s.NextActID.Add(1),
 	}
-	a.group = s.pool.NewGroupOf(a)
-	a.calls = 1 // the request that makes it, queued without submit
-	a.gate.Reentrant = typ.opts.Reentrant
-	a.gate.ChainReentrant = typ.opts.CallChainReentrant
+	a.group = s.Pool.NewGroupOf(a)
+	a.Calls = 1 // the request that makes it, queued without submit
+	a.gate.Reentrant = typ.Opts.Reentrant
+	a.gate.ChainReentrant = typ.Opts.CallChainReentrant
 	return a
 }
 
 // String is the grain's ID: the label of the activation's group, made
 // only when read.
-func (a *activationRec) String() string { return a.id.String() }
+func (a *ActivationRec) String() string { return a.Id.String() }
 
-func (a *activationRec) logger() *zap.Logger {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (a *ActivationRec) logger() *zap.Logger {
+	a.Mu.Lock()
+	defer a.Mu.Unlock()
 	if a.log == nil {
-		a.log = a.s.log.With(zap.Stringer("grain", a.id), zap.Uint64("activation", a.actID))
+		a.log = a.s.Log.With(zap.Stringer("grain", a.Id), zap.Uint64("activation", a.ActID))
 	}
 	return a.log
 }
 
 // start queues the activate turn. Called once, by whoever created it.
-func (a *activationRec) start() error {
-	h := a.s.newCall(1)
-	h.act, h.hook, h.due = a, hookActivate, a.s.since()+a.s.cfg.ResponseTimeout
+func (a *ActivationRec) start() error {
+	h := a.s.NewCall(1)
+	h.act, h.hook, h.Due = a, hookActivate, a.s.Since()+a.s.Cfg.ResponseTimeout
 	err := a.group.EnqueueSystem(activation.Turn{Name: "OnActivate", Task: h})
 	if err != nil {
-		h.release()
+		h.Release()
 	}
 	return err
 }
@@ -117,42 +117,42 @@ func (a *activationRec) start() error {
 // request's turn; retry when this activation is gone and the caller must
 // route the request again. Otherwise the activation kept it, or settled it
 // (a deadlock). Any goroutine.
-func (a *activationRec) submit(c *call) (start, retry bool) {
+func (a *ActivationRec) submit(c *Call) (start, retry bool) {
 	c.act = a
-	a.mu.Lock()
-	a.calls++
+	a.Mu.Lock()
+	a.Calls++
 	switch {
-	case a.state == dead:
-		a.mu.Unlock()
+	case a.State == dead:
+		a.Mu.Unlock()
 		c.act = nil
 		return false, true
-	case a.state == activating && a.inChainLocked(c):
+	case a.State == activating && a.inChainLocked(c):
 		// A call from OnActivate came back: it would wait for the
 		// activation that waits for it.
-		a.mu.Unlock()
-		a.s.fail(nil, c, deadlockError(c))
+		a.Mu.Unlock()
+		a.s.Fail(nil, c, deadlockError(c))
 		return false, false
-	case a.state != valid || a.deactPending && !a.holdsChainLocked(c):
+	case a.State != Valid || a.DeactPending && !a.holdsChainLocked(c):
 		// Held for after activation, or for the next activation. A
 		// request whose chain holds a request running here is not held:
 		// that request cannot end, nor the deactivation begin, without it.
 		a.pushLocked(c)
-		a.mu.Unlock()
+		a.Mu.Unlock()
 		return false, false
 	}
 	d := a.admitLocked(c)
-	a.mu.Unlock()
+	a.Mu.Unlock()
 	switch d {
 	case admission.Start:
 		return true, false
 	case admission.Deadlock:
-		a.s.fail(nil, c, deadlockError(c))
+		a.s.Fail(nil, c, deadlockError(c))
 	}
 	return false, false
 }
 
 // admitLocked runs the gate on c, queuing it when it must wait. mu held.
-func (a *activationRec) admitLocked(c *call) admission.Decision {
+func (a *ActivationRec) admitLocked(c *Call) admission.Decision {
 	a.seq++
 	c.seq = a.seq
 	d := a.gate.Admit(c.seq, c.kind, a.holdsChainLocked(c))
@@ -167,9 +167,9 @@ func (a *activationRec) admitLocked(c *call) admission.Decision {
 
 // holdsChainLocked reports whether a request up c's call chain runs here.
 // mu held.
-func (a *activationRec) holdsChainLocked(c *call) bool {
-	for l := c.chain; l != nil; l = l.next {
-		if l.act == a && a.gate.Holds(l.seq) {
+func (a *ActivationRec) holdsChainLocked(c *Call) bool {
+	for l := c.Chain; l != nil; l = l.Next {
+		if l.Act == a && a.gate.Holds(l.Seq) {
 			return true
 		}
 	}
@@ -178,23 +178,23 @@ func (a *activationRec) holdsChainLocked(c *call) bool {
 
 // inChainLocked reports whether c's call chain passes through this
 // activation at all (its hooks included). mu held.
-func (a *activationRec) inChainLocked(c *call) bool {
-	for l := c.chain; l != nil; l = l.next {
-		if l.act == a {
+func (a *ActivationRec) inChainLocked(c *Call) bool {
+	for l := c.Chain; l != nil; l = l.Next {
+		if l.Act == a {
 			return true
 		}
 	}
 	return false
 }
 
-func (a *activationRec) pushLocked(c *call) {
+func (a *ActivationRec) pushLocked(c *Call) {
 	if a.queue == nil {
 		a.queue = a.qfirst[:0]
 	}
 	a.queue = append(a.queue, c)
 }
 
-func (a *activationRec) popLocked() *call {
+func (a *ActivationRec) popLocked() *Call {
 	c := a.queue[a.qhead]
 	a.queue[a.qhead] = nil
 	a.qhead++
@@ -204,16 +204,16 @@ func (a *activationRec) popLocked() *call {
 	return c
 }
 
-func (a *activationRec) queuedLocked() int { return len(a.queue) - a.qhead }
+func (a *ActivationRec) QueuedLocked() int { return len(a.queue) - a.qhead }
 
 // takeQueueLocked removes every request not started and appends them to
 // q. Timer ticks among them are dropped: they belong to this activation
 // and die with it. mu held.
-func (a *activationRec) takeQueueLocked(q []*call) []*call {
+func (a *ActivationRec) takeQueueLocked(q []*Call) []*Call {
 	for _, c := range a.queue[a.qhead:] {
 		if c.tick != nil {
 			c.tick.inFlight = false
-			c.release()
+			c.Release()
 			continue
 		}
 		q = append(q, c)
@@ -227,32 +227,32 @@ func (a *activationRec) takeQueueLocked(q []*call) []*call {
 }
 
 // finish ends request c in the gate; see finishGate.
-func (a *activationRec) finish(e *activation.Exec, c *call) { a.finishGate(e, c.seq, true) }
+func (a *ActivationRec) finish(e *activation.Exec, c *Call) { a.finishGate(e, c.seq, true) }
 
 // finishGate ends the running request (or tick) seq in the gate and starts
 // what may start now, or begins a deactivation that was waiting for the
 // requests to end. touch counts it as activity for idle collection. e is
 // the worker running the turn's Done, or nil.
-func (a *activationRec) finishGate(e *activation.Exec, seq uint64, touch bool) {
-	var buf [8]*call
-	a.mu.Lock()
+func (a *ActivationRec) finishGate(e *activation.Exec, seq uint64, touch bool) {
+	var buf [8]*Call
+	a.Mu.Lock()
 	a.gate.Finish(seq)
 	if touch {
 		a.touched = true
 	}
-	if a.deactPending {
+	if a.DeactPending {
 		a.unlockMaybeDeactivate(e)
 		return
 	}
 	starts := buf[:0]
-	for a.queuedLocked() > 0 {
+	for a.QueuedLocked() > 0 {
 		head := a.queue[a.qhead]
 		if !a.gate.Next(head.seq, head.kind) {
 			break
 		}
 		starts = append(starts, a.popLocked())
 	}
-	a.mu.Unlock()
+	a.Mu.Unlock()
 	for _, n := range starts {
 		a.enqueue(e, n)
 	}
@@ -260,9 +260,9 @@ func (a *activationRec) finishGate(e *activation.Exec, seq uint64, touch bool) {
 
 // enqueue queues the turn of an admitted request. If the pool has closed,
 // the request fails with Unavailable.
-func (a *activationRec) enqueue(e *activation.Exec, c *call) {
+func (a *ActivationRec) enqueue(e *activation.Exec, c *Call) {
 	if err := a.push(e, activation.Turn{Name: c.turnName(), Task: c}, false); err != nil {
-		a.mu.Lock()
+		a.Mu.Lock()
 		switch {
 		case c.tick != nil && c.kind == admission.Interleave:
 			a.ticksRunning-- // an interleaving tick never entered the gate
@@ -273,15 +273,15 @@ func (a *activationRec) enqueue(e *activation.Exec, c *call) {
 		default:
 			a.gate.Finish(c.seq)
 		}
-		a.mu.Unlock()
-		a.s.fail(e, c, unavailable(a.s, "its silo is shutting down"))
+		a.Mu.Unlock()
+		a.s.Fail(e, c, Unavailable(a.s, "its silo is shutting down"))
 	}
 }
 
 // push queues a turn on the activation's group: through e, the worker
 // running the current turn, when there is one, so the group runs next on
 // its processor; otherwise as any goroutine.
-func (a *activationRec) push(e *activation.Exec, t activation.Turn, system bool) error {
+func (a *ActivationRec) push(e *activation.Exec, t activation.Turn, system bool) error {
 	switch {
 	case e != nil && system:
 		return e.EnqueueSystem(a.group, t)
@@ -295,32 +295,32 @@ func (a *activationRec) push(e *activation.Exec, t activation.Turn, system bool)
 
 // activated ends the activate turn: the activation becomes valid, or
 // (when err is not nil) dead, failing every request that waited for it.
-func (a *activationRec) activated(e *activation.Exec, err error) {
-	a.mu.Lock()
+func (a *ActivationRec) activated(e *activation.Exec, err error) {
+	a.Mu.Lock()
 	// Most activations are made by one request: room for a few on the
 	// stack spares every activation two slices.
-	var qbuf, sbuf [4]*call
+	var qbuf, sbuf [4]*Call
 	q := a.takeQueueLocked(qbuf[:0])
-	if a.state == dead && err == nil { // the silo closed meanwhile
-		err = unavailable(a.s, "it closed")
+	if a.State == dead && err == nil { // the silo closed meanwhile
+		err = Unavailable(a.s, "it closed")
 	}
 	if err != nil {
-		a.state = dead
+		a.State = dead
 		for _, t := range a.timers {
 			t.stopLocked()
 		}
 		a.timers = nil
-		a.mu.Unlock()
+		a.Mu.Unlock()
 		a.s.removeActivation(a)
 		for _, c := range q {
-			a.s.fail(e, c, err)
+			a.s.Fail(e, c, err)
 		}
 		return
 	}
-	a.state = valid
-	a.idleSince = a.s.clock.Now()
+	a.State = Valid
+	a.idleSince = a.s.Clock.Now()
 	starts := sbuf[:0]
-	var deadlocks []*call
+	var deadlocks []*Call
 	for _, c := range q {
 		switch a.admitLocked(c) {
 		case admission.Start:
@@ -341,7 +341,7 @@ func (a *activationRec) activated(e *activation.Exec, err error) {
 		t.fire()
 	}
 	for _, c := range deadlocks {
-		a.s.fail(e, c, deadlockError(c))
+		a.s.Fail(e, c, deadlockError(c))
 	}
 	for _, c := range starts {
 		a.enqueue(e, c)
@@ -351,24 +351,24 @@ func (a *activationRec) activated(e *activation.Exec, err error) {
 // requestDeactivation asks for the activation to end as soon as no request
 // runs; requests queued meanwhile go to the next activation. Any
 // goroutine; a turn's own request counts as running until it ends.
-func (a *activationRec) requestDeactivation(reason grain.DeactivationReason) {
-	a.mu.Lock()
-	if a.state != valid && a.state != activating || a.deactPending {
-		a.mu.Unlock()
+func (a *ActivationRec) RequestDeactivation(reason grain.DeactivationReason) {
+	a.Mu.Lock()
+	if a.State != Valid && a.State != activating || a.DeactPending {
+		a.Mu.Unlock()
 		return
 	}
-	a.deactPending, a.deactivate = true, reason
+	a.DeactPending, a.deactivate = true, reason
 	a.unlockMaybeDeactivate(nil)
 }
 
 // unlockMaybeDeactivate releases mu, first beginning the deactivation that
 // was asked for if nothing runs any more. mu held on entry, not on return.
-func (a *activationRec) unlockMaybeDeactivate(e *activation.Exec) {
-	begin := a.deactPending && a.quietLocked()
+func (a *ActivationRec) unlockMaybeDeactivate(e *activation.Exec) {
+	begin := a.DeactPending && a.quietLocked()
 	if begin {
 		a.beginDeactivationLocked()
 	}
-	a.mu.Unlock()
+	a.Mu.Unlock()
 	if begin {
 		a.queueDeactivation(e)
 	}
@@ -376,14 +376,14 @@ func (a *activationRec) unlockMaybeDeactivate(e *activation.Exec) {
 
 // quietLocked reports whether a valid activation runs nothing, so a
 // deactivation may begin. mu held.
-func (a *activationRec) quietLocked() bool {
-	return a.state == valid && a.gate.Running() == 0 && a.ticksRunning == 0
+func (a *ActivationRec) quietLocked() bool {
+	return a.State == Valid && a.gate.Running() == 0 && a.ticksRunning == 0
 }
 
 // beginDeactivationLocked moves a valid, quiet activation to deactivating
 // and stops its timers. The caller then calls queueDeactivation. mu held.
-func (a *activationRec) beginDeactivationLocked() {
-	a.state = deactivating
+func (a *ActivationRec) beginDeactivationLocked() {
+	a.State = deactivating
 	for _, t := range a.timers {
 		t.stopLocked()
 	}
@@ -391,27 +391,27 @@ func (a *activationRec) beginDeactivationLocked() {
 }
 
 // queueDeactivation queues the deactivate turn.
-func (a *activationRec) queueDeactivation(e *activation.Exec) {
-	h := a.s.newCall(1)
+func (a *ActivationRec) queueDeactivation(e *activation.Exec) {
+	h := a.s.NewCall(1)
 	h.act, h.hook, h.reason = a, hookDeactivate, a.deactivate
-	h.due = a.s.since() + a.s.cfg.StopDeactivationTimeout
+	h.Due = a.s.Since() + a.s.Cfg.StopDeactivationTimeout
 	if err := a.push(e, activation.Turn{Name: "OnDeactivate", Task: h}, true); err != nil {
-		h.release()
+		h.Release()
 		a.deactivated(e)
 	}
 }
 
 // end marks the activation dead, stops its timers, takes it out of the
 // catalog and returns the requests it held.
-func (a *activationRec) end() []*call {
-	a.mu.Lock()
-	a.state = dead
+func (a *ActivationRec) end() []*Call {
+	a.Mu.Lock()
+	a.State = dead
 	for _, t := range a.timers {
 		t.stopLocked()
 	}
 	a.timers = nil
 	q := a.takeQueueLocked(nil)
-	a.mu.Unlock()
+	a.Mu.Unlock()
 	a.s.removeActivation(a)
 	return q
 }
@@ -419,32 +419,32 @@ func (a *activationRec) end() []*call {
 // deactivated ends the deactivate turn: the activation is dead and gone
 // from the catalog, and the requests that arrived meanwhile are routed
 // again, to a new activation.
-func (a *activationRec) deactivated(e *activation.Exec) {
+func (a *ActivationRec) deactivated(e *activation.Exec) {
 	for _, c := range a.end() {
 		c.act = nil
 		c.inline = false // this is a turn's Done, not the caller's turn
-		a.s.route(e, c)
+		a.s.Route(e, c)
 	}
 }
 
 // abandon ends an activation that never started because its directory
 // registration lost to the activation on silo winner, or failed with err:
 // the requests it holds go on to the winner, or fail with err.
-func (a *activationRec) abandon(winner directory.Entry, err error) {
+func (a *ActivationRec) Abandon(winner directory.Entry, err error) {
 	for _, c := range a.end() {
 		c.act = nil
 		if err != nil {
-			a.s.fail(nil, c, err)
+			a.s.Fail(nil, c, err)
 			continue
 		}
-		a.s.cl.forward(winner, c, false)
+		a.s.Cl.Forward(winner, c, false)
 	}
 }
 
 // deadlockError names the call chain that would wait on itself.
-func deadlockError(c *call) error {
+func deadlockError(c *Call) error {
 	var ids []string
-	for l := c.chain; l != nil; l = l.next {
+	for l := c.Chain; l != nil; l = l.Next {
 		ids = append(ids, l.grain())
 	}
 	var b strings.Builder
@@ -452,12 +452,12 @@ func deadlockError(c *call) error {
 		b.WriteString(ids[i])
 		b.WriteString(" → ")
 	}
-	b.WriteString(c.id.String())
+	b.WriteString(c.Id.String())
 	return status.Errorf(codes.Aborted,
 		"granary: deadlock: call chain %s: %s is waiting for this call and does not admit it (make the grain reentrant, the method always_interleave, or allow call-chain reentrancy)",
-		b.String(), c.id)
+		b.String(), c.Id)
 }
 
-func unavailable(s *Runtime, why string) error {
-	return status.Error(codes.Unavailable, fmt.Sprintf("granary: silo %s: %s", s.cfg.Name, why))
+func Unavailable(s *Runtime, why string) error {
+	return status.Error(codes.Unavailable, fmt.Sprintf("granary: silo %s: %s", s.Cfg.Name, why))
 }

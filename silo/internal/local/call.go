@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"context"
@@ -32,27 +32,27 @@ import (
 // DeadlineExceeded, the caller's cancellation with Canceled, or the
 // runtime with a failure. Only the settler writes resp and err, and only
 // before it notifies the waiter, who reads them after.
-type call struct {
+type Call struct {
 	// Set by the caller before the call is routed; read-only afterwards.
 	s      *Runtime
-	id     grain.ID
-	method *grain.MethodDesc
-	req    proto.Message
+	Id     grain.ID
+	Method *grain.MethodDesc
+	Req    proto.Message
 	// due is the call's deadline as an offset from the silo's epoch (see
 	// Silo.since).
-	due time.Duration
+	Due time.Duration
 	// exact is the caller's context deadline when it is the call's, kept
 	// as given: an offset from the epoch converts back to a wall time a
 	// few nanoseconds off, since wall and monotonic clocks drift apart.
 	exact  time.Time
-	oneWay bool
+	OneWay bool
 	// cancel is the nearest caller context that can be cancelled (an
 	// outside caller's, or one a grain derived), or nil.
-	cancel  context.Context
-	headers any        // the caller's call headers, grainrt.HeaderKey's value
-	chain   *chainLink // the requests waiting on this one, innermost first
-	depth   int        // len(chain)
-	caller  *call      // the calling turn's own record, for a call from a grain
+	Cancel  context.Context
+	Headers any        // the caller's call headers, grainrt.HeaderKey's value
+	Chain   *ChainLink // the requests waiting on this one, innermost first
+	Depth   int        // len(chain)
+	caller  *Call      // the calling turn's own record, for a call from a grain
 
 	// Cluster routing. raw is the encoded request of a call that came from
 	// another silo, decoded by its turn (so decoding runs on the pool, not
@@ -62,28 +62,28 @@ type call struct {
 	// placedHere says the call may activate its grain on this silo without
 	// asking the directory (placement chose this silo); servedBy is the
 	// silo whose activation answered a call forwarded from here.
-	raw        []byte
-	responder  transport.Responder
-	hops       uint32
-	placedHere bool
-	servedBy   string
-	retries    uint8 // directory requests retried
+	Raw        []byte
+	Responder  transport.Responder
+	Hops       uint32
+	PlacedHere bool
+	ServedBy   string
+	Retries    uint8 // directory requests retried
 
 	// A call from another process that its sender may cancel: cancelKey
 	// is its name in the table cancels, which cancels the context cancel
 	// holds.
-	cancels   *cancelTable
-	cancelKey remoteCall
+	cancels   *CancelTable
+	cancelKey RemoteCall
 
 	// Set by the activation that runs the call.
-	act    *activationRec
+	act    *ActivationRec
 	seq    uint64
 	kind   admission.Kind
 	tick   *grainTimer // set for a timer tick instead of a request
 	hook   hookKind    // set for a lifecycle turn
 	reason grain.DeactivationReason
 	exec   *activation.Exec // while the turn runs, for its waits
-	ctx    turnCtx
+	Ctx    turnCtx
 	result proto.Message // the handler's reply, kept until Done
 	resErr error
 
@@ -93,35 +93,35 @@ type call struct {
 	// gen counts the record's uses: a Caller a turn handed out is valid
 	// while it is unchanged.
 	gen    atomic.Uint64
-	resp   proto.Message
-	err    error
-	waiter waiterKind // who waits for the outcome, and how to wake it
+	Resp   proto.Message
+	Err    error
+	Waiter WaiterKind // who waits for the outcome, and how to wake it
 	inPool bool       // the caller is a turn (waiter is turnWaiter unless one-way)
 	inline bool       // the callee may run on the caller's goroutine (TryRun)
 	// blocking: this record's turn is inside Context.Blocking, holding no
 	// processor; calls it makes wait as outside callers do.
 	blocking bool
 	ev       activation.Event // for a waiter that is a turn
-	donec    chan struct{}    // for a waiter outside the pool; capacity 1
+	Donec    chan struct{}    // for a waiter outside the pool; capacity 1
 
 	// Links in the timeout wheel, guarded by the slot's lock; wslot is
 	// the slot while linked.
 	wslot        *wheelSlot
-	wnext, wprev *call
+	wnext, wprev *Call
 }
 
 // waiterKind says how settle wakes the caller. A record nobody waits on
 // (a one-way call, a timer tick, a lifecycle hook) gets no wake-up: a
 // token sent to its channel would stay there and wake the record's next
 // user at once.
-type waiterKind uint8
+type WaiterKind uint8
 
 const (
-	noWaiter      waiterKind = iota
-	outsideWaiter            // a goroutine outside the pool, on donec
+	noWaiter      WaiterKind = iota
+	OutsideWaiter            // a goroutine outside the pool, on donec
 	turnWaiter               // a turn, on ev
-	remoteWaiter             // another silo, answered through responder
-	clientWaiter             // an external client, answered through responder
+	RemoteWaiter             // another silo, answered through responder
+	ClientWaiter             // an external client, answered through responder
 )
 
 const (
@@ -141,33 +141,33 @@ const (
 // activation act, which waits for the calls it made. Links are immutable
 // and shared by every call below them. A link to a request on another
 // silo has no act; remote says which it is, so the chain can travel on.
-type chainLink struct {
-	act    *activationRec
-	seq    uint64
-	next   *chainLink
-	remote *granaryv1.ChainLink
+type ChainLink struct {
+	Act    *ActivationRec
+	Seq    uint64
+	Next   *ChainLink
+	Remote *granaryv1.ChainLink
 }
 
 // grainID is the link's grain.
-func (l *chainLink) grainID() grain.ID {
-	if l.act != nil {
-		return l.act.id
+func (l *ChainLink) grainID() grain.ID {
+	if l.Act != nil {
+		return l.Act.Id
 	}
-	id, _ := grain.ParseID(l.remote.GetGrain())
+	id, _ := grain.ParseID(l.Remote.GetGrain())
 	return id
 }
 
 // grain names the link's grain, for errors.
-func (l *chainLink) grain() string {
-	if l.act != nil {
-		return l.act.id.String()
+func (l *ChainLink) grain() string {
+	if l.Act != nil {
+		return l.Act.Id.String()
 	}
-	return l.remote.GetGrain()
+	return l.Remote.GetGrain()
 }
 
 var callPool = sync.Pool{New: func() any {
-	c := &call{donec: make(chan struct{}, 1)}
-	c.ctx.c = c
+	c := &Call{Donec: make(chan struct{}, 1)}
+	c.Ctx.C = c
 	return c
 }}
 
@@ -175,126 +175,126 @@ var callPool = sync.Pool{New: func() any {
 // can check that a call leaves nothing behind. A global counter would be a
 // shared cache line on every call, so it is off otherwise.
 var (
-	trackCalls bool
-	liveCalls  atomic.Int64
+	TrackCalls bool
+	LiveCalls  atomic.Int64
 )
 
 // newCall returns a record with refs owners, settled by nobody yet.
-func (s *Runtime) newCall(refs int32) *call {
-	if trackCalls {
-		liveCalls.Add(1)
+func (s *Runtime) NewCall(refs int32) *Call {
+	if TrackCalls {
+		LiveCalls.Add(1)
 	}
-	c := callPool.Get().(*call)
+	c := callPool.Get().(*Call)
 	c.s = s
 	c.refs.Store(refs)
 	return c
 }
 
 // release drops one owner; the last returns the record to the pool.
-func (c *call) release() {
+func (c *Call) Release() {
 	switch n := c.refs.Add(-1); {
 	case n > 0:
 		return
 	case n < 0:
 		panic("silo: call released more often than owned")
 	}
-	if trackCalls {
-		liveCalls.Add(-1)
+	if TrackCalls {
+		LiveCalls.Add(-1)
 	}
-	c.ctx.stopDerived()
-	donec, gen := c.donec, c.gen.Load()
-	*c = call{}
-	c.donec = donec
+	c.Ctx.stopDerived()
+	donec, gen := c.Donec, c.gen.Load()
+	*c = Call{}
+	c.Donec = donec
 	c.gen.Store(gen + 1)
-	c.ctx.c = c
+	c.Ctx.C = c
 	callPool.Put(c)
 }
 
 // settle records the outcome if nobody has yet, and wakes the waiter. It
 // returns false when the call was settled already. e is the worker
 // running the settling turn, or nil. Any goroutine.
-func (c *call) settle(e *activation.Exec, resp proto.Message, err error) bool {
+func (c *Call) Settle(e *activation.Exec, resp proto.Message, err error) bool {
 	if !c.state.CompareAndSwap(pending, settled) {
 		return false
 	}
-	c.resp, c.err = resp, err
+	c.Resp, c.Err = resp, err
 	switch {
-	case c.waiter == outsideWaiter:
-		c.donec <- struct{}{}
-	case c.waiter == turnWaiter && e != nil:
+	case c.Waiter == OutsideWaiter:
+		c.Donec <- struct{}{}
+	case c.Waiter == turnWaiter && e != nil:
 		e.Signal(&c.ev)
-	case c.waiter == turnWaiter:
+	case c.Waiter == turnWaiter:
 		c.ev.Signal()
-	case c.waiter == remoteWaiter:
+	case c.Waiter == RemoteWaiter:
 		// The other silo's reply is the waiter's read: sent, the waiter's
 		// ownership ends. The settler still holds its own.
-		c.s.cl.reply(c)
-		c.release()
-	case c.waiter == clientWaiter:
-		c.s.gw.reply(c)
-		c.release()
+		c.s.Cl.Reply(c)
+		c.Release()
+	case c.Waiter == ClientWaiter:
+		c.s.Gw.Reply(c)
+		c.Release()
 	}
 	return true
 }
 
 // settled reports whether the caller has its outcome already.
-func (c *call) isSettled() bool { return c.state.Load() != pending }
+func (c *Call) isSettled() bool { return c.state.Load() != pending }
 
 // armTimeout links the call into the timeout wheel, which settles it
 // with DeadlineExceeded once it is due. The caller must disarmTimeout
 // before it releases the call.
-func (c *call) armTimeout() { c.s.wheel.add(c) }
+func (c *Call) armTimeout() { c.s.wheel.add(c) }
 
 // disarmTimeout unlinks the call from the wheel if it is still there.
-func (c *call) disarmTimeout() { c.s.wheel.remove(c) }
+func (c *Call) disarmTimeout() { c.s.wheel.remove(c) }
 
 // awaitOutside waits for the outcome on a goroutine that is not a turn.
 // The call's own context ending cancels the call. The awaiting context
 // ending does too when it is the call's (a synchronous call: cancelOnCtx);
 // for an Await of a future it only ends the wait (ok false), leaving the
 // call for a later Await.
-func (c *call) awaitOutside(ctx context.Context, cancelOnCtx bool) (resp proto.Message, err error, ok bool) {
+func (c *Call) awaitOutside(ctx context.Context, cancelOnCtx bool) (resp proto.Message, err error, ok bool) {
 	var callDone <-chan struct{}
-	if c.cancel != nil {
-		callDone = c.cancel.Done()
+	if c.Cancel != nil {
+		callDone = c.Cancel.Done()
 	}
 	waitDone := ctx.Done()
 	if waitDone == nil && callDone == nil {
-		<-c.donec // only the reply or the timeout can end the wait
-		return c.resp, c.err, true
+		<-c.Donec // only the reply or the timeout can end the wait
+		return c.Resp, c.Err, true
 	}
 	select {
-	case <-c.donec:
+	case <-c.Donec:
 	case <-callDone:
-		c.giveUp(c.cancel)
+		c.giveUp(c.Cancel)
 	case <-waitDone:
 		if !cancelOnCtx {
 			return nil, nil, false
 		}
 		c.giveUp(ctx)
 	}
-	return c.resp, c.err, true
+	return c.Resp, c.Err, true
 }
 
 // giveUp settles the call with ctx's error, or, if another party settled
 // it at the same moment, takes that outcome. Either way the settler sent
 // the wake-up token, which must be taken: the channel is reused with the
 // record.
-func (c *call) giveUp(ctx context.Context) {
-	c.settle(nil, nil, contextError(ctx))
-	<-c.donec
+func (c *Call) giveUp(ctx context.Context) {
+	c.Settle(nil, nil, contextError(ctx))
+	<-c.Donec
 }
 
 // awaitInTurn waits for the outcome inside turn e without holding its
 // processor or the group token: interleaving happens here.
-func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
-	if c.cancel != nil {
+func (c *Call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
+	if c.Cancel != nil {
 		// If stop finds the callback started, wait for it to finish:
 		// the caller releases c right after this returns.
 		fired := make(chan struct{})
-		stop := context.AfterFunc(c.cancel, func() {
+		stop := context.AfterFunc(c.Cancel, func() {
 			defer close(fired)
-			c.settle(nil, nil, contextError(c.cancel))
+			c.Settle(nil, nil, contextError(c.Cancel))
 		})
 		defer func() {
 			if !stop() {
@@ -303,7 +303,7 @@ func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
 		}()
 	}
 	e.Wait(&c.ev)
-	return c.resp, c.err
+	return c.Resp, c.Err
 }
 
 // expired reports whether the call should be dropped instead of run: its
@@ -311,8 +311,8 @@ func (c *call) awaitInTurn(e *activation.Exec) (proto.Message, error) {
 // call at its deadline, so no clock read is needed), or, for a one-way
 // call or one from another silo or a client, which have no timer here,
 // its deadline passed.
-func (c *call) expired() bool {
-	return c.isSettled() || (c.oneWay || c.waiter == remoteWaiter || c.waiter == clientWaiter) && c.s.callNow() >= c.due
+func (c *Call) expired() bool {
+	return c.isSettled() || (c.OneWay || c.Waiter == RemoteWaiter || c.Waiter == ClientWaiter) && c.s.CallNow() >= c.Due
 }
 
 // MaxCallTimeout is the longest a call may be given: longer timeouts,
@@ -321,23 +321,23 @@ const MaxCallTimeout = 100 * 365 * 24 * time.Hour
 
 // callTimeout is the time a call is given: d, at most MaxCallTimeout, or
 // the silo's ResponseTimeout when d is not positive.
-func (s *Runtime) callTimeout(d time.Duration) time.Duration {
+func (s *Runtime) CallTimeout(d time.Duration) time.Duration {
 	if d <= 0 {
-		return s.cfg.ResponseTimeout
+		return s.Cfg.ResponseTimeout
 	}
 	return min(d, MaxCallTimeout)
 }
 
 // deadline is the call's deadline as a time.
-func (c *call) deadline() time.Time {
+func (c *Call) Deadline() time.Time {
 	if !c.exact.IsZero() {
 		return c.exact
 	}
-	return c.s.epoch.Add(c.due)
+	return c.s.Epoch.Add(c.Due)
 }
 
-func deadlineError(c *call) error {
-	return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", c.method.Name, c.id)
+func DeadlineError(c *Call) error {
+	return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", c.Method.Name, c.Id)
 }
 
 func contextError(ctx context.Context) error {
@@ -348,6 +348,6 @@ func contextError(ctx context.Context) error {
 }
 
 // errorFromPanic is what a caller gets when the grain panicked.
-func errorFromPanic(c *call, pe *activation.PanicError) error {
-	return status.Errorf(codes.Internal, "granary: %s.%s panicked: %v", c.id, c.method.Name, pe.Value)
+func errorFromPanic(c *Call, pe *activation.PanicError) error {
+	return status.Errorf(codes.Internal, "granary: %s.%s panicked: %v", c.Id, c.Method.Name, pe.Value)
 }

@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"github.com/granaryio/granary/activation"
@@ -11,46 +11,46 @@ import (
 
 // Run is the turn of a request, a timer tick or a lifecycle hook. The pool
 // runs it holding the activation's group token.
-func (c *call) Run(e *activation.Exec) {
+func (c *Call) Run(e *activation.Exec) {
 	c.exec = e
 	defer func() { c.exec = nil }()
 	switch {
 	case c.hook == hookActivate:
 		a := c.act
-		a.impl = a.typ.factory(a.id)
-		if c.resErr = a.readStates(&c.ctx); c.resErr != nil {
+		a.impl = a.typ.Factory(a.Id)
+		if c.resErr = a.readStates(&c.Ctx); c.resErr != nil {
 			return
 		}
 		if h, ok := a.impl.(grain.Activator); ok {
-			c.resErr = h.OnActivate(&c.ctx)
+			c.resErr = h.OnActivate(&c.Ctx)
 		}
 	case c.hook == hookDeactivate:
 		if h, ok := c.act.impl.(grain.Deactivator); ok {
-			if err := h.OnDeactivate(&c.ctx, c.reason); err != nil {
+			if err := h.OnDeactivate(&c.Ctx, c.reason); err != nil {
 				c.act.logger().Warn("OnDeactivate failed", zap.Stringer("reason", c.reason), zap.Error(err))
 			}
 		}
 	case c.tick != nil:
 		c.tick.run(c)
 	case c.expired():
-		c.resErr = deadlineError(c)
-	case c.req == nil && c.raw != nil:
-		req := c.method.NewRequest()
-		if err := proto.Unmarshal(c.raw, req); err != nil {
+		c.resErr = DeadlineError(c)
+	case c.Req == nil && c.Raw != nil:
+		req := c.Method.NewRequest()
+		if err := proto.Unmarshal(c.Raw, req); err != nil {
 			c.resErr = status.Errorf(codes.InvalidArgument, "granary: %s.%s: the request does not decode as %s: %v",
-				c.id, c.method.Name, req.ProtoReflect().Descriptor().FullName(), err)
+				c.Id, c.Method.Name, req.ProtoReflect().Descriptor().FullName(), err)
 			return
 		}
-		c.req, c.raw = req, nil
+		c.Req, c.Raw = req, nil
 		fallthrough
 	default:
-		c.result, c.resErr = c.s.dispatch(&c.ctx, c)
+		c.result, c.resErr = c.s.dispatch(&c.Ctx, c)
 	}
 }
 
 // Done ends the turn: it settles the caller, releases the gate and starts
 // what may start now.
-func (c *call) Done(e *activation.Exec, err error) {
+func (c *Call) Done(e *activation.Exec, err error) {
 	a := c.act
 	pe, panicked := err.(*activation.PanicError)
 	if panicked {
@@ -61,16 +61,16 @@ func (c *call) Done(e *activation.Exec, err error) {
 	case c.hook == hookActivate:
 		switch {
 		case panicked:
-			c.resErr = status.Errorf(codes.Internal, "granary: OnActivate of %s panicked: %v", a.id, pe.Value)
+			c.resErr = status.Errorf(codes.Internal, "granary: OnActivate of %s panicked: %v", a.Id, pe.Value)
 		case err != nil:
-			c.resErr = unavailable(c.s, "its silo is shutting down")
+			c.resErr = Unavailable(c.s, "its silo is shutting down")
 		}
 		a.activated(e, c.resErr)
-		c.release()
+		c.Release()
 		return
 	case c.hook == hookDeactivate:
 		a.deactivated(e)
-		c.release()
+		c.Release()
 		return
 	case c.tick != nil:
 		c.tick.done(e, c, panicked)
@@ -80,28 +80,28 @@ func (c *call) Done(e *activation.Exec, err error) {
 	switch {
 	case panicked:
 		resp, rerr = nil, errorFromPanic(c, pe)
-		a.requestDeactivation(grain.DeactivatePanic)
+		a.RequestDeactivation(grain.DeactivatePanic)
 	case err != nil:
-		resp, rerr = nil, unavailable(c.s, "its silo is shutting down")
+		resp, rerr = nil, Unavailable(c.s, "its silo is shutting down")
 	}
 	c.result, c.resErr = nil, nil
 	a.finish(e, c)
-	c.settle(e, resp, rerr)
-	c.release()
+	c.Settle(e, resp, rerr)
+	c.Release()
 }
 
 // dispatch runs the method through the incoming filters.
-func (s *Runtime) dispatch(ctx *turnCtx, c *call) (proto.Message, error) {
-	if s.filterChain == nil {
-		return c.method.Handler(c.act.impl, ctx, c.req)
+func (s *Runtime) dispatch(ctx *turnCtx, c *Call) (proto.Message, error) {
+	if s.FilterChain == nil {
+		return c.Method.Handler(c.act.impl, ctx, c.Req)
 	}
-	return s.filterChain(ctx, c.req)
+	return s.FilterChain(ctx, c.Req)
 }
 
 // chainIncoming builds the incoming filters' chain once, so a call
 // through it allocates nothing: each link finds the call it runs for from
 // the Context it is handed, the turn's own or a filter's wrapper of it.
-func chainIncoming(filters []grain.IncomingFilter) grain.Invocation {
+func ChainIncoming(filters []grain.IncomingFilter) grain.Invocation {
 	if len(filters) == 0 {
 		return nil
 	}
@@ -110,7 +110,7 @@ func chainIncoming(filters []grain.IncomingFilter) grain.Invocation {
 		if t == nil {
 			return nil, errForeignContext
 		}
-		return t.c.method.Handler(t.c.act.impl, ctx, req)
+		return t.C.Method.Handler(t.C.act.impl, ctx, req)
 	}
 	for i := len(filters) - 1; i >= 0; i-- {
 		f, next := filters[i], chain
@@ -119,7 +119,7 @@ func chainIncoming(filters []grain.IncomingFilter) grain.Invocation {
 			if t == nil {
 				return nil, errForeignContext
 			}
-			return f(ctx, t.c.method, req, next)
+			return f(ctx, t.C.Method, req, next)
 		}
 	}
 	return chain
@@ -130,12 +130,12 @@ func chainIncoming(filters []grain.IncomingFilter) grain.Invocation {
 var errForeignContext = status.Error(codes.Internal, "granary: an incoming filter handed on a Context that does not hold the grain's: pass the Context it was given, or one that wraps it")
 
 // turnName names the turn in the scheduler's warnings and stats.
-func (c *call) turnName() string {
+func (c *Call) turnName() string {
 	switch {
 	case c.tick != nil:
 		return c.tick.name
-	case c.method != nil:
-		return c.method.Name
+	case c.Method != nil:
+		return c.Method.Name
 	}
 	return "hook"
 }

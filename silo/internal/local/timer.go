@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"sync/atomic"
@@ -22,7 +22,7 @@ import (
 // it, across its awaits too. An interleaving tick bypasses the gate: it
 // runs between other turns and lets requests start while it awaits.
 type grainTimer struct {
-	a    *activationRec
+	a    *ActivationRec
 	name string
 	fn   grain.TimerFunc
 	opts grainrt.TimerOptions
@@ -50,7 +50,7 @@ type grainTimer struct {
 	changes atomic.Uint32
 }
 
-func (a *activationRec) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
+func (a *ActivationRec) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
 	switch {
 	case fn == nil:
 		return nil, status.Error(codes.InvalidArgument, "granary: RegisterTimer: nil TimerFunc")
@@ -61,12 +61,12 @@ func (a *activationRec) registerTimer(name string, fn grain.TimerFunc, due, peri
 	for _, o := range opts {
 		o(&t.opts)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.state != valid && a.state != activating || a.deactPending {
-		return nil, status.Errorf(codes.FailedPrecondition, "granary: RegisterTimer %q: activation of %s is ending", name, a.id)
+	a.Mu.Lock()
+	defer a.Mu.Unlock()
+	if a.State != Valid && a.State != activating || a.DeactPending {
+		return nil, status.Errorf(codes.FailedPrecondition, "granary: RegisterTimer %q: activation of %s is ending", name, a.Id)
 	}
-	a.s.timerWheel.link(t, a.s.since()+due)
+	a.s.TimerWheel.link(t, a.s.Since()+due)
 	a.timers = append(a.timers, t)
 	return t, nil
 }
@@ -75,9 +75,9 @@ func (a *activationRec) registerTimer(name string, fn grain.TimerFunc, due, peri
 // due, when its Change count was changes: a Change since supersedes the
 // tick. e is the worker running the wheel's batch, or nil.
 func (t *grainTimer) fireFromWheel(e *activation.Exec, changes uint32, now time.Duration) {
-	t.a.mu.Lock()
+	t.a.Mu.Lock()
 	if t.changes.Load() != changes {
-		t.a.mu.Unlock()
+		t.a.Mu.Unlock()
 		return
 	}
 	t.fireLocked(e, now)
@@ -86,32 +86,32 @@ func (t *grainTimer) fireFromWheel(e *activation.Exec, changes uint32, now time.
 // fire queues the tick's turn unless one is in flight: for a tick that
 // came due while the activation was activating.
 func (t *grainTimer) fire() {
-	t.a.mu.Lock()
-	t.fireLocked(nil, t.a.s.since())
+	t.a.Mu.Lock()
+	t.fireLocked(nil, t.a.s.Since())
 }
 
 // fireLocked is fire with a.mu held, which it releases; now is the
 // silo's time, and e the worker queuing the tick, or nil.
 func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration) {
 	a := t.a
-	if a.state == activating && !t.stopped {
+	if a.State == activating && !t.stopped {
 		t.dueWhileActivating = true // fired by activated
-		a.mu.Unlock()
+		a.Mu.Unlock()
 		return
 	}
-	if t.stopped || a.state != valid || a.deactPending {
-		a.mu.Unlock()
+	if t.stopped || a.State != Valid || a.DeactPending {
+		a.Mu.Unlock()
 		return
 	}
 	if t.inFlight {
 		t.refire = true
-		a.mu.Unlock()
+		a.Mu.Unlock()
 		return
 	}
 	t.inFlight = true
-	c := a.s.newCall(1)
+	c := a.s.NewCall(1)
 	c.act, c.tick = a, t
-	c.due = now + a.s.cfg.ResponseTimeout
+	c.Due = now + a.s.Cfg.ResponseTimeout
 	start := true
 	if t.opts.Interleave {
 		c.kind = admission.Interleave
@@ -124,37 +124,37 @@ func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration) {
 			start = false
 		}
 	}
-	a.mu.Unlock()
+	a.Mu.Unlock()
 	if start {
 		a.enqueue(e, c)
 	}
 }
 
 // run is the tick's turn.
-func (t *grainTimer) run(c *call) {
-	t.a.mu.Lock()
+func (t *grainTimer) run(c *Call) {
+	t.a.Mu.Lock()
 	stopped := t.stopped
-	t.a.mu.Unlock()
+	t.a.Mu.Unlock()
 	if stopped {
 		return
 	}
-	if err := t.fn(&c.ctx); err != nil {
+	if err := t.fn(&c.Ctx); err != nil {
 		t.a.logger().Warn("timer tick failed", zap.String("timer", t.name), zap.Error(err))
 	}
 }
 
 // done ends a tick's turn and arms the next.
-func (t *grainTimer) done(e *activation.Exec, c *call, panicked bool) {
+func (t *grainTimer) done(e *activation.Exec, c *Call, panicked bool) {
 	a := t.a
-	a.mu.Lock()
+	a.Mu.Lock()
 	t.inFlight = false
 	if !t.stopped {
 		switch {
 		case t.refire:
 			t.refire = false
-			a.s.timerWheel.relink(t, a.s.since())
+			a.s.TimerWheel.relink(t, a.s.Since())
 		case t.period > 0:
-			a.s.timerWheel.relink(t, a.s.since()+t.period)
+			a.s.TimerWheel.relink(t, a.s.Since()+t.period)
 		}
 	}
 	if t.opts.KeepAlive {
@@ -164,16 +164,16 @@ func (t *grainTimer) done(e *activation.Exec, c *call, panicked bool) {
 		a.ticksRunning--
 		a.unlockMaybeDeactivate(e)
 	} else {
-		a.mu.Unlock()
+		a.Mu.Unlock()
 		if panicked { // before the gate admits the queue onto this activation
-			a.requestDeactivation(grain.DeactivatePanic)
+			a.RequestDeactivation(grain.DeactivatePanic)
 		}
 		a.finishGate(e, c.seq, t.opts.KeepAlive)
 	}
 	if panicked && t.opts.Interleave {
-		a.requestDeactivation(grain.DeactivatePanic)
+		a.RequestDeactivation(grain.DeactivatePanic)
 	}
-	c.release()
+	c.Release()
 }
 
 // Change sets a new due time and period.
@@ -181,33 +181,33 @@ func (t *grainTimer) Change(due, period time.Duration) error {
 	if due < 0 || period < 0 {
 		return status.Errorf(codes.InvalidArgument, "granary: Timer.Change %q: negative due time %v or period %v", t.name, due, period)
 	}
-	t.a.mu.Lock()
-	defer t.a.mu.Unlock()
+	t.a.Mu.Lock()
+	defer t.a.Mu.Unlock()
 	if t.stopped {
 		return status.Errorf(codes.FailedPrecondition, "granary: Timer.Change %q: the timer is stopped", t.name)
 	}
 	t.period = period
 	t.changes.Add(1)
-	w := &t.a.s.timerWheel
+	w := &t.a.s.TimerWheel
 	if t.inFlight {
 		w.unlink(t)
 		t.refire = false
 		if due == 0 {
 			t.refire = true
 		} else {
-			w.relink(t, t.a.s.since()+due)
+			w.relink(t, t.a.s.Since()+due)
 		}
 		return nil
 	}
-	w.relink(t, t.a.s.since()+due)
+	w.relink(t, t.a.s.Since()+due)
 	return nil
 }
 
 // Stop stops the timer. Idempotent.
 func (t *grainTimer) Stop() {
 	a := t.a
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.Mu.Lock()
+	defer a.Mu.Unlock()
 	if t.stopped {
 		return
 	}
@@ -222,5 +222,5 @@ func (t *grainTimer) Stop() {
 
 func (t *grainTimer) stopLocked() {
 	t.stopped = true
-	t.a.s.timerWheel.unlink(t)
+	t.a.s.TimerWheel.unlink(t)
 }

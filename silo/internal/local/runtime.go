@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"context"
@@ -24,30 +24,30 @@ import (
 // collects it when it goes idle. A *Silo is a grain.Caller for code that
 // is not a grain; grains call through their Context.
 type Runtime struct {
-	cfg   Config
-	log   *zap.Logger
-	clock clockwork.Clock
-	epoch time.Time // the clock's time at New; deadlines are offsets from it
+	Cfg   Config
+	Log   *zap.Logger
+	Clock clockwork.Clock
+	Epoch time.Time // the clock's time at New; deadlines are offsets from it
 	// realClock: the clock is the real one, so since may read the
 	// monotonic clock directly.
-	realClock bool
-	pool      *activation.Pool
+	RealClock bool
+	Pool      *activation.Pool
 
 	wheel timeoutWheel
 	// timerWheel drives grain timers. Started and halted with wheel.
-	timerWheel timerWheel
+	TimerWheel TimerWheel
 
 	// cl is the silo's membership of a cluster, or nil for a silo alone.
 	// Set by Start.
-	cl *cluster
+	Cl Cluster
 	// gw serves external clients, or is nil. Set by Start.
-	gw *gateway
+	Gw Gateway
 
-	types map[string]*grainType // written before Start only
+	Types map[string]*GrainType // written before Start only
 	// byMethod finds a type from the address of one of its registered
 	// method descriptors, which generated references pass: a pointer
 	// hashes faster than a type name. Written before Start only.
-	byMethod map[*grain.MethodDesc]*grainType
+	ByMethod map[*grain.MethodDesc]*GrainType
 
 	// relays holds the method descriptors made for the calls this silo
 	// passes on without decoding them: to grain types it does not host,
@@ -59,142 +59,158 @@ type Runtime struct {
 	// embedded is the store the silo opened itself (DataDir), which it
 	// closes. reminderTable keeps reminders, and rem fires them; both nil
 	// when reminders are off.
-	providers     map[string]storage.Provider
+	Providers     map[string]storage.Provider
 	embedded      *boltstore.Store
-	reminderTable storage.ReminderTable
-	rem           *reminderService
+	ReminderTable storage.ReminderTable
+	Rem           *reminderService
 
-	nextActID atomic.Uint64
-	live      atomic.Int64 // activations in the catalog
+	NextActID atomic.Uint64
+	Live      atomic.Int64 // activations in the catalog
 
 	// filterChain is the chain of Config.IncomingFilters, or nil for none.
-	filterChain grain.Invocation
+	FilterChain grain.Invocation
 
 	// closed ends when the silo closes; sleeping turns watch it.
-	closed   context.Context
-	closeNow context.CancelFunc
+	Closed   context.Context
+	CloseNow context.CancelFunc
 
-	started   atomic.Bool
+	Started   atomic.Bool
 	ready     atomic.Bool // Start finished: outside calls are taken
 	wheelOnce sync.Once
-	stopping  atomic.Bool // no new activations; outside calls refused
+	Stopping  atomic.Bool // no new activations; outside calls refused
 	lifeMu    sync.Mutex
 	stopped   bool
 	collStop  chan struct{}
 	collDone  chan struct{}
-	emptyc    chan struct{} // closed when live reaches 0 while stopping
+	Emptyc    chan struct{} // closed when live reaches 0 while stopping
 	emptyOnce sync.Once
 
 	// collected, when set before Start, is told the clock's time when
 	// the collector starts and after each of its ticks. Tests only.
-	collected func(now time.Time)
+	Collected func(now time.Time)
 	// placing, when set before Start, is called when a call is about to
 	// make an activation, after the stopping check. Tests only.
-	placing func(id grain.ID)
+	Placing func(id grain.ID)
+}
+
+// New makes the local runtime of a silo; Open starts it.
+func New(cfg Config) *Runtime {
+	s := &Runtime{
+		Cfg:      cfg,
+		Log:      cfg.Logger,
+		Clock:    cfg.Clock,
+		Types:    map[string]*GrainType{},
+		ByMethod: map[*grain.MethodDesc]*GrainType{},
+		Emptyc:   make(chan struct{}),
+	}
+	s.Epoch, s.RealClock = s.Clock.Now(), cfg.RealClock
+	s.FilterChain = ChainIncoming(cfg.IncomingFilters)
+	s.Closed, s.CloseNow = context.WithCancel(context.Background())
+	return s
 }
 
 // grainType is a registered grain type.
-type grainType struct {
-	desc     *grain.ServiceDesc
-	factory  grain.Factory
-	opts     grain.TypeOptions
-	age      time.Duration
-	interval time.Duration
-	workers  int // stateless worker bound
+type GrainType struct {
+	Desc     *grain.ServiceDesc
+	Factory  grain.Factory
+	Opts     grain.TypeOptions
+	Age      time.Duration
+	Interval time.Duration
+	Workers  int // stateless worker bound
 
 	// The catalog of this type's activations, keyed by grain key: a
 	// string key hashes several times faster than a grain.ID.
-	acts catalog
-	sets sync.Map // key -> *workerSet, for a stateless worker
+	Acts catalog
+	Sets sync.Map // key -> *workerSet, for a stateless worker
 	// live counts the type's activations from their start to their
 	// removal from the catalog.
-	live atomic.Int64
+	Live atomic.Int64
 }
 
 // beginStop marks the silo stopping and stops the collector; it reports
 // whether this call did so.
-func (s *Runtime) beginStop() bool {
-	s.stopping.Store(true)
-	if s.started.Load() {
+func (s *Runtime) BeginStop() bool {
+	s.Stopping.Store(true)
+	if s.Started.Load() {
 		close(s.collStop)
 		<-s.collDone
 	}
-	return s.started.Load()
+	return s.Started.Load()
 }
 
-// start brings the local runtime up: storage, the scheduler, the timeout
+// Open brings the local runtime up: storage, the scheduler, the timeout
 // and timer wheels, the collector, and the reminder service, which is not
 // live yet (see goLive). On error the caller closes the runtime.
-func (s *Runtime) start() error {
+func (s *Runtime) Open() error {
 	if err := s.openStorage(); err != nil {
 		return err
 	}
-	pool, err := activation.New(s.cfg.Scheduler)
+	pool, err := activation.New(s.Cfg.Scheduler)
 	if err != nil {
 		return s.closeStorage(&ConfigError{Field: "Scheduler", Reason: err.Error()})
 	}
-	s.pool = pool
-	s.wheel.init(s, s.cfg.TimeoutResolution)
+	s.Pool = pool
+	s.wheel.init(s, s.Cfg.TimeoutResolution)
 	go s.wheel.run()
-	s.timerWheel.init(s, s.cfg.TimerResolution)
-	go s.timerWheel.run()
+	s.TimerWheel.init(s, s.Cfg.TimerResolution)
+	go s.TimerWheel.run()
 	s.collStop, s.collDone = make(chan struct{}), make(chan struct{})
 	go s.collect()
-	s.started.Store(true)
+	s.Started.Store(true)
 	return nil
 }
 
 // goLive takes outside calls and starts firing reminders.
-func (s *Runtime) goLive() {
+func (s *Runtime) GoLive() {
 	s.ready.Store(true)
-	if s.rem != nil {
-		s.rem.goLive()
+	if s.Rem != nil {
+		s.Rem.goLive()
 	}
 }
 
 // stopReminders fires no new reminder ticks; those in flight end as
 // calls do.
-func (s *Runtime) stopReminders() {
-	if s.rem != nil {
-		s.rem.svc.Stop()
+func (s *Runtime) StopReminders() {
+	if s.Rem != nil {
+		s.Rem.Svc.Stop()
 	}
 }
 
 // deactivateAll asks every activation to deactivate for shutdown and
 // returns a channel closed when the catalog is empty.
-func (s *Runtime) deactivateAll() <-chan struct{} {
-	s.forEachActivation(func(a *activationRec) { a.requestDeactivation(grain.DeactivateShutdown) })
+func (s *Runtime) DeactivateAll() <-chan struct{} {
+	s.ForEachActivation(func(a *ActivationRec) { a.RequestDeactivation(grain.DeactivateShutdown) })
 	s.maybeEmpty()
-	return s.emptyc
+	return s.Emptyc
 }
 
 // abort fails every queued request with Unavailable, wakes sleeping
 // turns and closes the pool, which waits for the running turns.
-func (s *Runtime) abort() {
-	s.stopReminders()
+func (s *Runtime) Abort() {
+	s.StopReminders()
 	// Fail what is queued first: the pool's Close waits for running turns,
 	// and a turn may be waiting for one of these calls. Before the
 	// sleepers wake, too: a woken turn that ends while its activation
 	// still lives would start the next queued request, which Close
 	// promises fails.
-	s.forEachActivation(func(a *activationRec) {
+	s.ForEachActivation(func(a *ActivationRec) {
 		for _, c := range a.end() {
-			s.fail(nil, c, unavailable(s, "it closed"))
+			s.Fail(nil, c, Unavailable(s, "it closed"))
 		}
 	})
-	s.closeNow() // wakes sleeping turns, so the pool's Close need not wait for them
-	if s.pool != nil {
-		s.pool.Close()
+	s.CloseNow() // wakes sleeping turns, so the pool's Close need not wait for them
+	if s.Pool != nil {
+		s.Pool.Close()
 	}
 }
 
 // release is the end of the runtime, after its pool stopped or closed:
 // it waits for the reminder service, closes storage and halts the wheels.
-func (s *Runtime) release() {
+func (s *Runtime) Release() {
 	defer s.haltWheel()
-	s.closeNow()
-	if s.rem != nil {
-		s.rem.wg.Wait()
+	s.CloseNow()
+	if s.Rem != nil {
+		s.Rem.wg.Wait()
 	}
 	s.closeStorage(nil)
 }
@@ -204,22 +220,22 @@ func (s *Runtime) release() {
 // timeouts.
 func (s *Runtime) haltWheel() {
 	s.wheelOnce.Do(func() {
-		if s.started.Load() {
+		if s.Started.Load() {
 			s.wheel.halt()
-			s.timerWheel.halt()
+			s.TimerWheel.halt()
 		}
 	})
 }
 
 // forEachActivation calls fn for every activation in the catalog.
-func (s *Runtime) forEachActivation(fn func(a *activationRec)) {
-	for _, t := range s.types {
-		t.acts.each(func(a *activationRec) bool {
+func (s *Runtime) ForEachActivation(fn func(a *ActivationRec)) {
+	for _, t := range s.Types {
+		t.Acts.each(func(a *ActivationRec) bool {
 			fn(a)
 			return true
 		})
-		t.sets.Range(func(_, v any) bool {
-			for _, a := range v.(*workerSet).snapshot() {
+		t.Sets.Range(func(_, v any) bool {
+			for _, a := range v.(*WorkerSet).Snapshot() {
 				fn(a)
 			}
 			return true
@@ -230,45 +246,45 @@ func (s *Runtime) forEachActivation(fn func(a *activationRec)) {
 // since returns the time since the silo's epoch. With the real clock it
 // reads only the monotonic clock: a call's one clock read, and on some
 // virtual machines a full time.Now costs as much as a channel operation.
-func (s *Runtime) since() time.Duration {
-	if s.realClock {
-		return time.Since(s.epoch) // clockwork's Since reads the wall clock too
+func (s *Runtime) Since() time.Duration {
+	if s.RealClock {
+		return time.Since(s.Epoch) // clockwork's Since reads the wall clock too
 	}
-	return s.clock.Since(s.epoch)
+	return s.Clock.Since(s.Epoch)
 }
 
 // callNow is the time a call starts at, for its deadline: the timeout
 // wheel's coarse clock with the real clock, which costs no clock read, and
 // the exact time with a fake one, which tests move in jumps far larger
 // than a tick.
-func (s *Runtime) callNow() time.Duration {
-	if s.realClock {
+func (s *Runtime) CallNow() time.Duration {
+	if s.RealClock {
 		return s.wheel.coarseNow()
 	}
-	return s.since()
+	return s.Since()
 }
 
 // removeActivation drops a dead activation from the catalog.
-func (s *Runtime) removeActivation(a *activationRec) {
+func (s *Runtime) removeActivation(a *ActivationRec) {
 	removed := false
 	if a.set != nil {
 		removed = a.set.remove(a)
 	} else {
-		removed = a.typ.acts.compareAndDelete(a.id.Key, a)
+		removed = a.typ.Acts.compareAndDelete(a.Id.Key, a)
 	}
 	if !removed {
 		return
 	}
-	a.typ.live.Add(-1)
-	if s.cl != nil && a.registered.Load() {
-		s.cl.dir.Unregister(a.id, directory.Entry{Silo: s.cl.self, Activation: a.actID})
+	a.typ.Live.Add(-1)
+	if s.Cl != nil && a.Registered.Load() {
+		s.Cl.Unregister(a)
 	}
 	s.unreserve()
 }
 
 func (s *Runtime) maybeEmpty() {
-	if s.stopping.Load() && s.live.Load() == 0 {
-		s.emptyOnce.Do(func() { close(s.emptyc) })
+	if s.Stopping.Load() && s.Live.Load() == 0 {
+		s.emptyOnce.Do(func() { close(s.Emptyc) })
 	}
 }
 
@@ -281,40 +297,40 @@ func (s *Runtime) maybeEmpty() {
 // to the activation and may be gone already. remote says the grain is to
 // be found or placed elsewhere in the cluster; a nil activation without
 // remote means this silo is stopping.
-func (s *Runtime) activationFor(id grain.ID, t *grainType, c *call) (a *activationRec, remote, queued bool, err error) {
-	if !t.opts.StatelessWorker {
-		if a, ok := t.acts.load(id.Key); ok {
+func (s *Runtime) activationFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRec, remote, queued bool, err error) {
+	if !t.Opts.StatelessWorker {
+		if a, ok := t.Acts.Load(id.Key); ok {
 			return a, false, false, nil // its key was checked when it was made
 		}
 	}
-	if err := t.opts.KeyKind.CheckKey(id.Key); err != nil {
-		return nil, false, false, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.opts.KeyKind)
+	if err := t.Opts.KeyKind.CheckKey(id.Key); err != nil {
+		return nil, false, false, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.Opts.KeyKind)
 	}
-	if t.opts.StatelessWorker {
+	if t.Opts.StatelessWorker {
 		a, queued := s.workerFor(id, t, c)
-		if a != nil || s.cl == nil {
+		if a != nil || s.Cl == nil {
 			return a, false, queued, nil
 		}
 		return nil, true, false, nil
 	}
-	if s.cl != nil && !c.placedHere {
+	if s.Cl != nil && !c.PlacedHere {
 		return nil, true, false, nil // ask the directory
 	}
 	// Count the activation before looking at stopping: Stop sets stopping
 	// before it looks at the catalog, and waits for the count to reach
 	// zero, so either it sees this activation or this sees it stopping.
-	s.live.Add(1)
-	if s.stopping.Load() {
+	s.Live.Add(1)
+	if s.Stopping.Load() {
 		s.unreserve()
-		c.placedHere = false // elsewhere, then
-		return nil, s.cl != nil, false, nil
+		c.PlacedHere = false // elsewhere, then
+		return nil, s.Cl != nil, false, nil
 	}
-	if s.placing != nil {
-		s.placing(id)
+	if s.Placing != nil {
+		s.Placing(id)
 	}
 	a = s.newActivation(id, t)
 	a.pushLocked(c) // a is not published yet: no lock needed
-	if actual, loaded := t.acts.loadOrStore(id.Key, a); loaded {
+	if actual, loaded := t.Acts.loadOrStore(id.Key, a); loaded {
 		s.unreserve()
 		return actual, false, false, nil
 	}
@@ -325,9 +341,9 @@ func (s *Runtime) activationFor(id grain.ID, t *grainType, c *call) (a *activati
 
 // activationByID returns activation actID of grain id if it is in the
 // catalog, else nil.
-func (s *Runtime) activationByID(id grain.ID, actID uint64) *activationRec {
-	if t := s.types[id.Type]; t != nil {
-		if a, ok := t.acts.load(id.Key); ok && a.actID == actID {
+func (s *Runtime) ActivationByID(id grain.ID, actID uint64) *ActivationRec {
+	if t := s.Types[id.Type]; t != nil {
+		if a, ok := t.Acts.Load(id.Key); ok && a.ActID == actID {
 			return a
 		}
 	}
@@ -336,44 +352,44 @@ func (s *Runtime) activationByID(id grain.ID, actID uint64) *activationRec {
 
 // unreserve gives back a count taken for an activation not made.
 func (s *Runtime) unreserve() {
-	if s.live.Add(-1) == 0 {
+	if s.Live.Add(-1) == 0 {
 		s.maybeEmpty()
 	}
 }
 
 // activated starts a new activation, which the caller counted in live. In
 // a cluster it first registers in the directory; see cluster.register.
-func (s *Runtime) activated(a *activationRec) {
-	a.typ.live.Add(1)
-	if s.cl != nil && a.set == nil {
-		s.cl.register(a)
+func (s *Runtime) activated(a *ActivationRec) {
+	a.typ.Live.Add(1)
+	if s.Cl != nil && a.set == nil {
+		s.Cl.Register(a)
 		return
 	}
-	s.startActivation(a)
+	s.StartActivation(a)
 }
 
 // startActivation queues a new activation's activate turn. If the silo
 // began stopping meanwhile, the activation is asked to deactivate as soon
 // as it is up.
-func (s *Runtime) startActivation(a *activationRec) {
+func (s *Runtime) StartActivation(a *ActivationRec) {
 	if err := a.start(); err != nil {
-		a.activated(nil, unavailable(s, "its silo is shutting down"))
+		a.activated(nil, Unavailable(s, "its silo is shutting down"))
 		return
 	}
-	if s.stopping.Load() {
-		a.requestDeactivation(grain.DeactivateShutdown)
+	if s.Stopping.Load() {
+		a.RequestDeactivation(grain.DeactivateShutdown)
 	}
 }
 
 // unknownType is the error for a call to a type no silo hosts.
-func unknownType(id grain.ID) error {
+func UnknownType(id grain.ID) error {
 	return status.Errorf(codes.NotFound, "granary: unknown grain type %q (calling %s): no silo registered it", id.Type, id)
 }
 
 // hostedTypes lists the registered grain types.
-func (s *Runtime) hostedTypes() []string {
-	ts := make([]string, 0, len(s.types))
-	for name := range s.types {
+func (s *Runtime) HostedTypes() []string {
+	ts := make([]string, 0, len(s.Types))
+	for name := range s.Types {
 		ts = append(ts, name)
 	}
 	slices.Sort(ts)
@@ -384,17 +400,17 @@ func (s *Runtime) hostedTypes() []string {
 // directory entry, and the entries of the clients whose home is its
 // gateway, for the directory to register again where their owner
 // changed.
-func (s *Runtime) registeredActivations() iter.Seq[directory.Item] {
-	self := s.cl.self
+func (s *Runtime) RegisteredActivations() iter.Seq[directory.Item] {
+	self := s.Cl.Self()
 	return func(yield func(directory.Item) bool) {
-		for _, t := range s.types {
-			if t.opts.StatelessWorker {
+		for _, t := range s.Types {
+			if t.Opts.StatelessWorker {
 				continue
 			}
 			ok := true
-			t.acts.each(func(a *activationRec) bool {
-				if a.registered.Load() {
-					ok = yield(directory.Item{ID: a.id, Entry: directory.Entry{Silo: self, Activation: a.actID}})
+			t.Acts.each(func(a *ActivationRec) bool {
+				if a.Registered.Load() {
+					ok = yield(directory.Item{ID: a.Id, Entry: directory.Entry{Silo: self, Activation: a.ActID}})
 				}
 				return ok
 			})
@@ -402,8 +418,8 @@ func (s *Runtime) registeredActivations() iter.Seq[directory.Item] {
 				return
 			}
 		}
-		if s.gw != nil {
-			for _, it := range s.gw.homeEntries() {
+		if s.Gw != nil {
+			for _, it := range s.Gw.HomeEntries() {
 				if !yield(it) {
 					return
 				}
@@ -416,7 +432,7 @@ func (s *Runtime) registeredActivations() iter.Seq[directory.Item] {
 // provider, so that every state operation of the silo's grains is
 // counted. openStorage only, once it has resolved them.
 func (s *Runtime) countStateOps() {
-	for name, p := range s.providers {
-		s.providers[name] = &countingProvider{Provider: p}
+	for name, p := range s.Providers {
+		s.Providers[name] = &CountingProvider{Provider: p}
 	}
 }

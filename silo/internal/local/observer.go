@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"context"
@@ -24,46 +24,46 @@ import (
 const clientType = "granary.v1.Client"
 
 // clientGrainID is the directory ID of a client.
-func clientGrainID(client string) grain.ID { return grain.ID{Type: clientType, Key: client} }
+func ClientGrainID(client string) grain.ID { return grain.ID{Type: clientType, Key: client} }
 
 // dirID is the ID under which the directory knows where the call goes:
 // its grain's, or for a call to an observer, its client's.
-func (c *call) dirID() grain.ID {
-	if c.method.Observe != nil {
-		if client, _, ok := strings.Cut(c.id.Key, "/"); ok {
-			return clientGrainID(client)
+func (c *Call) DirID() grain.ID {
+	if c.Method.Observe != nil {
+		if client, _, ok := strings.Cut(c.Id.Key, "/"); ok {
+			return ClientGrainID(client)
 		}
 	}
-	return c.id
+	return c.Id
 }
 
 // observerGone is the error of a call to an observer whose client is not
 // connected any more.
-func observerGone(id grain.ID) error {
+func ObserverGone(id grain.ID) error {
 	return status.Errorf(codes.NotFound, "granary: observer %s is gone: its client is not connected", id)
 }
 
 // routeObserver routes a call to an observer: to its client, when this
 // silo's gateway is the client's home, else to the home the directory
 // names.
-func (s *Runtime) routeObserver(c *call) {
-	client, _, ok := strings.Cut(c.id.Key, "/")
+func (s *Runtime) RouteObserver(c *Call) {
+	client, _, ok := strings.Cut(c.Id.Key, "/")
 	switch {
 	case !ok || client == "":
-		s.fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: %s is not an observer's ID: its key must be a client's ID, '/', and a number", c.id))
-	case s.gw != nil && s.gw.deliverObserver(client, c):
-	case s.cl == nil:
-		s.fail(nil, c, observerGone(c.id))
+		s.Fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: %s is not an observer's ID: its key must be a client's ID, '/', and a number", c.Id))
+	case s.Gw != nil && s.Gw.DeliverObserver(client, c):
+	case s.Cl == nil:
+		s.Fail(nil, c, ObserverGone(c.Id))
 	default:
-		s.cl.resolveObserver(c, client)
+		s.Cl.ResolveObserver(c, client)
 	}
 }
 
 // relayKey names a method of a type this silo does not host.
-type relayKey struct {
-	typ, method string
-	index       uint32
-	observer    bool
+type RelayKey struct {
+	Type, Method string
+	Index        uint32
+	Observer     bool
 }
 
 // maxRelays bounds the relay descriptors kept: calls for more distinct
@@ -81,13 +81,13 @@ func relayObserve(any, context.Context, proto.Message) (proto.Message, error) {
 // as Empty, which keeps every field as unknown and encodes it back
 // unchanged, so the call passes through as it came. The silo that runs
 // it, or the client, checks the method.
-func (s *Runtime) relayMethod(k relayKey) *grain.MethodDesc {
+func (s *Runtime) RelayMethod(k RelayKey) *grain.MethodDesc {
 	if m, ok := s.relays.Load(k); ok {
 		return m.(*grain.MethodDesc)
 	}
 	empty := func() proto.Message { return new(emptypb.Empty) }
-	m := &grain.MethodDesc{Name: k.method, FullName: "/" + k.typ + "/" + k.method, Index: int(k.index), NewRequest: empty, NewResponse: empty}
-	if k.observer {
+	m := &grain.MethodDesc{Name: k.Method, FullName: "/" + k.Type + "/" + k.Method, Index: int(k.Index), NewRequest: empty, NewResponse: empty}
+	if k.Observer {
 		m.Observe = relayObserve
 	}
 	if s.relayCount.Load() < maxRelays {

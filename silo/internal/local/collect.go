@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"time"
@@ -11,38 +11,38 @@ import (
 // stopped by beginStop.
 func (s *Runtime) collect() {
 	defer close(s.collDone)
-	tick := s.cfg.CollectionInterval
-	for _, t := range s.types {
-		tick = min(tick, t.interval)
+	tick := s.Cfg.CollectionInterval
+	for _, t := range s.Types {
+		tick = min(tick, t.Interval)
 	}
-	ticker := s.clock.NewTicker(tick)
+	ticker := s.Clock.NewTicker(tick)
 	defer ticker.Stop()
-	next := map[*grainType]time.Time{}
-	start := s.clock.Now()
-	for _, t := range s.types {
-		next[t] = start.Add(t.interval)
+	next := map[*GrainType]time.Time{}
+	start := s.Clock.Now()
+	for _, t := range s.Types {
+		next[t] = start.Add(t.Interval)
 	}
-	if s.collected != nil {
-		s.collected(start)
+	if s.Collected != nil {
+		s.Collected(start)
 	}
 	for {
 		select {
 		case <-s.collStop:
 			return
 		case <-ticker.Chan():
-			now := s.clock.Now()
-			due := map[*grainType]bool{}
+			now := s.Clock.Now()
+			due := map[*GrainType]bool{}
 			for t, at := range next {
 				if !now.Before(at) {
 					due[t] = true
-					next[t] = now.Add(t.interval)
+					next[t] = now.Add(t.Interval)
 				}
 			}
 			if len(due) > 0 {
 				s.collectIdle(now, due)
 			}
-			if s.collected != nil {
-				s.collected(now)
+			if s.Collected != nil {
+				s.Collected(now)
 			}
 		}
 	}
@@ -52,27 +52,27 @@ func (s *Runtime) collect() {
 // activation is idle when no request or tick runs or waits; it is
 // collected once it has stayed idle, with no request between two checks,
 // for its type's age.
-func (s *Runtime) collectIdle(now time.Time, due map[*grainType]bool) {
-	s.forEachActivation(func(a *activationRec) {
+func (s *Runtime) collectIdle(now time.Time, due map[*GrainType]bool) {
+	s.ForEachActivation(func(a *ActivationRec) {
 		if !due[a.typ] {
 			return
 		}
-		a.mu.Lock()
+		a.Mu.Lock()
 		switch {
-		case a.state != valid || a.deactPending || !a.gate.Idle() || a.ticksRunning > 0 || a.queuedLocked() > 0:
-			a.mu.Unlock()
+		case a.State != Valid || a.DeactPending || !a.gate.Idle() || a.ticksRunning > 0 || a.QueuedLocked() > 0:
+			a.Mu.Unlock()
 			return
 		case a.touched:
 			a.touched, a.idleSince = false, now
-			a.mu.Unlock()
+			a.Mu.Unlock()
 			return
-		case now.Sub(a.idleSince) < a.typ.age:
-			a.mu.Unlock()
+		case now.Sub(a.idleSince) < a.typ.Age:
+			a.Mu.Unlock()
 			return
 		}
-		a.deactPending, a.deactivate = true, grain.DeactivateIdle
+		a.DeactPending, a.deactivate = true, grain.DeactivateIdle
 		a.beginDeactivationLocked()
-		a.mu.Unlock()
+		a.Mu.Unlock()
 		a.queueDeactivation(nil)
 	})
 }

@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"sync"
@@ -37,13 +37,13 @@ type timeoutWheel struct {
 
 type wheelSlot struct {
 	mu   sync.Mutex
-	head *call
+	head *Call
 	_    [48]byte // with mu and head, one slot per 64-byte cache line
 }
 
 func (w *timeoutWheel) init(s *Runtime, res time.Duration) {
 	w.s, w.res = s, res
-	w.now.Store(int64(s.since()))
+	w.now.Store(int64(s.Since()))
 	w.swept.Store(int64(w.coarseNow() / res))
 	w.stop, w.done = make(chan struct{}), make(chan struct{})
 }
@@ -61,14 +61,14 @@ func (w *timeoutWheel) slotOf(due time.Duration) *wheelSlot {
 // sweeper's use of it. A call due in a tick whose slot was already
 // visited is settled at once: it is due within one Resolution, if not
 // overdue. Caller's goroutine.
-func (w *timeoutWheel) add(c *call) {
-	sl := w.slotOf(c.due)
+func (w *timeoutWheel) add(c *Call) {
+	sl := w.slotOf(c.Due)
 	sl.mu.Lock()
 	// The sweeper marks a tick swept under its slot's lock, so this read
 	// and the visit are ordered.
-	if int64(c.due/w.res) <= w.swept.Load() {
+	if int64(c.Due/w.res) <= w.swept.Load() {
 		sl.mu.Unlock()
-		c.settle(nil, nil, deadlineError(c))
+		c.Settle(nil, nil, DeadlineError(c))
 		return
 	}
 	c.wslot, c.wnext, c.wprev = sl, sl.head, nil
@@ -81,8 +81,8 @@ func (w *timeoutWheel) add(c *call) {
 
 // remove unlinks c unless the sweeper expired it. After it returns the
 // sweeper no longer touches c. Caller's goroutine, before it releases c.
-func (w *timeoutWheel) remove(c *call) {
-	sl := w.slotOf(c.due)
+func (w *timeoutWheel) remove(c *Call) {
+	sl := w.slotOf(c.Due)
 	sl.mu.Lock()
 	if c.wslot != sl { // expired, or settled at once by add
 		sl.mu.Unlock()
@@ -92,7 +92,7 @@ func (w *timeoutWheel) remove(c *call) {
 	sl.mu.Unlock()
 }
 
-func (sl *wheelSlot) unlinkLocked(c *call) {
+func (sl *wheelSlot) unlinkLocked(c *Call) {
 	if c.wprev != nil {
 		c.wprev.wnext = c.wnext
 	} else {
@@ -107,7 +107,7 @@ func (sl *wheelSlot) unlinkLocked(c *call) {
 // run is the sweeper. Owned by Start; stopped by halt.
 func (w *timeoutWheel) run() {
 	defer close(w.done)
-	t := w.s.clock.NewTicker(w.res)
+	t := w.s.Clock.NewTicker(w.res)
 	defer t.Stop()
 	last := w.coarseNow() / w.res
 	for {
@@ -116,7 +116,7 @@ func (w *timeoutWheel) run() {
 			return
 		case <-t.Chan():
 		}
-		now := w.s.since()
+		now := w.s.Since()
 		w.now.Store(int64(now))
 		tick := now / w.res
 		if tick-last > wheelSlots {
@@ -137,11 +137,11 @@ func (w *timeoutWheel) expire(tick time.Duration) {
 	w.swept.Store(int64(tick))
 	for c := sl.head; c != nil; {
 		next := c.wnext
-		if c.due/w.res <= tick {
+		if c.Due/w.res <= tick {
 			sl.unlinkLocked(c)
 			// Under the lock: the caller may free c once it is unlinked
 			// and the lock is free. Settling never blocks.
-			c.settle(nil, nil, deadlineError(c))
+			c.Settle(nil, nil, DeadlineError(c))
 		}
 		c = next
 	}

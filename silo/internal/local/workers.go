@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"math"
@@ -11,39 +11,39 @@ import (
 // workerSet holds the local activations of one stateless-worker grain ID.
 // Sets are never removed from the catalog: removing one could orphan an
 // activation another goroutine is adding to it, and a set is small.
-type workerSet struct {
+type WorkerSet struct {
 	mu   sync.Mutex
-	acts []*activationRec
+	acts []*ActivationRec
 }
 
 // workerFor picks the activation of a stateless worker that takes c: an
 // idle one, else a new one while fewer than the type's bound exist, else
 // the least loaded. Lock order: set, then activation.
-func (s *Runtime) workerFor(id grain.ID, t *grainType, c *call) (a *activationRec, queued bool) {
-	v, ok := t.sets.Load(id.Key)
+func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRec, queued bool) {
+	v, ok := t.Sets.Load(id.Key)
 	if !ok {
-		if s.stopping.Load() {
+		if s.Stopping.Load() {
 			return nil, false
 		}
-		v, _ = t.sets.LoadOrStore(id.Key, &workerSet{})
+		v, _ = t.Sets.LoadOrStore(id.Key, &WorkerSet{})
 	}
-	ws := v.(*workerSet)
+	ws := v.(*WorkerSet)
 	ws.mu.Lock()
-	var best *activationRec
+	var best *ActivationRec
 	bestLoad := math.MaxInt
 	for _, a := range ws.acts {
-		a.mu.Lock()
-		load := a.gate.Running() + a.queuedLocked()
-		usable := (a.state == valid || a.state == activating) && !a.deactPending && !a.holdsChainLocked(c)
-		a.mu.Unlock()
+		a.Mu.Lock()
+		load := a.gate.Running() + a.QueuedLocked()
+		usable := (a.State == Valid || a.State == activating) && !a.DeactPending && !a.holdsChainLocked(c)
+		a.Mu.Unlock()
 		if usable && load < bestLoad {
 			best, bestLoad = a, load
 		}
 	}
-	var fresh *activationRec
-	if bestLoad > 0 && len(ws.acts) < t.workers {
-		s.live.Add(1) // before looking at stopping: see activationFor
-		if s.stopping.Load() {
+	var fresh *ActivationRec
+	if bestLoad > 0 && len(ws.acts) < t.Workers {
+		s.Live.Add(1) // before looking at stopping: see activationFor
+		if s.Stopping.Load() {
 			s.unreserve()
 		} else {
 			fresh = s.newActivation(id, t)
@@ -58,9 +58,9 @@ func (s *Runtime) workerFor(id grain.ID, t *grainType, c *call) (a *activationRe
 		// Every worker is ending or in this call's chain: take one that
 		// is not dead; submit retries or reports a deadlock.
 		for _, a := range ws.acts {
-			a.mu.Lock()
-			alive := a.state != dead
-			a.mu.Unlock()
+			a.Mu.Lock()
+			alive := a.State != dead
+			a.Mu.Unlock()
 			if alive {
 				best = a
 				break
@@ -76,7 +76,7 @@ func (s *Runtime) workerFor(id grain.ID, t *grainType, c *call) (a *activationRe
 }
 
 // remove drops a from the set; it reports whether a was there.
-func (ws *workerSet) remove(a *activationRec) bool {
+func (ws *WorkerSet) remove(a *ActivationRec) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for i, x := range ws.acts {
@@ -88,10 +88,10 @@ func (ws *workerSet) remove(a *activationRec) bool {
 	return false
 }
 
-func (ws *workerSet) snapshot() []*activationRec {
+func (ws *WorkerSet) Snapshot() []*ActivationRec {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	return append([]*activationRec(nil), ws.acts...)
+	return append([]*ActivationRec(nil), ws.acts...)
 }
 
 // kindOf is how a method's requests share an activation.

@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"context"
@@ -17,33 +17,33 @@ import (
 
 // remoteCall names one request of one sender, a silo or a client: call
 // IDs are unique per sending transport.
-type remoteCall struct {
-	from string
-	id   uint64
+type RemoteCall struct {
+	From string
+	ID   uint64
 }
 
 // cancelTable holds what cancels each cancellable request that came from
 // elsewhere and is not yet answered.
-type cancelTable struct {
+type CancelTable struct {
 	mu sync.Mutex
-	m  map[remoteCall]context.CancelFunc
+	m  map[RemoteCall]context.CancelFunc
 }
 
-// add gives c, a request from k.from, a context that the sender may
+// add gives c, a request from k.From, a context that the sender may
 // cancel. The reply calls forgetCancel.
-func (t *cancelTable) add(c *call, k remoteCall) {
+func (t *CancelTable) Add(c *Call, k RemoteCall) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.mu.Lock()
 	if t.m == nil {
-		t.m = map[remoteCall]context.CancelFunc{}
+		t.m = map[RemoteCall]context.CancelFunc{}
 	}
 	t.m[k] = cancel
 	t.mu.Unlock()
-	c.cancel, c.cancels, c.cancelKey = ctx, t, k
+	c.Cancel, c.cancels, c.cancelKey = ctx, t, k
 }
 
 // cancel cancels the request k, if it is still unanswered.
-func (t *cancelTable) cancel(k remoteCall) {
+func (t *CancelTable) Cancel(k RemoteCall) {
 	t.mu.Lock()
 	cancel := t.m[k]
 	delete(t.m, k)
@@ -54,7 +54,7 @@ func (t *cancelTable) cancel(k remoteCall) {
 }
 
 // cancelAll cancels every request: the silo is closing.
-func (t *cancelTable) cancelAll() {
+func (t *CancelTable) CancelAll() {
 	t.mu.Lock()
 	m := t.m
 	t.m = nil
@@ -66,15 +66,15 @@ func (t *cancelTable) cancelAll() {
 
 // forgetCancel drops what cancels c, answered now, and releases its
 // context (cancelling it: nothing runs under it any more).
-func (c *call) forgetCancel() {
+func (c *Call) ForgetCancel() {
 	if c.cancels != nil {
-		c.cancels.cancel(c.cancelKey)
+		c.cancels.Cancel(c.cancelKey)
 	}
 }
 
 // cancelWatch sends CANCEL for a forwarded call when its context ends,
 // until the reply stops it.
-type cancelWatch struct {
+type CancelWatch struct {
 	mu      sync.Mutex
 	replied bool
 	stop    func() bool
@@ -82,7 +82,7 @@ type cancelWatch struct {
 
 // watch has the forwarded request id cancelled where it went when ctx
 // ends, by a CANCEL that send sends, unless the reply (done) came first.
-func (w *cancelWatch) watch(ctx context.Context, id uint64, send func(*granaryv1.Envelope, time.Time) error) {
+func (w *CancelWatch) Watch(ctx context.Context, id uint64, send func(*granaryv1.Envelope, time.Time) error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.replied {
@@ -94,7 +94,7 @@ func (w *cancelWatch) watch(ctx context.Context, id uint64, send func(*granaryv1
 }
 
 // done stops the watch: the reply came.
-func (w *cancelWatch) done() {
+func (w *CancelWatch) Done() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.replied = true

@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func turnOf(ctx context.Context) *turnCtx {
 }
 
 func (s *Runtime) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) (proto.Message, error) {
-	if len(s.cfg.OutgoingFilters) > 0 {
+	if len(s.Cfg.OutgoingFilters) > 0 {
 		return s.filtered(from, ctx, id, m, req, opts).Await(ctx)
 	}
 	o := grainrt.ResolveCallOptions(m.Timeout, m.OneWay, opts)
@@ -75,7 +75,7 @@ func (s *Runtime) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *gra
 }
 
 func (s *Runtime) invokeAsync(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
-	if len(s.cfg.OutgoingFilters) > 0 {
+	if len(s.Cfg.OutgoingFilters) > 0 {
 		return s.filtered(from, ctx, id, m, req, opts)
 	}
 	return s.sendAsync(from, ctx, id, m, req, opts)
@@ -97,65 +97,65 @@ func (s *Runtime) sendAsync(from *turnCtx, ctx context.Context, id grain.ID, m *
 
 // filtered runs the outgoing filters around an asynchronous send.
 func (s *Runtime) filtered(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts []grain.CallOption) grain.Pending {
-	return grainrt.SendThrough(s.cfg.OutgoingFilters, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
+	return grainrt.SendThrough(s.Cfg.OutgoingFilters, ctx, id, m, req, func(ctx context.Context, req proto.Message) grain.Pending {
 		return s.sendAsync(from, ctx, id, m, req, opts)
 	})
 }
 
 // prepare makes the call record: deadline, call chain, cancellation.
-func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grainrt.CallOptions) (*call, error) {
+func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grainrt.CallOptions) (*Call, error) {
 	if m == nil {
 		return nil, status.Errorf(codes.InvalidArgument, "granary: call to %s without a method", id)
 	}
 	// A call from a grain waits as a turn, unless the grain is inside
 	// Context.Blocking, where it holds no processor and waits like an
 	// outside goroutine (keeping its call chain).
-	inTurn := from != nil && from.c.exec != nil
-	if from != nil && !inTurn && !from.c.blocking {
+	inTurn := from != nil && from.C.exec != nil
+	if from != nil && !inTurn && !from.C.blocking {
 		return nil, errOffTurn
 	}
-	if from == nil && s.stopping.Load() {
-		return nil, unavailable(s, "it is stopping")
+	if from == nil && s.Stopping.Load() {
+		return nil, Unavailable(s, "it is stopping")
 	}
-	if !s.started.Load() || from == nil && !s.ready.Load() {
-		return nil, status.Errorf(codes.Unavailable, "granary: silo %s is not started", s.cfg.Name)
+	if !s.Started.Load() || from == nil && !s.ready.Load() {
+		return nil, status.Errorf(codes.Unavailable, "granary: silo %s is not started", s.Cfg.Name)
 	}
-	if from != nil && from.c.depth >= s.cfg.MaxCallChain {
-		return nil, status.Errorf(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.cfg.MaxCallChain, id)
+	if from != nil && from.C.Depth >= s.Cfg.MaxCallChain {
+		return nil, status.Errorf(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.Cfg.MaxCallChain, id)
 	}
 	refs := int32(2)
 	if o.OneWay {
 		refs = 1
 	}
-	c := s.newCall(refs)
-	c.id, c.method, c.req, c.oneWay = id, m, req, o.OneWay
+	c := s.NewCall(refs)
+	c.Id, c.Method, c.Req, c.OneWay = id, m, req, o.OneWay
 	if !o.OneWay {
-		c.waiter = outsideWaiter
+		c.Waiter = OutsideWaiter
 		if inTurn {
-			c.waiter = turnWaiter
+			c.Waiter = turnWaiter
 		}
 	}
-	c.due = s.callNow() + s.callTimeout(o.Timeout)
+	c.Due = s.CallNow() + s.CallTimeout(o.Timeout)
 	if d, ok := ctx.Deadline(); ok {
-		if due := d.Sub(s.epoch); due < c.due {
-			c.due, c.exact = due, d
+		if due := d.Sub(s.Epoch); due < c.Due {
+			c.Due, c.exact = due, d
 		}
 	}
 	switch {
 	case from == nil:
 		if ctx.Done() != nil {
-			c.cancel = ctx
+			c.Cancel = ctx
 		}
-		c.headers = ctx.Value(headerCtxKey)
+		c.Headers = ctx.Value(headerCtxKey)
 	default:
-		p := from.c
-		c.chain = &chainLink{act: p.act, seq: p.seq, next: p.chain}
-		c.depth = p.depth + 1
+		p := from.C
+		c.Chain = &ChainLink{Act: p.act, Seq: p.seq, Next: p.Chain}
+		c.Depth = p.Depth + 1
 		if inTurn {
 			c.inPool, c.caller = true, p
 		}
 		if ctx == context.Context(from) {
-			c.cancel, c.headers = p.cancel, p.headers
+			c.Cancel, c.Headers = p.Cancel, p.Headers
 		} else {
 			// A context derived by WithValue or WithHeader ends when the
 			// turn does: watch the turn's cancellation then. Watching the
@@ -165,11 +165,11 @@ func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *gr
 			switch d := ctx.Done(); {
 			case d == nil:
 			case d == from.Done():
-				c.cancel = p.cancel
+				c.Cancel = p.Cancel
 			default:
-				c.cancel = ctx
+				c.Cancel = ctx
 			}
-			c.headers = ctx.Value(headerCtxKey)
+			c.Headers = ctx.Value(headerCtxKey)
 		}
 	}
 	return c, nil
@@ -177,52 +177,52 @@ func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *gr
 
 // send routes a prepared call and starts its turn, inline when the caller
 // is a turn and the callee is idle. It returns the caller's Exec, or nil.
-func (s *Runtime) send(c *call) *activation.Exec {
+func (s *Runtime) send(c *Call) *activation.Exec {
 	var e *activation.Exec
 	if c.caller != nil {
 		e = c.caller.exec
 	}
-	s.route(e, c)
+	s.Route(e, c)
 	return e
 }
 
 // route delivers c to its activation and queues its turn if admitted.
 // Failures settle it. e is the running turn's worker, or nil.
-func (s *Runtime) route(e *activation.Exec, c *call) {
-	c.kind = kindOf(c.method)
-	t := s.byMethod[c.method] // a registered method: checked by RegisterGrain
-	if t == nil || t.desc.Type != c.id.Type {
-		if c.method.Observe != nil {
-			s.routeObserver(c) // an observer, even of a type's name a silo hosts
+func (s *Runtime) Route(e *activation.Exec, c *Call) {
+	c.kind = kindOf(c.Method)
+	t := s.ByMethod[c.Method] // a registered method: checked by RegisterGrain
+	if t == nil || t.Desc.Type != c.Id.Type {
+		if c.Method.Observe != nil {
+			s.RouteObserver(c) // an observer, even of a type's name a silo hosts
 			return
 		}
-		t = s.types[c.id.Type]
+		t = s.Types[c.Id.Type]
 		if t == nil {
-			if s.cl != nil {
-				s.cl.resolve(c, nil) // hosted elsewhere, if anywhere
+			if s.Cl != nil {
+				s.Cl.Resolve(c, nil) // hosted elsewhere, if anywhere
 				return
 			}
-			s.fail(e, c, unknownType(c.id))
+			s.Fail(e, c, UnknownType(c.Id))
 			return
 		}
-		if m := c.method; m != &reminderMethod && (m.Index < 0 || m.Index >= len(t.desc.Methods) || t.desc.Methods[m.Index].Name != m.Name) {
-			s.fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.id.Type, m.Name))
+		if m := c.Method; m != &ReminderMethod && (m.Index < 0 || m.Index >= len(t.Desc.Methods) || t.Desc.Methods[m.Index].Name != m.Name) {
+			s.Fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.Id.Type, m.Name))
 			return
 		}
 	}
 	for range maxReroutes {
-		a, remote, queued, err := s.activationFor(c.id, t, c)
+		a, remote, queued, err := s.activationFor(c.Id, t, c)
 		switch {
 		case err != nil:
-			s.fail(e, c, err)
+			s.Fail(e, c, err)
 			return
 		case queued:
 			return // in the activation it made, before it was published
 		case remote:
-			s.cl.resolve(c, t)
+			s.Cl.Resolve(c, t)
 			return
 		case a == nil:
-			s.fail(e, c, unavailable(s, "it is stopping and activates no new grains"))
+			s.Fail(e, c, Unavailable(s, "it is stopping and activates no new grains"))
 			return
 		}
 		start, retry := a.submit(c)
@@ -234,14 +234,14 @@ func (s *Runtime) route(e *activation.Exec, c *call) {
 		}
 		return
 	}
-	s.fail(e, c, status.Errorf(codes.Unavailable, "granary: %s kept deactivating under a call (%d tries)", c.id, maxReroutes))
+	s.Fail(e, c, status.Errorf(codes.Unavailable, "granary: %s kept deactivating under a call (%d tries)", c.Id, maxReroutes))
 }
 
 // startTurn queues an admitted request's turn, or runs it inline when the
 // caller is a turn and the callee's group is idle.
-func (s *Runtime) startTurn(e *activation.Exec, a *activationRec, c *call) {
+func (s *Runtime) startTurn(e *activation.Exec, a *ActivationRec, c *Call) {
 	if e != nil && c.inline {
-		if e.TryRun(a.group, activation.Turn{Name: c.method.Name, Task: c}) {
+		if e.TryRun(a.group, activation.Turn{Name: c.Method.Name, Task: c}) {
 			return
 		}
 	}
@@ -252,13 +252,13 @@ func (s *Runtime) startTurn(e *activation.Exec, a *activationRec, c *call) {
 // callee's ownership: for a call that reached no activation, or that its
 // activation refused or dropped. e is the worker running the settling
 // turn, or nil.
-func (s *Runtime) fail(e *activation.Exec, c *call, err error) {
-	c.settle(e, nil, err)
-	c.release()
+func (s *Runtime) Fail(e *activation.Exec, c *Call, err error) {
+	c.Settle(e, nil, err)
+	c.Release()
 }
 
 // wait waits for the reply of a call sent synchronously.
-func (c *call) wait(ctx context.Context, e *activation.Exec) (proto.Message, error) {
+func (c *Call) wait(ctx context.Context, e *activation.Exec) (proto.Message, error) {
 	if !c.isSettled() {
 		c.armTimeout()
 		var resp proto.Message
@@ -269,22 +269,22 @@ func (c *call) wait(ctx context.Context, e *activation.Exec) (proto.Message, err
 			resp, err, _ = c.awaitOutside(ctx, true)
 		}
 		c.disarmTimeout()
-		c.release()
+		c.Release()
 		return resp, err
 	}
 	if c.inPool {
 		e.Wait(&c.ev) // returns at once; consumes the signal
 	} else {
-		<-c.donec
+		<-c.Donec
 	}
-	resp, err := c.resp, c.err
-	c.release()
+	resp, err := c.Resp, c.Err
+	c.Release()
 	return resp, err
 }
 
 // future is the Pending of an asynchronous call.
 type future struct {
-	c    *call
+	c    *Call
 	from *turnCtx      // the turn that made the call, or nil
 	lock chan struct{} // capacity 1: held by the Await waiting on the call
 	done atomic.Bool
@@ -292,7 +292,7 @@ type future struct {
 	err  error
 }
 
-func newFuture(c *call, from *turnCtx) *future {
+func newFuture(c *Call, from *turnCtx) *future {
 	return &future{c: c, from: from, lock: make(chan struct{}, 1)}
 }
 
@@ -320,12 +320,12 @@ func (f *future) Await(ctx context.Context) (proto.Message, error) {
 	var err error
 	ok := true
 	switch t := turnOf(ctx); {
-	case c.waiter == turnWaiter && (f.from == nil || f.from.c.exec == nil):
+	case c.Waiter == turnWaiter && (f.from == nil || f.from.C.exec == nil):
 		return nil, status.Error(codes.FailedPrecondition, "granary: a future made by a grain must be awaited during the method that made it")
-	case c.waiter == turnWaiter:
-		resp, err = c.awaitInTurn(f.from.c.exec)
-	case t != nil && t.c.exec != nil:
-		t.c.exec.Blocking(func() { resp, err, ok = c.awaitOutside(ctx, false) })
+	case c.Waiter == turnWaiter:
+		resp, err = c.awaitInTurn(f.from.C.exec)
+	case t != nil && t.C.exec != nil:
+		t.C.exec.Blocking(func() { resp, err, ok = c.awaitOutside(ctx, false) })
 	default:
 		resp, err, ok = c.awaitOutside(ctx, false)
 	}
@@ -333,7 +333,7 @@ func (f *future) Await(ctx context.Context) (proto.Message, error) {
 		return nil, contextError(ctx)
 	}
 	c.disarmTimeout()
-	c.release()
+	c.Release()
 	f.c, f.resp, f.err = nil, resp, err
 	f.done.Store(true)
 	return resp, err

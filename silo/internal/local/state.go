@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"context"
@@ -25,39 +25,39 @@ const EmbeddedStoreFile = "granary.db"
 // reminder service use, opening the embedded store when the default
 // provider is asked for and DataDir gives it. Start, before anything else.
 func (s *Runtime) openStorage() error {
-	s.providers = make(map[string]storage.Provider, len(s.cfg.Storage)+1)
-	for name, p := range s.cfg.Storage {
-		s.providers[name] = p
+	s.Providers = make(map[string]storage.Provider, len(s.Cfg.Storage)+1)
+	for name, p := range s.Cfg.Storage {
+		s.Providers[name] = p
 	}
-	needDefault := s.cfg.Reminders != nil && s.cfg.Reminders.Table == nil
+	needDefault := s.Cfg.Reminders != nil && s.Cfg.Reminders.Table == nil
 	for _, t := range s.sortedTypes() {
-		for _, d := range t.opts.States {
+		for _, d := range t.Opts.States {
 			if d.ProviderName() == grain.DefaultStorage {
 				needDefault = true
 			}
 		}
 	}
-	if needDefault && s.providers[grain.DefaultStorage] == nil && s.cfg.DataDir != "" {
-		path := filepath.Join(s.cfg.DataDir, EmbeddedStoreFile)
+	if needDefault && s.Providers[grain.DefaultStorage] == nil && s.Cfg.DataDir != "" {
+		path := filepath.Join(s.Cfg.DataDir, EmbeddedStoreFile)
 		st, err := boltstore.Open(boltstore.Config{Path: path})
 		if err != nil {
 			return &ConfigError{Field: "DataDir", Reason: err.Error()}
 		}
 		s.embedded = st
-		s.providers[grain.DefaultStorage] = st
-		s.log.Info("embedded store opened", zap.String("path", path))
+		s.Providers[grain.DefaultStorage] = st
+		s.Log.Info("embedded store opened", zap.String("path", path))
 	}
 	for _, t := range s.sortedTypes() {
-		for _, d := range t.opts.States {
-			if s.providers[d.ProviderName()] == nil {
-				return s.closeStorage(&ConfigError{Field: "Storage", Reason: missingProvider(t.desc.Type, d)})
+		for _, d := range t.Opts.States {
+			if s.Providers[d.ProviderName()] == nil {
+				return s.closeStorage(&ConfigError{Field: "Storage", Reason: missingProvider(t.Desc.Type, d)})
 			}
 		}
 	}
-	if rc := s.cfg.Reminders; rc != nil {
-		s.reminderTable = rc.Table
-		if s.reminderTable == nil {
-			p := s.providers[grain.DefaultStorage]
+	if rc := s.Cfg.Reminders; rc != nil {
+		s.ReminderTable = rc.Table
+		if s.ReminderTable == nil {
+			p := s.Providers[grain.DefaultStorage]
 			tab, ok := p.(storage.ReminderTable)
 			switch {
 			case p == nil:
@@ -65,7 +65,7 @@ func (s *Runtime) openStorage() error {
 			case !ok:
 				return s.closeStorage(&ConfigError{Field: "Reminders.Table", Reason: fmt.Sprintf("not set, and the default storage provider (%T) keeps no reminders", p)})
 			}
-			s.reminderTable = tab
+			s.ReminderTable = tab
 		}
 	}
 	s.countStateOps()
@@ -85,14 +85,14 @@ func missingProvider(typ string, d grain.StateDecl) string {
 func (s *Runtime) closeStorage(err error) error {
 	if s.embedded != nil {
 		if cerr := s.embedded.Close(); cerr != nil && !errors.Is(cerr, storage.ErrClosed) {
-			s.log.Warn("closing the embedded store", zap.Error(cerr))
+			s.Log.Warn("closing the embedded store", zap.Error(cerr))
 		}
 	}
 	return err
 }
 
 // checkStates checks a type's state declarations at registration.
-func checkStates(typ string, decls []grain.StateDecl) error {
+func CheckStates(typ string, decls []grain.StateDecl) error {
 	for i, d := range decls {
 		if d == nil || d.StateName() == "" {
 			return fmt.Errorf("silo: RegisterGrain %s: state %d has no name", typ, i)
@@ -108,14 +108,14 @@ func checkStates(typ string, decls []grain.StateDecl) error {
 
 // readStates binds and reads an activation's declared states. The
 // activate turn, before OnActivate; ctx is the turn's Context.
-func (a *activationRec) readStates(ctx context.Context) error {
-	decls := a.typ.opts.States
+func (a *ActivationRec) readStates(ctx context.Context) error {
+	decls := a.typ.Opts.States
 	if len(decls) == 0 {
 		return nil
 	}
 	a.states = make([]grainrt.BoundState, len(decls))
 	for i, d := range decls {
-		b := d.Bind(&stateStore{s: a.s, p: a.s.providers[d.ProviderName()], provider: d.ProviderName(), id: a.id, name: d.StateName()})
+		b := d.Bind(&stateStore{s: a.s, p: a.s.Providers[d.ProviderName()], provider: d.ProviderName(), id: a.Id, name: d.StateName()})
 		if err := b.Read(ctx); err != nil {
 			return err
 		}
@@ -127,8 +127,8 @@ func (a *activationRec) readStates(ctx context.Context) error {
 // BoundState implements grainrt.StateHost: the running activation's state
 // that decl declared, or nil.
 func (t *turnCtx) BoundState(decl grain.StateDecl) grainrt.BoundState {
-	a := t.c.act
-	if i := slices.Index(a.typ.opts.States, decl); i >= 0 && i < len(a.states) {
+	a := t.C.act
+	if i := slices.Index(a.typ.Opts.States, decl); i >= 0 && i < len(a.states) {
 		return a.states[i]
 	}
 	return nil
@@ -198,11 +198,11 @@ func storageStatus(err error, what string) error {
 
 // sortedTypes returns the registered types in name order, for errors that
 // do not change from run to run.
-func (s *Runtime) sortedTypes() []*grainType {
-	ts := make([]*grainType, 0, len(s.types))
-	for _, t := range s.types {
+func (s *Runtime) sortedTypes() []*GrainType {
+	ts := make([]*GrainType, 0, len(s.Types))
+	for _, t := range s.Types {
 		ts = append(ts, t)
 	}
-	slices.SortFunc(ts, func(a, b *grainType) int { return strings.Compare(a.desc.Type, b.desc.Type) })
+	slices.SortFunc(ts, func(a, b *GrainType) int { return strings.Compare(a.Desc.Type, b.Desc.Type) })
 	return ts
 }

@@ -1,4 +1,4 @@
-package silo
+package local
 
 import (
 	"math"
@@ -14,16 +14,16 @@ import (
 // timerWheelSlots is the grain-timer wheel's size: with the default
 // resolution its span is about a second, so a timer of a period up to that
 // shares its slot with no timer of a later turn of the wheel.
-const timerWheelSlots = 1024
+const TimerWheelSlots = 1024
 
 // timerBatchMax bounds the ticks one batch turn queues, so that a burst
 // of timers due together, such as many registered at once, makes several
 // short turns rather than one long one.
-const timerBatchMax = 512
+const TimerBatchMax = 512
 
 // never is the due time of nothing: a slot's min when it is empty, the
 // wheel's armed time when no clock timer is set.
-const never = time.Duration(math.MaxInt64)
+const Never = time.Duration(math.MaxInt64)
 
 // timerWheel drives the silo's grain timers. It is a hashed timing wheel:
 // a timer is linked into the slot of the tick (TimerResolution) it is due
@@ -53,17 +53,17 @@ const never = time.Duration(math.MaxInt64)
 // rounded up to the end of its tick, so the timers due in one tick are
 // collected together, up to one resolution late; with a fake clock it is
 // the exact due time, since tests advance the clock by exactly that.
-type timerWheel struct {
+type TimerWheel struct {
 	s     *Runtime
-	res   time.Duration
-	exact bool // wake at the due time itself, not the end of its tick
+	Res   time.Duration
+	Exact bool // wake at the due time itself, not the end of its tick
 
 	// swept is the last tick whose slot the sweeper visited once that
 	// tick had passed: every timer due in it or before was collected. It
 	// is stored under that slot's lock, so a link into the slot sees it.
 	swept atomic.Int64
-	slots [timerWheelSlots]timerSlot
-	busy  [timerWheelSlots / 64]atomic.Uint64 // a bit per slot that holds a timer
+	slots [TimerWheelSlots]timerSlot
+	busy  [TimerWheelSlots / 64]atomic.Uint64 // a bit per slot that holds a timer
 	// soon holds the timers linked with a due time in a tick already
 	// swept; every sweep empties it.
 	soon timerSlot
@@ -71,10 +71,10 @@ type timerWheel struct {
 	// armed is when the clock timer fires, as a time since the silo's
 	// epoch, or never. Stored under armMu; read without it by linkers,
 	// which take armMu only to arm it earlier.
-	armMu  sync.Mutex
-	armed  atomic.Int64
+	ArmMu  sync.Mutex
+	Armed  atomic.Int64
 	clk    clockwork.Timer
-	halted bool // armMu held
+	Halted bool // armMu held
 
 	// group runs the batches' turns.
 	group *activation.Group
@@ -86,7 +86,7 @@ type timerWheel struct {
 	free   []*timerBatch // batches whose turns ended
 
 	stop chan struct{}
-	done chan struct{}
+	Done chan struct{}
 }
 
 // timerSlot is a list of linked timers. head and the timers' links are
@@ -100,25 +100,25 @@ type timerSlot struct {
 	min atomic.Int64
 }
 
-func (w *timerWheel) init(s *Runtime, res time.Duration) {
-	w.s, w.res, w.exact = s, res, !s.realClock
-	w.swept.Store(int64(s.since()/res) - 1)
+func (w *TimerWheel) init(s *Runtime, res time.Duration) {
+	w.s, w.Res, w.Exact = s, res, !s.RealClock
+	w.swept.Store(int64(s.Since()/res) - 1)
 	for i := range w.slots {
-		w.slots[i].min.Store(int64(never))
+		w.slots[i].min.Store(int64(Never))
 	}
-	w.soon.min.Store(int64(never))
-	w.armed.Store(int64(never))
-	w.clk = s.clock.NewTimer(time.Hour)
+	w.soon.min.Store(int64(Never))
+	w.Armed.Store(int64(Never))
+	w.clk = s.Clock.NewTimer(time.Hour)
 	w.clk.Stop()
-	w.group = s.pool.NewGroup("timer wheel")
-	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	w.group = s.Pool.NewGroup("timer wheel")
+	w.stop, w.Done = make(chan struct{}), make(chan struct{})
 }
 
 // link links t, due at due (a time since the silo's epoch), arming the
 // clock if t is due before it fires. t must not be linked. t.a.mu held.
-func (w *timerWheel) link(t *grainTimer, due time.Duration) {
-	tick := int64(due / w.res)
-	i := uint64(tick) % timerWheelSlots
+func (w *TimerWheel) link(t *grainTimer, due time.Duration) {
+	tick := int64(due / w.Res)
+	i := uint64(tick) % TimerWheelSlots
 	sl := &w.slots[i]
 	sl.mu.Lock()
 	// The sweeper stores swept under the lock of the swept tick's slot,
@@ -148,7 +148,7 @@ func (w *timerWheel) link(t *grainTimer, due time.Duration) {
 	sl.mu.Unlock()
 	// After the link: a sweep that began re-arming before this load sees
 	// the link (see rearm).
-	if wake := w.wakeAt(due); int64(wake) < w.armed.Load() {
+	if wake := w.WakeAt(due); int64(wake) < w.Armed.Load() {
 		w.arm(wake)
 	}
 }
@@ -156,9 +156,9 @@ func (w *timerWheel) link(t *grainTimer, due time.Duration) {
 // unlink unlinks t if it is linked; after it returns the wheel no longer
 // fires t unless it is linked again. A sweep may have collected t already
 // and fire it yet: Stop and Change tell fireFromWheel. t.a.mu held.
-func (w *timerWheel) unlink(t *grainTimer) {
+func (w *TimerWheel) unlink(t *grainTimer) {
 	sl := &w.soon
-	i := uint64(t.due/w.res) % timerWheelSlots
+	i := uint64(t.due/w.Res) % TimerWheelSlots
 	if !t.wsoon {
 		sl = &w.slots[i]
 	}
@@ -170,14 +170,14 @@ func (w *timerWheel) unlink(t *grainTimer) {
 }
 
 // relink links t again, due at due. t.a.mu held.
-func (w *timerWheel) relink(t *grainTimer, due time.Duration) {
+func (w *TimerWheel) relink(t *grainTimer, due time.Duration) {
 	w.unlink(t)
 	w.link(t, due)
 }
 
 // unlinkLocked takes t out of sl, the slot of index i (unless sl is
 // soon), clearing the slot's bit when it empties. sl.mu held.
-func (w *timerWheel) unlinkLocked(sl *timerSlot, t *grainTimer, i uint64) {
+func (w *TimerWheel) unlinkLocked(sl *timerSlot, t *grainTimer, i uint64) {
 	if t.wprev != nil {
 		t.wprev.wnext = t.wnext
 	} else {
@@ -188,7 +188,7 @@ func (w *timerWheel) unlinkLocked(sl *timerSlot, t *grainTimer, i uint64) {
 	}
 	t.wslot, t.wnext, t.wprev = nil, nil, nil
 	if sl.head == nil {
-		sl.min.Store(int64(never))
+		sl.min.Store(int64(Never))
 		if sl != &w.soon {
 			w.busy[i/64].And(^(1 << (i % 64)))
 		}
@@ -196,39 +196,39 @@ func (w *timerWheel) unlinkLocked(sl *timerSlot, t *grainTimer, i uint64) {
 }
 
 // wakeAt is when the sweeper should wake for a timer due at due.
-func (w *timerWheel) wakeAt(due time.Duration) time.Duration {
-	if w.exact {
+func (w *TimerWheel) WakeAt(due time.Duration) time.Duration {
+	if w.Exact {
 		return due
 	}
-	tick := due / w.res
-	if tick*w.res < due {
+	tick := due / w.Res
+	if tick*w.Res < due {
 		tick++
 	}
-	return tick * w.res
+	return tick * w.Res
 }
 
 // arm sets the clock timer to fire at wake, unless it fires before.
-func (w *timerWheel) arm(wake time.Duration) {
-	w.armMu.Lock()
-	if int64(wake) < w.armed.Load() && !w.halted {
-		w.armed.Store(int64(wake))
+func (w *TimerWheel) arm(wake time.Duration) {
+	w.ArmMu.Lock()
+	if int64(wake) < w.Armed.Load() && !w.Halted {
+		w.Armed.Store(int64(wake))
 		for {
 			// A timer is set for a duration, not a time: had a test moved
 			// a fake clock on between the read and the Reset, the timer
 			// would fire that much late, so set it again.
-			now := w.s.since()
+			now := w.s.Since()
 			w.clk.Reset(wake - now)
-			if !w.exact || w.s.since() == now {
+			if !w.Exact || w.s.Since() == now {
 				break
 			}
 		}
 	}
-	w.armMu.Unlock()
+	w.ArmMu.Unlock()
 }
 
 // run is the sweeper. Owned by Start; stopped by halt.
-func (w *timerWheel) run() {
-	defer close(w.done)
+func (w *TimerWheel) run() {
+	defer close(w.Done)
 	for {
 		select {
 		case <-w.stop:
@@ -241,12 +241,12 @@ func (w *timerWheel) run() {
 
 // sweep collects the timers due by now, fires them, and re-arms the clock
 // for the earliest one left. Sweeper only.
-func (w *timerWheel) sweep() {
-	now := w.s.since()
-	tick := int64(now / w.res)
+func (w *TimerWheel) sweep() {
+	now := w.s.Since()
+	tick := int64(now / w.Res)
 	from := w.swept.Load() + 1
-	if tick-from >= timerWheelSlots {
-		from = tick - timerWheelSlots + 1 // every slot gets visited once
+	if tick-from >= TimerWheelSlots {
+		from = tick - TimerWheelSlots + 1 // every slot gets visited once
 	}
 	w.sweeps++
 	b := w.getBatch()
@@ -254,15 +254,15 @@ func (w *timerWheel) sweep() {
 	for k := from; k <= tick; k++ {
 		// Tick k < tick has passed: it is swept. The current tick is
 		// visited again by the next sweep, for the timers due later in it.
-		b.ts = w.collect(&w.slots[uint64(k)%timerWheelSlots], uint64(k)%timerWheelSlots, k, k < tick, now, b.ts)
+		b.ts = w.collect(&w.slots[uint64(k)%TimerWheelSlots], uint64(k)%TimerWheelSlots, k, k < tick, now, b.ts)
 	}
 	b.ts = w.collect(&w.soon, 0, 0, false, now, b.ts)
-	for len(b.ts) > timerBatchMax {
+	for len(b.ts) > TimerBatchMax {
 		rest := w.getBatch()
 		rest.now = now
-		rest.ts = append(rest.ts, b.ts[timerBatchMax:]...)
-		clear(b.ts[timerBatchMax:])
-		b.ts = b.ts[:timerBatchMax]
+		rest.ts = append(rest.ts, b.ts[TimerBatchMax:]...)
+		clear(b.ts[TimerBatchMax:])
+		b.ts = b.ts[:TimerBatchMax]
 		w.dispatch(b)
 		b = rest
 	}
@@ -271,7 +271,7 @@ func (w *timerWheel) sweep() {
 }
 
 // dispatch queues b's turn. Sweeper only.
-func (w *timerWheel) dispatch(b *timerBatch) {
+func (w *TimerWheel) dispatch(b *timerBatch) {
 	switch {
 	case len(b.ts) == 0:
 		w.putBatch(b)
@@ -282,7 +282,7 @@ func (w *timerWheel) dispatch(b *timerBatch) {
 
 // timerBatch is a sweep's due timers: its turn queues their ticks.
 type timerBatch struct {
-	w    *timerWheel
+	w    *TimerWheel
 	now  time.Duration // the sweep's time
 	ts   []firing
 	next int // ts[next:] are not fired yet
@@ -311,7 +311,7 @@ func (b *timerBatch) Done(e *activation.Exec, _ error) {
 	b.w.putBatch(b)
 }
 
-func (w *timerWheel) getBatch() *timerBatch {
+func (w *TimerWheel) getBatch() *timerBatch {
 	w.freeMu.Lock()
 	defer w.freeMu.Unlock()
 	if n := len(w.free); n > 0 {
@@ -322,11 +322,11 @@ func (w *timerWheel) getBatch() *timerBatch {
 	return &timerBatch{w: w}
 }
 
-func (w *timerWheel) putBatch(b *timerBatch) {
+func (w *TimerWheel) putBatch(b *timerBatch) {
 	clear(b.ts)
 	b.ts, b.next = b.ts[:0], 0
 	w.freeMu.Lock()
-	if len(w.free) < 4 && cap(b.ts) <= 2*timerBatchMax { // after a burst, let the rest go
+	if len(w.free) < 4 && cap(b.ts) <= 2*TimerBatchMax { // after a burst, let the rest go
 		w.free = append(w.free, b)
 	}
 	w.freeMu.Unlock()
@@ -336,7 +336,7 @@ func (w *timerWheel) putBatch(b *timerBatch) {
 // appends them to batch; when swept, it first records tick k as swept.
 // A timer linked again during the sweep and collected twice is appended
 // once. Sweeper only.
-func (w *timerWheel) collect(sl *timerSlot, i uint64, k int64, swept bool, now time.Duration, batch []firing) []firing {
+func (w *TimerWheel) collect(sl *timerSlot, i uint64, k int64, swept bool, now time.Duration, batch []firing) []firing {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if swept {
@@ -345,7 +345,7 @@ func (w *timerWheel) collect(sl *timerSlot, i uint64, k int64, swept bool, now t
 	if sl.min.Load() > int64(now) {
 		return batch // nothing due yet, maybe nothing at all
 	}
-	m := never
+	m := Never
 	for t := sl.head; t != nil; {
 		next := t.wnext
 		if t.due <= now {
@@ -367,18 +367,18 @@ func (w *timerWheel) collect(sl *timerSlot, i uint64, k int64, swept bool, now t
 
 // rearm arms the clock for the earliest timer linked after a sweep at
 // tick, or leaves it unarmed when none is. Sweeper only.
-func (w *timerWheel) rearm(tick int64) {
+func (w *TimerWheel) rearm(tick int64) {
 	// armed reads never while the slots are read, so a timer linked
 	// meanwhile arms the clock itself; one linked before is seen here.
-	w.armMu.Lock()
-	if w.halted {
-		w.armMu.Unlock()
+	w.ArmMu.Lock()
+	if w.Halted {
+		w.ArmMu.Unlock()
 		return
 	}
-	w.armed.Store(int64(never))
-	w.armMu.Unlock()
-	if next := w.earliest(tick); next != never {
-		w.arm(w.wakeAt(next))
+	w.Armed.Store(int64(Never))
+	w.ArmMu.Unlock()
+	if next := w.earliest(tick); next != Never {
+		w.arm(w.WakeAt(next))
 	}
 }
 
@@ -386,11 +386,11 @@ func (w *timerWheel) rearm(tick int64) {
 // never when none is. Every timer in the slot of tick k (from tick on, in
 // the wheel's next turn) is due in tick k or later, so the first slot
 // whose min falls in its own tick ends the search. Sweeper only.
-func (w *timerWheel) earliest(tick int64) time.Duration {
+func (w *TimerWheel) earliest(tick int64) time.Duration {
 	m := time.Duration(w.soon.min.Load())
-	start := uint64(tick) % timerWheelSlots
-	for n := uint64(0); n < timerWheelSlots; {
-		i := (start + n) % timerWheelSlots
+	start := uint64(tick) % TimerWheelSlots
+	for n := uint64(0); n < TimerWheelSlots; {
+		i := (start + n) % TimerWheelSlots
 		word := w.busy[i/64].Load() >> (i % 64)
 		if word == 0 { // no slot linked in the rest of this word
 			n += 64 - i%64
@@ -398,13 +398,13 @@ func (w *timerWheel) earliest(tick int64) time.Duration {
 		}
 		skip := uint64(bits.TrailingZeros64(word))
 		n += skip
-		if n >= timerWheelSlots {
+		if n >= TimerWheelSlots {
 			break
 		}
-		i = (start + n) % timerWheelSlots
+		i = (start + n) % TimerWheelSlots
 		slotMin := time.Duration(w.slots[i].min.Load())
 		m = min(m, slotMin)
-		if slotMin < time.Duration(tick+int64(n)+1)*w.res {
+		if slotMin < time.Duration(tick+int64(n)+1)*w.Res {
 			break
 		}
 		n++
@@ -414,12 +414,12 @@ func (w *timerWheel) earliest(tick int64) time.Duration {
 
 // halt stops the sweeper and waits for it. Timers still linked stay so;
 // their activations have ended or are ending.
-func (w *timerWheel) halt() {
-	w.armMu.Lock()
-	w.halted = true
-	w.armed.Store(math.MinInt64) // links arm nothing
+func (w *TimerWheel) halt() {
+	w.ArmMu.Lock()
+	w.Halted = true
+	w.Armed.Store(math.MinInt64) // links arm nothing
 	w.clk.Stop()
-	w.armMu.Unlock()
+	w.ArmMu.Unlock()
 	close(w.stop)
-	<-w.done
+	<-w.Done
 }

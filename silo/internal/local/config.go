@@ -1,0 +1,61 @@
+package local
+
+import (
+	"time"
+
+	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/silo/storage"
+	"github.com/jonboulle/clockwork"
+	"go.uber.org/zap"
+)
+
+// Config is what the local runtime takes from the silo's configuration,
+// which validated it; the fields mean what the silo's fields of the same
+// names mean.
+type Config struct {
+	Name                    string
+	Scheduler               activation.Config
+	ResponseTimeout         time.Duration
+	TimeoutResolution       time.Duration
+	TimerResolution         time.Duration
+	CollectionInterval      time.Duration
+	MaxCallChain            int
+	StopDeactivationTimeout time.Duration
+	IncomingFilters         []grain.IncomingFilter
+	OutgoingFilters         []grain.OutgoingFilter
+	Logger                  *zap.Logger
+	Rejections              *security.Rejections
+	Clock                   clockwork.Clock
+	// RealClock: Clock is the real clock, so the runtime may read the
+	// monotonic clock directly.
+	RealClock bool
+	Storage   map[string]storage.Provider
+	DataDir   string
+	// Reminders is nil when the reminder service is off.
+	Reminders *RemindersConfig
+	// Clustered: the silo is a member of a cluster.
+	Clustered bool
+}
+
+// RemindersConfig sets up the reminder service; see the silo's.
+type RemindersConfig struct {
+	Table           storage.ReminderTable
+	MinPeriod       time.Duration
+	RefreshInterval time.Duration
+	RetryInterval   time.Duration
+}
+
+// DefaultMinReminderPeriod is the shortest reminder period when the
+// configuration sets none.
+const DefaultMinReminderPeriod = time.Minute
+
+// ConfigError names the field of the silo's configuration that the
+// runtime could not use.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return "silo: config: " + e.Field + ": " + e.Reason }

@@ -1,0 +1,60 @@
+package local
+
+import (
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
+	"github.com/granaryio/granary/internal/transport"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// method returns the method of t that env names, or the error that
+// refuses the call: missing, for a method t does not have, or
+// InvalidArgument, for a key not of t's kind.
+func (t *GrainType) Method(id grain.ID, env *granaryv1.Envelope, missing codes.Code) (*grain.MethodDesc, error) {
+	idx := int(env.MethodIndex)
+	if idx >= len(t.Desc.Methods) || t.Desc.Methods[idx].Name != env.Method {
+		return nil, status.Errorf(missing, "granary: grain type %s has no method %q at index %d", id.Type, env.Method, env.MethodIndex)
+	}
+	if err := t.Opts.KeyKind.CheckKey(id.Key); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "granary: calling %s: %v (type %s takes %s keys)", id, err, id.Type, t.Opts.KeyKind)
+	}
+	return &t.Desc.Methods[idx], nil
+}
+
+// incoming makes the call record of a request or one-way call that came
+// from another process (a silo, or a client through the gateway): its
+// request stays encoded for its turn to decode; a request is answered
+// through r by waiter, counted in inflight, and, when its sender may
+// cancel it, given a context in cancels.
+func (s *Runtime) Incoming(from string, env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, r transport.Responder, waiter WaiterKind, cancels *CancelTable, inflight *InflightCount) *Call {
+	oneWay := !r.Expects()
+	refs := int32(2)
+	if oneWay {
+		refs = 1
+	}
+	c := s.NewCall(refs)
+	c.Id, c.Method, c.Raw, c.OneWay = id, m, env.Payload, oneWay
+	if c.Raw == nil {
+		c.Raw = []byte{}
+	}
+	c.Due = s.CallNow() + s.CallTimeout(time.Duration(env.TimeoutNanos))
+	if len(env.Headers) > 0 {
+		kv := make([]string, 0, 2*len(env.Headers))
+		for _, h := range env.Headers {
+			kv = append(kv, h.Key, h.Value)
+		}
+		c.Headers = grainrt.HeadersFromPairs(kv)
+	}
+	if !oneWay {
+		c.Waiter, c.Responder = waiter, r
+		if env.Cancellable {
+			cancels.Add(c, RemoteCall{From: from, ID: env.CallId})
+		}
+		inflight.Add()
+	}
+	return c
+}
