@@ -482,7 +482,7 @@ func TestClusterChaos(t *testing.T) {
 	}
 	var dir directory.Stats
 	for _, s := range all {
-		st := s.cl.dir.Stats()
+		st := s.cl.Dir.Stats()
 		dir.Forwarded += st.Forwarded
 		dir.Refused += st.Refused
 		dir.HandedOff += st.HandedOff
@@ -633,7 +633,7 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 	tc := newTestCluster(t, []string{"a", "b", "c", "d"}, clusterOpt{})
 	byMember := map[string]*Silo{}
 	for _, s := range tc.live() {
-		byMember[s.cl.self] = s
+		byMember[s.cl.SelfID] = s
 	}
 	home := map[string]*Silo{} // key → the silo its activation is on
 	for _, k := range keys("o", 100) {
@@ -643,14 +643,14 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 		}
 		home[k] = tc.silo(r.Text)
 	}
-	ring := tc.silo("a").cl.dir.Ring()
+	ring := tc.silo("a").cl.Dir.Ring()
 	var key string
 	var x, s1, o *Silo
 	for _, k := range keys("o", 100) {
 		id := grain.NewID(probe.ProbeGrainType, k)
 		owner := ring.OwnerOf(id)
 		after := ring.Without(owner).OwnerOf(id)
-		if owner != home[k].cl.self && after != home[k].cl.self {
+		if owner != home[k].cl.SelfID && after != home[k].cl.SelfID {
 			key, x, s1, o = k, byMember[owner], home[k], byMember[after]
 			break
 		}
@@ -664,13 +664,13 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 	var held []string
 	for _, s := range tc.live() {
 		if s != s1 && s != x {
-			held = append(held, s.cl.self)
-			tc.hub.Hold(s.cl.self)
+			held = append(held, s.cl.SelfID)
+			tc.hub.Hold(s.cl.SelfID)
 		}
 	}
-	dropped := o.cl.dir.Stats().Dropped
+	dropped := o.cl.Dir.Stats().Dropped
 	tc.kill(x.rt.Cfg.Name)
-	waitFor(t, "O to drop the handoff of S1", func() bool { return o.cl.dir.Stats().Dropped > dropped })
+	waitFor(t, "O to drop the handoff of S1", func() bool { return o.cl.Dir.Stats().Dropped > dropped })
 	for _, id := range held {
 		tc.hub.Release(id)
 	}
@@ -692,7 +692,7 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 			seen[where(r)] = append(seen[where(r)], via.rt.Cfg.Name)
 		}
 		entry := "none"
-		for _, it := range o.cl.dir.Entries() {
+		for _, it := range o.cl.Dir.Entries() {
 			if it.ID == id {
 				entry = fmt.Sprintf("%s#%d", byMember[it.Entry.Silo].rt.Cfg.Name, it.Entry.Activation)
 			}

@@ -63,7 +63,7 @@ func grpcSiloWith(tb testing.TB, name string, seeds []string, register func(*Sil
 }
 
 // gossipAddr is the address other silos join s through.
-func gossipAddr(s *Silo) string { return s.cl.mship.Local().GossipAddr }
+func gossipAddr(s *Silo) string { return s.cl.Mship.Local().GossipAddr }
 
 // tally counts one-way calls and signals reached when it has counted
 // want of them.
@@ -110,7 +110,7 @@ func benchPairWith(b *testing.B, tweak func(name string) func(*Config)) (caller 
 	}, tweak("callee"))
 	caller = grpcSiloWith(b, "caller", []string{gossipAddr(callee)}, nil, tweak("caller"))
 	waitFor(b, "the caller to see the callee host probes", func() bool {
-		return len(caller.cl.view.Load().hosts[probe.ProbeGrainType]) == 1
+		return len(caller.cl.View.Load().Hosts[probe.ProbeGrainType]) == 1
 	})
 	return caller, told
 }

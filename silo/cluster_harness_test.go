@@ -160,11 +160,11 @@ func (tc *testCluster) waitConverged() {
 	waitFor(tc.t, "the silos to agree on the ring", func() bool {
 		ss := tc.live()
 		for _, s := range ss {
-			if s.cl.dir.Ring().Len() != len(ss) {
+			if s.cl.Dir.Ring().Len() != len(ss) {
 				return false
 			}
 			for _, o := range ss {
-				if !s.cl.dir.Ring().Contains(o.cl.self) {
+				if !s.cl.Dir.Ring().Contains(o.cl.SelfID) {
 					return false
 				}
 			}
@@ -190,7 +190,7 @@ func (tc *testCluster) kill(name string) {
 	tc.t.Helper()
 	s := tc.remove(name)
 	tc.net.Down(addrOf(name), true)
-	tc.hub.Kill(s.cl.self)
+	tc.hub.Kill(s.cl.SelfID)
 	s.Close()
 }
 

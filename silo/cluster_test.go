@@ -298,7 +298,7 @@ func TestClusterPartitionHeals(t *testing.T) {
 	tc.hub.Partition([]string{c.Member()}, []string{a.Member(), b.Member()})
 	tc.net.Partition([]string{addrOf("c")}, []string{addrOf("a"), addrOf("b")})
 	waitFor(t, "both sides to see the partition", func() bool {
-		return a.cl.dir.Ring().Len() == 2 && b.cl.dir.Ring().Len() == 2 && c.cl.dir.Ring().Len() == 1
+		return a.cl.Dir.Ring().Len() == 2 && b.cl.Dir.Ring().Len() == 2 && c.cl.Dir.Ring().Len() == 1
 	})
 	for _, via := range []*Silo{a, c} {
 		for _, k := range ks {
@@ -364,7 +364,7 @@ func TestClusterOverGRPC(t *testing.T) {
 	silos := []*Silo{a, b, c}
 	waitFor(t, "three active silos on every ring", func() bool {
 		for _, s := range silos {
-			if s.cl.dir.Ring().Len() != 3 {
+			if s.cl.Dir.Ring().Len() != 3 {
 				return false
 			}
 		}

@@ -131,9 +131,9 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 				return nil, err
 			}
 			return &onActive{Service: m, f: func() {
-				bSilo.cl.viewMu.Lock()
-				viewAtActive = len(bSilo.cl.members)
-				bSilo.cl.viewMu.Unlock()
+				bSilo.cl.ViewMu.Lock()
+				viewAtActive = len(bSilo.cl.Members)
+				bSilo.cl.ViewMu.Unlock()
 			}}, nil
 		}
 	})
@@ -141,12 +141,12 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 		t.Errorf("b turned active knowing %d other silos, want a", viewAtActive)
 	}
 	waitFor(t, "a and b to admit each other", func() bool {
-		return len(a.cl.view.Load().hosts[probe.ProbeGrainType]) == 2 && len(b.cl.view.Load().hosts[probe.ProbeGrainType]) == 2
+		return len(a.cl.View.Load().Hosts[probe.ProbeGrainType]) == 2 && len(b.cl.View.Load().Hosts[probe.ProbeGrainType]) == 2
 	})
 	// The stranger trusts the cluster's CA too: only its own certificate
 	// is wrong.
 	x := grpcSiloWith(t, "x", []string{gossipAddr(a)}, registerBenchProbe(t), withClusterTLS(t, other.siloFiles("x", other, cluster), &xLogs, nil))
-	waitFor(t, "the gossip to carry x to a", func() bool { return len(a.cl.mship.Members()) == 3 })
+	waitFor(t, "the gossip to carry x to a", func() bool { return len(a.cl.Mship.Members()) == 3 })
 	waitFor(t, "a to refuse x's certificate", func() bool {
 		return a.Rejections().Count(security.ListenerSilo, security.ReasonUnknownCA) > 0
 	})
@@ -155,14 +155,14 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 			x.Rejections().Count(security.ListenerDial, security.ReasonUnknownCA) > 0
 	})
 	for _, s := range []*Silo{a, b} {
-		if n := len(s.cl.view.Load().hosts[probe.ProbeGrainType]); n != 2 {
+		if n := len(s.cl.View.Load().Hosts[probe.ProbeGrainType]); n != 2 {
 			t.Errorf("%s places probes on %d silos, want 2: x was admitted", s.cfg.Name, n)
 		}
 	}
 	if n := len(a.Members()); n != 2 {
 		t.Errorf("a lists %d members, want a and b: x is no member (the admin server forwards to members)", n)
 	}
-	if n := len(x.cl.view.Load().hosts[probe.ProbeGrainType]); n != 1 {
+	if n := len(x.cl.View.Load().Hosts[probe.ProbeGrainType]); n != 1 {
 		t.Errorf("x places probes on %d silos, want only itself", n)
 	}
 	// Calls through a and b reach only a and b.
@@ -227,7 +227,7 @@ func TestClusterCertificateRotationUnderLoadFailsNoCall(t *testing.T) {
 	}
 	waitFor(t, "three silos to admit each other", func() bool {
 		for _, s := range silos {
-			if len(s.cl.view.Load().hosts[probe.ProbeGrainType]) != 3 {
+			if len(s.cl.View.Load().Hosts[probe.ProbeGrainType]) != 3 {
 				return false
 			}
 		}
@@ -317,7 +317,7 @@ func TestClusterCertificateRotationUnderLoadFailsNoCall(t *testing.T) {
 	d := grpcSiloWith(t, "d", []string{gossipAddr(silos[0])}, registerBenchProbe(t), withClusterTLS(t, newCA.siloFiles("d"), nil, nil))
 	waitFor(t, "the cluster to admit a silo of the new CA", func() bool {
 		for _, s := range append(silos, d) {
-			if len(s.cl.view.Load().hosts[probe.ProbeGrainType]) != 4 {
+			if len(s.cl.View.Load().Hosts[probe.ProbeGrainType]) != 4 {
 				return false
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo/grpcapi"
+	"github.com/granaryio/granary/silo/internal/cluster"
 	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/membership"
 	"go.uber.org/zap"
@@ -147,7 +148,7 @@ func (c *GatewayConfig) validate() error {
 type gateway struct {
 	// cl is the silo's cluster, or nil for a silo alone. Set before the
 	// gateway serves.
-	cl  *cluster
+	cl  *cluster.Cluster
 	s   *local.Runtime
 	cfg GatewayConfig
 	log *zap.Logger
@@ -201,7 +202,7 @@ func (s *Silo) listenGateway() error {
 		if s.cfg.Cluster != nil {
 			mcfg = s.cfg.Cluster.Membership
 		}
-		g.addr = dialableAddr(gw.Addr(), mcfg)
+		g.addr = cluster.DialableAddr(gw.Addr(), mcfg)
 		if g.addr == "" && s.cfg.Cluster != nil {
 			gw.Stop()
 			return &ConfigError{Field: "Gateway.Advertise",
@@ -223,7 +224,7 @@ func (s *Silo) startGateway() error {
 	// silo from the one that went away.
 	tcfg.ClusterID, tcfg.Self = localClusterID, s.cfg.Name+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)
 	if s.cl != nil {
-		tcfg.ClusterID, tcfg.Self = s.cl.cfg.Membership.ClusterID, s.cl.self
+		tcfg.ClusterID, tcfg.Self = s.cl.Cfg.Membership.ClusterID, s.cl.SelfID
 	}
 	if tcfg.Logger == nil {
 		tcfg.Logger = g.log.Named("transport")
@@ -324,16 +325,16 @@ func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 		return resp, nil
 	}
 	cl := g.cl
-	cl.viewMu.Lock()
-	if cl.selfStatus == membership.StatusActive && !s.Stopping.Load() {
-		resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: cl.self, Address: self})
+	cl.ViewMu.Lock()
+	if cl.SelfStatus == membership.StatusActive && !s.Stopping.Load() {
+		resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: cl.SelfID, Address: self})
 	}
-	for _, m := range cl.members {
+	for _, m := range cl.Members {
 		if m.Status == membership.StatusActive && m.GatewayAddr != "" {
 			resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: m.ID, Address: m.GatewayAddr})
 		}
 	}
-	cl.viewMu.Unlock()
+	cl.ViewMu.Unlock()
 	slices.SortFunc(resp.Gateways, func(a, b *granaryv1.Gateway) int { return strings.Compare(a.Silo, b.Silo) })
 	return resp, nil
 }
@@ -417,7 +418,7 @@ func (g *gateway) Reply(c *local.Call) {
 	if c.Err != nil {
 		g.countRefused("", c.Err)
 	}
-	answer(c, "")
+	cluster.Answer(c, "")
 }
 
 // goAwayTimeout bounds the wait for clients to answer a go-away: a client

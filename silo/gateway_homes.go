@@ -7,6 +7,7 @@ import (
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/internal/cluster"
 	"github.com/granaryio/granary/silo/internal/local"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -85,21 +86,21 @@ func (g *gateway) registerHome(client string, e directory.Entry, r transport.Res
 	if gone() {
 		return
 	}
-	cl.dir.Register(id, e, func(winner directory.Entry, err error) {
+	cl.Dir.Register(id, e, func(winner directory.Entry, err error) {
 		switch {
 		case err == nil && winner == e && !g.holdsHome(client, e):
-			cl.dir.Unregister(id, e) // won after the client left
+			cl.Dir.Unregister(id, e) // won after the client left
 			gone()
-		case err != nil && retries < maxDirectoryRetries && !cl.closed.Load():
-			g.s.Clock.AfterFunc(retryBackoff(retries), func() { g.registerHome(client, e, r, retries+1, takeovers) })
+		case err != nil && retries < cluster.MaxDirectoryRetries && !cl.Closed.Load():
+			g.s.Clock.AfterFunc(cluster.RetryBackoff(retries), func() { g.registerHome(client, e, r, retries+1, takeovers) })
 		case err != nil:
 			g.dropHome(client, e)
 			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: registering client %s: %v", client, status.Convert(err).Message())))
 		case winner == e:
 			r.Reply(&granaryv1.Envelope{})
 		case takeovers < maxHomeTakeovers && !gone():
-			cl.dir.Invalidate(id, winner)
-			cl.dir.Unregister(id, winner) // reaches the owner before the Register that follows
+			cl.Dir.Invalidate(id, winner)
+			cl.Dir.Unregister(id, winner) // reaches the owner before the Register that follows
 			g.registerHome(client, e, r, retries, takeovers+1)
 		case takeovers >= maxHomeTakeovers:
 			g.dropHome(client, e)
@@ -138,7 +139,7 @@ func (g *gateway) StreamsEnded(client string) {
 	delete(g.homes.m, client)
 	g.homes.mu.Unlock()
 	if ok && g.cl != nil {
-		g.cl.dir.Unregister(local.ClientGrainID(client), e)
+		g.cl.Dir.Unregister(local.ClientGrainID(client), e)
 	}
 }
 
@@ -154,7 +155,7 @@ func (g *gateway) leaveHomes() {
 		return
 	}
 	for client, e := range m {
-		g.cl.dir.Unregister(local.ClientGrainID(client), e)
+		g.cl.Dir.Unregister(local.ClientGrainID(client), e)
 	}
 }
 
@@ -176,9 +177,9 @@ func (g *gateway) DeliverObserver(client string, c *local.Call) bool {
 		return false
 	}
 	s := g.s
-	o := newOutgoing()
-	defer o.free()
-	env := o.env
+	o := cluster.NewOutgoing()
+	defer o.Free()
+	env := o.Env
 	env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
 	if c.OneWay {
 		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
@@ -189,7 +190,7 @@ func (g *gateway) DeliverObserver(client string, c *local.Call) bool {
 	case c.Raw != nil:
 		env.Payload = c.Raw
 	case c.Req != nil:
-		if err := o.encode(c.Req); err != nil {
+		if err := o.Encode(c.Req); err != nil {
 			s.Fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.Id, c.Method.Name, err))
 			return true
 		}

@@ -228,7 +228,7 @@ func TestGatewayServesTypesHostedElsewhere(t *testing.T) {
 		}
 	}()
 	waitFor(t, "the gateway's silo to see IntProbe hosted", func() bool {
-		return len(gw.cl.view.Load().hosts[probe.IntProbeGrainType]) == 1
+		return len(gw.cl.View.Load().Hosts[probe.IntProbeGrainType]) == 1
 	})
 	cconn, err := grpc.NewClient(gw.GatewayAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/internal/cluster"
 	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/membership"
 	"google.golang.org/grpc/codes"
@@ -99,15 +100,15 @@ func (s *Silo) Ready() error {
 // knows but that has not yet proved a silo certificate of the cluster's
 // CA is left out: it is no member of the cluster. Any goroutine.
 func (s *Silo) Members() []membership.Member {
-	if cl := s.startedCluster(); cl != nil && cl.mship != nil {
-		ms := cl.mship.Members()
-		if cl.gate != nil {
-			cl.viewMu.Lock()
+	if cl := s.startedCluster(); cl != nil && cl.Mship != nil {
+		ms := cl.Mship.Members()
+		if cl.Gate != nil {
+			cl.ViewMu.Lock()
 			ms = slices.DeleteFunc(ms, func(m membership.Member) bool {
-				_, admitted := cl.members[m.ID]
-				return m.ID != cl.self && !admitted
+				_, admitted := cl.Members[m.ID]
+				return m.ID != cl.SelfID && !admitted
 			})
-			cl.viewMu.Unlock()
+			cl.ViewMu.Unlock()
 		}
 		return ms
 	}
@@ -173,7 +174,7 @@ func (s *Silo) Lookup(ctx context.Context, id grain.ID) (member string, found bo
 		err   error
 	}
 	ch := make(chan answer, 1)
-	s.cl.dir.LookupOwner(id, func(e directory.Entry, found bool, err error) { ch <- answer{e, found, err} })
+	s.cl.Dir.LookupOwner(id, func(e directory.Entry, found bool, err error) { ch <- answer{e, found, err} })
 	select {
 	case a := <-ch:
 		if a.err != nil {
@@ -219,7 +220,7 @@ func (s *Silo) checkAdminID(id grain.ID) error {
 // grainType, as far as this one knows.
 func (s *Silo) hostedElsewhere(grainType string) bool {
 	cl := s.startedCluster()
-	return cl != nil && len(cl.view.Load().hosts[grainType]) > 0
+	return cl != nil && len(cl.View.Load().Hosts[grainType]) > 0
 }
 
 // published reports whether what Start sets up (the pool, the cluster,
@@ -230,7 +231,7 @@ func (s *Silo) published() bool { return s.up.Load() || s.rt.Stopping.Load() }
 
 // startedCluster returns the silo's cluster once published (nil for a
 // silo alone, and before then).
-func (s *Silo) startedCluster() *cluster {
+func (s *Silo) startedCluster() *cluster.Cluster {
 	if s.published() {
 		return s.cl
 	}

@@ -137,7 +137,7 @@ func clientOwnedBy(t *testing.T, s *Silo, prefix string) string {
 	t.Helper()
 	for i := range 1000 {
 		id := fmt.Sprintf("%s-%d", prefix, i)
-		if s.cl.dir.Owner(local.ClientGrainID(id)) == s.cl.self {
+		if s.cl.Dir.Owner(local.ClientGrainID(id)) == s.cl.SelfID {
 			return id
 		}
 	}
@@ -183,10 +183,10 @@ func TestStaleHomeRegistrationDoesNotStealEntry(t *testing.T) {
 	}
 	// What a's retry timer runs: a HOME a took earlier, whose Register
 	// failed, after StreamsEnded dropped the client from a's homes.
-	eA := directory.Entry{Silo: a.cl.self, Activation: a.rt.NextActID.Add(1)}
+	eA := directory.Entry{Silo: a.cl.SelfID, Activation: a.rt.NextActID.Add(1)}
 	a.gw.registerHome(id, eA, transport.Responder{}, 1, 0)
 	if err := ask(t, a, o); err != nil {
-		e, _ := a.cl.dir.CachedLookup(local.ClientGrainID(id))
+		e, _ := a.cl.Dir.CachedLookup(local.ClientGrainID(id))
 		t.Fatalf("the client is connected and home at b, but its observer fails: %v (directory entry %v, a's stale one %v)", err, e, eA)
 	}
 }

@@ -69,7 +69,7 @@ func testPartitionHeal(t *testing.T, heal string) {
 	tc.hub.Partition([]string{c.Member()}, []string{a.Member(), b.Member()})
 	tc.net.Partition([]string{addrOf("c")}, []string{addrOf("a"), addrOf("b")})
 	waitFor(t, "both sides to see the partition", func() bool {
-		return a.cl.dir.Ring().Len() == 2 && b.cl.dir.Ring().Len() == 2 && c.cl.dir.Ring().Len() == 1
+		return a.cl.Dir.Ring().Len() == 2 && b.cl.Dir.Ring().Len() == 2 && c.cl.Dir.Ring().Len() == 1
 	})
 	for _, via := range silos {
 		for _, k := range ks {
@@ -95,12 +95,12 @@ func testPartitionHeal(t *testing.T, heal string) {
 		tc.net.Heal()
 	case "first message lost":
 		tc.hub.Hold(a.Member())
-		dropped := a.cl.dir.Stats().Dropped
+		dropped := a.cl.Dir.Stats().Dropped
 		tc.hub.Heal()
 		tc.net.Heal()
 		waitFor(t, "a to send c's registrations back while it takes c for dead", func() bool {
-			return b.cl.dir.Ring().Len() == 3 && c.cl.dir.Ring().Len() == 3 &&
-				a.cl.dir.Stats().Dropped > dropped
+			return b.cl.Dir.Ring().Len() == 3 && c.cl.Dir.Ring().Len() == 3 &&
+				a.cl.Dir.Stats().Dropped > dropped
 		})
 		// The link from a to c fails once more while a hears of c.
 		tc.net.Partition([]string{addrOf("c")}, []string{addrOf("a")})
@@ -145,9 +145,9 @@ func singleActivationProblems(silos []*Silo, ks []string) []string {
 	names := map[string]string{} // member ID → silo name
 	entries := map[grain.ID]directory.Entry{}
 	for _, s := range silos {
-		names[s.cl.self] = s.cfg.Name
-		for _, it := range s.cl.dir.Entries() {
-			if s.cl.dir.Owner(it.ID) == s.cl.self {
+		names[s.cl.SelfID] = s.cfg.Name
+		for _, it := range s.cl.Dir.Entries() {
+			if s.cl.Dir.Owner(it.ID) == s.cl.SelfID {
 				entries[it.ID] = it.Entry
 			}
 		}
@@ -160,7 +160,7 @@ func singleActivationProblems(silos []*Silo, ks []string) []string {
 			if v, ok := s.rt.Types[probe.ProbeGrainType].Acts.Load(k); ok {
 				a := v
 				acts = append(acts, fmt.Sprintf("%s#%d", s.cfg.Name, a.ActID))
-				held = directory.Entry{Silo: s.cl.self, Activation: a.ActID}
+				held = directory.Entry{Silo: s.cl.SelfID, Activation: a.ActID}
 			}
 		}
 		e, ok := entries[reviewProbeID(k)]

@@ -34,7 +34,7 @@ func TestReminderTickRefusedFromClients(t *testing.T) {
 	tc.startNoWait("b", nil)
 	tc.waitConverged()
 	waitFor(t, "the gateway's silo to see Register hosted", func() bool {
-		return len(gw.cl.view.Load().hosts[probe.RegisterGrainType]) == 1
+		return len(gw.cl.View.Load().Hosts[probe.RegisterGrainType]) == 1
 	})
 
 	forged := &granaryv1.ReminderTick{Name: "forged", PeriodNanos: int64(time.Minute)}

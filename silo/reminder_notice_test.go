@@ -31,7 +31,7 @@ func TestReminderNoticeReachesOwner(t *testing.T) {
 		},
 		register: func(s *Silo, name string) { w.register(t, s, name) },
 	})
-	ring := tc.silo("a").cl.dir.Ring()
+	ring := tc.silo("a").cl.Dir.Ring()
 	var key, host string
 	var owner *Silo
 	for _, k := range keys("n", 200) {
@@ -40,10 +40,10 @@ func TestReminderNoticeReachesOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := ring.Owner(directory.Position(grain.NewID(probe.RegisterGrainType, k)))
-		if tc.silo(r.Silo).cl.self != o {
+		if tc.silo(r.Silo).cl.SelfID != o {
 			key, host = k, r.Silo
 			for _, s := range tc.live() {
-				if s.cl.self == o {
+				if s.cl.SelfID == o {
 					owner = s
 				}
 			}

@@ -213,7 +213,7 @@ func TestReminderOwnerKilled(t *testing.T) {
 	})
 	// Keys owned by each silo, so the one killed owns one.
 	owners := map[string]string{}
-	ring := tc.silo("a").cl.dir.Ring()
+	ring := tc.silo("a").cl.Dir.Ring()
 	for _, key := range keys("k", 200) {
 		if len(owners) == 3 {
 			break
@@ -223,7 +223,7 @@ func TestReminderOwnerKilled(t *testing.T) {
 			owners[owner] = key
 		}
 	}
-	victim := tc.silo("b").cl.self
+	victim := tc.silo("b").cl.SelfID
 	key := owners[victim]
 	remind(t, tc.silo("a"), key, "r", 0, testReminderPeriod)
 	w.waitTicks(t, key, "r", 2)
@@ -232,7 +232,7 @@ func TestReminderOwnerKilled(t *testing.T) {
 	}
 	tc.kill("b")
 	waitFor(t, "the survivors to drop b from the ring", func() bool {
-		return !tc.silo("a").cl.dir.Ring().Contains(victim) && !tc.silo("c").cl.dir.Ring().Contains(victim)
+		return !tc.silo("a").cl.Dir.Ring().Contains(victim) && !tc.silo("c").cl.Dir.Ring().Contains(victim)
 	})
 	killed := time.Now()
 	w.drainTicks()
@@ -241,10 +241,10 @@ func TestReminderOwnerKilled(t *testing.T) {
 		t.Fatalf("tick %+v after the kill", last)
 	}
 	newOwner := directory.Position(grain.NewID(probe.RegisterGrainType, key))
-	owner := tc.silo("a").cl.dir.Ring().Owner(newOwner)
+	owner := tc.silo("a").cl.Dir.Ring().Owner(newOwner)
 	var ownerSilo *Silo
 	for _, s := range tc.live() {
-		if s.cl.self == owner {
+		if s.cl.SelfID == owner {
 			ownerSilo = s
 		}
 	}

@@ -56,20 +56,20 @@ func reviewProbeID(key string) grain.ID { return grain.ID{Type: probe.ProbeGrain
 func TestReviewUnknownSiloEntryUnregistered(t *testing.T) {
 	tc := newTestCluster(t, []string{"a", "s"}, clusterOpt{})
 	a, s := tc.silo("a"), tc.silo("s")
-	tc.hub.Hold(s.cl.self) // s has not heard of d yet
-	t.Cleanup(func() { tc.hub.Release(s.cl.self) })
+	tc.hub.Hold(s.cl.SelfID) // s has not heard of d yet
+	t.Cleanup(func() { tc.hub.Release(s.cl.SelfID) })
 	d := tc.startNoWait("d", func(cfg *Config) { cfg.Cluster.Placement.Default = placement.PreferLocal })
 	waitFor(t, "a and d to see all three silos", func() bool {
-		return a.cl.dir.Ring().Len() == 3 && d.cl.dir.Ring().Len() == 3
+		return a.cl.Dir.Ring().Len() == 3 && d.cl.Dir.Ring().Len() == 3
 	})
-	if s.cl.dir.Ring().Contains(d.cl.self) {
+	if s.cl.Dir.Ring().Contains(d.cl.SelfID) {
 		t.Fatal("s sees d although its events are held")
 	}
 	// A grain whose directory owner is a in every silo's view.
 	key := ""
 	for _, k := range keys("u", 200) {
 		id := reviewProbeID(k)
-		if a.cl.dir.Owner(id) == a.cl.self && s.cl.dir.Owner(id) == a.cl.self && d.cl.dir.Owner(id) == a.cl.self {
+		if a.cl.Dir.Owner(id) == a.cl.SelfID && s.cl.Dir.Owner(id) == a.cl.SelfID && d.cl.Dir.Owner(id) == a.cl.SelfID {
 			key = k
 			break
 		}
@@ -136,7 +136,7 @@ func TestReviewStoppingSiloPlacesOnItself(t *testing.T) {
 	// while a stops).
 	x := ""
 	for _, k := range keys("x", 200) {
-		if b.cl.dir.Owner(reviewProbeID(k)) != b.cl.self {
+		if b.cl.Dir.Owner(reviewProbeID(k)) != b.cl.SelfID {
 			continue
 		}
 		r, err := tc.call(a, k, nil)
@@ -153,7 +153,7 @@ func TestReviewStoppingSiloPlacesOnItself(t *testing.T) {
 	// overflows).
 	w := ""
 	for _, k := range keys("w", 200) {
-		if a.cl.dir.Owner(grain.ID{Type: probe.WorkerProbeGrainType, Key: k}) == b.cl.self {
+		if a.cl.Dir.Owner(grain.ID{Type: probe.WorkerProbeGrainType, Key: k}) == b.cl.SelfID {
 			w = k
 			break
 		}
@@ -218,7 +218,7 @@ func TestReviewShutdownGossipDelayOutlivesRecoveryWindow(t *testing.T) {
 	a, b := tc.silo("a"), tc.silo("b")
 	g := ""
 	for _, k := range keys("g", 200) {
-		if a.cl.dir.Owner(reviewProbeID(k)) != a.cl.self {
+		if a.cl.Dir.Owner(reviewProbeID(k)) != a.cl.SelfID {
 			continue
 		}
 		r, err := tc.call(a, k, nil)
@@ -240,7 +240,7 @@ func TestReviewShutdownGossipDelayOutlivesRecoveryWindow(t *testing.T) {
 		defer cancel()
 		stopped <- a.Stop(ctx)
 	}()
-	waitFor(t, "b to take a off its ring", func() bool { return !b.cl.dir.Ring().Contains(a.cl.self) })
+	waitFor(t, "b to take a off its ring", func() bool { return !b.cl.Dir.Ring().Contains(a.cl.SelfID) })
 
 	r, err := tc.call(b, g, nil)
 	if err != nil {
@@ -357,10 +357,10 @@ func TestReviewFalselyDeadSiloKeepsUnregisteredActivations(t *testing.T) {
 		cfg.Cluster.Placement.Default = placement.PreferLocal
 	}})
 	a, b, c := tc.silo("a"), tc.silo("b"), tc.silo("c")
-	without := directory.NewRing([]string{a.cl.self, c.cl.self}, a.cl.cfg.Directory.VirtualNodes)
+	without := directory.NewRing([]string{a.cl.SelfID, c.cl.SelfID}, a.cl.Cfg.Directory.VirtualNodes)
 	x := ""
 	for _, k := range keys("x", 200) {
-		if id := reviewProbeID(k); a.cl.dir.Owner(id) == a.cl.self && without.OwnerOf(id) == a.cl.self {
+		if id := reviewProbeID(k); a.cl.Dir.Owner(id) == a.cl.SelfID && without.OwnerOf(id) == a.cl.SelfID {
 			x = k
 			break
 		}
@@ -372,12 +372,12 @@ func TestReviewFalselyDeadSiloKeepsUnregisteredActivations(t *testing.T) {
 	if err != nil || rb.Text != "b" {
 		t.Fatalf("calling %s on b (prefer-local) = %v, %v; want it activated on b", x, rb, err)
 	}
-	bm := b.cl.mship.Local()
+	bm := b.cl.Mship.Local()
 	for _, s := range []*Silo{a, c} {
-		s.cl.onEvent(membership.Event{Kind: membership.EventFailed, Member: bm})
+		s.cl.OnEvent(membership.Event{Kind: membership.EventFailed, Member: bm})
 	}
 	for _, s := range []*Silo{a, c} {
-		s.cl.onEvent(membership.Event{Kind: membership.EventJoined, Member: bm})
+		s.cl.OnEvent(membership.Event{Kind: membership.EventJoined, Member: bm})
 	}
 	tc.waitConverged()
 

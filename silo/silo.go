@@ -16,6 +16,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/silo/internal/cluster"
 	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -35,7 +36,7 @@ type Silo struct {
 	rt  *local.Runtime // activations, calls, timers, state and reminders
 	// cl is the silo's membership of a cluster, or nil for a silo alone;
 	// gw serves external clients, or is nil. Set by Start.
-	cl *cluster
+	cl *cluster.Cluster
 	gw *gateway
 
 	// lifeMu serialises Start, Stop and Close; stopped is set by the
@@ -224,7 +225,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 		s.gw.goAway(ctx)
 	}
 	if s.cl != nil {
-		s.cl.beginLeave(ctx)
+		s.cl.BeginLeave(ctx)
 	}
 	select {
 	case <-s.rt.DeactivateAll():
@@ -239,7 +240,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 		}
 	}
 	if s.cl != nil {
-		if err := s.cl.finishLeave(ctx); err != nil {
+		if err := s.cl.FinishLeave(ctx); err != nil {
 			s.closeAll()
 			return err
 		}
@@ -281,7 +282,7 @@ func (s *Silo) closeAll() {
 		s.gw.close()
 	}
 	if s.cl != nil {
-		s.cl.close()
+		s.cl.Close()
 	}
 	s.rt.Release()
 }
@@ -321,14 +322,14 @@ func (s *Silo) Stats() Stats {
 		rs := r.Svc.Stats()
 		st.Reminders = &rs
 	}
-	if cl := s.cl; cl != nil && cl.dir != nil && cl.tport != nil {
-		v := cl.view.Load()
+	if cl := s.cl; cl != nil && cl.Dir != nil && cl.Tport != nil {
+		v := cl.View.Load()
 		st.Cluster = &ClusterStats{
-			Members:   len(v.known),
-			Active:    cl.dir.Ring().Len(),
-			Directory: cl.dir.Stats(),
-			Transport: cl.tport.Stats(),
-			InFlight:  cl.inflight.Load(),
+			Members:   len(v.Known),
+			Active:    cl.Dir.Ring().Len(),
+			Directory: cl.Dir.Stats(),
+			Transport: cl.Tport.Stats(),
+			InFlight:  cl.Inflight.Load(),
 		}
 	}
 	return st

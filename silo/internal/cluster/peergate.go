@@ -1,4 +1,4 @@
-package silo
+package cluster
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // The gate is only made with Cluster.ServerTLS; without TLS every member
 // is admitted at once, as before.
 type peerGate struct {
-	cl  *cluster
+	cl  *Cluster
 	tls *tls.Config // DialTLS, offering h2 as gRPC does
 	// timeout bounds one handshake: the transport's DialTimeout.
 	timeout time.Duration
@@ -50,7 +50,7 @@ type peerGate struct {
 // failed one.
 const maxGateRetry = 30 * time.Second
 
-func newPeerGate(cl *cluster, dial *tls.Config, timeout, retry time.Duration) *peerGate {
+func newPeerGate(cl *Cluster, dial *tls.Config, timeout, retry time.Duration) *peerGate {
 	c := dial.Clone()
 	if len(c.NextProtos) == 0 {
 		c.NextProtos = []string{"h2"}
@@ -96,23 +96,23 @@ func (g *peerGate) verify(id string) {
 	defer g.wg.Done()
 	wait := g.retry
 	for {
-		g.cl.viewMu.Lock()
+		g.cl.ViewMu.Lock()
 		m, ok := g.pending[id]
-		g.cl.viewMu.Unlock()
+		g.cl.ViewMu.Unlock()
 		if !ok {
 			return
 		}
 		err := g.handshake(g.ctx, m.GRPCAddr)
 		if err == nil {
-			g.cl.viewMu.Lock()
+			g.cl.ViewMu.Lock()
 			m, ok = g.pending[id]
-			if ok && !g.cl.closed.Load() {
+			if ok && !g.cl.Closed.Load() {
 				delete(g.pending, id)
 				g.verified[id] = true
 				g.cl.log.Info("silo verified by mutual TLS: admitted to the cluster", zap.String("member", id), zap.String("grpc", m.GRPCAddr))
 				g.cl.applyLocked(membership.Event{Kind: membership.EventJoined, Member: m})
 			}
-			g.cl.viewMu.Unlock()
+			g.cl.ViewMu.Unlock()
 			return
 		}
 		var ne *net.OpError
@@ -140,7 +140,7 @@ func (g *peerGate) verifyNow(ctx context.Context, members []membership.Member) {
 	var wg sync.WaitGroup
 	passed := make([]bool, len(members))
 	for i, m := range members {
-		if m.ID == g.cl.self {
+		if m.ID == g.cl.SelfID {
 			continue
 		}
 		wg.Add(1)
@@ -150,8 +150,8 @@ func (g *peerGate) verifyNow(ctx context.Context, members []membership.Member) {
 		}()
 	}
 	wg.Wait()
-	g.cl.viewMu.Lock()
-	defer g.cl.viewMu.Unlock()
+	g.cl.ViewMu.Lock()
+	defer g.cl.ViewMu.Unlock()
 	for i, m := range members {
 		if passed[i] {
 			g.verified[m.ID] = true
@@ -185,9 +185,9 @@ func (g *peerGate) handshake(ctx context.Context, addr string) error {
 // close stops the verifications and waits for them; none starts after
 // it, whatever membership events still arrive.
 func (g *peerGate) close() {
-	g.cl.viewMu.Lock()
+	g.cl.ViewMu.Lock()
 	g.stopped = true
-	g.cl.viewMu.Unlock()
+	g.cl.ViewMu.Unlock()
 	g.cancel()
 	g.wg.Wait()
 }

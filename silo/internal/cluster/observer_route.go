@@ -1,4 +1,4 @@
-package silo
+package cluster
 
 import (
 	"github.com/granaryio/granary/directory"
@@ -12,7 +12,7 @@ import (
 // later calls to its observers queue behind the first, so that one
 // caller's calls to an observer reach it in the order they were made:
 // none overtakes another once the answer is cached.
-func (cl *cluster) ResolveObserver(c *local.Call, client string) {
+func (cl *Cluster) ResolveObserver(c *local.Call, client string) {
 	id := local.ClientGrainID(client)
 	cl.obsMu.Lock()
 	if q := cl.obsLookups[client]; q != nil {
@@ -20,7 +20,7 @@ func (cl *cluster) ResolveObserver(c *local.Call, client string) {
 		cl.obsMu.Unlock()
 		return
 	}
-	if e, ok := cl.dir.CachedLookup(id); ok && e.Silo != cl.self {
+	if e, ok := cl.Dir.CachedLookup(id); ok && e.Silo != cl.SelfID {
 		cl.obsMu.Unlock()
 		cl.Forward(e, c, false)
 		return
@@ -31,7 +31,7 @@ func (cl *cluster) ResolveObserver(c *local.Call, client string) {
 	}
 	cl.obsLookups[client] = q
 	cl.obsMu.Unlock()
-	cl.dir.Lookup(id, func(e directory.Entry, found bool, err error) {
+	cl.Dir.Lookup(id, func(e directory.Entry, found bool, err error) {
 		for {
 			cl.obsMu.Lock()
 			calls := q.calls
@@ -57,7 +57,7 @@ type observerLookup struct {
 
 // routeToHome sends a call to an observer of client on, given the
 // directory's answer: the home's entry e, if found.
-func (cl *cluster) routeToHome(c *local.Call, client string, e directory.Entry, found bool, err error) {
+func (cl *Cluster) routeToHome(c *local.Call, client string, e directory.Entry, found bool, err error) {
 	id := local.ClientGrainID(client)
 	switch {
 	case err != nil && cl.retryLater(c, func() { cl.s.RouteObserver(c) }):
@@ -65,15 +65,15 @@ func (cl *cluster) routeToHome(c *local.Call, client string, e directory.Entry, 
 		cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.Id, status.Convert(err).Message()))
 	case !found:
 		cl.s.Fail(nil, c, local.ObserverGone(c.Id))
-	case e.Silo != cl.self:
+	case e.Silo != cl.SelfID:
 		cl.Forward(e, c, false)
 	case cl.s.Gw != nil && cl.s.Gw.DeliverObserver(client, c):
 		// The client made this gateway its home while the lookup ran.
 	default:
 		// The entry names this silo, whose gateway does not hold the
 		// client: left over from a connection that ended.
-		cl.dir.Invalidate(id, e)
-		cl.dir.Unregister(id, e)
+		cl.Dir.Invalidate(id, e)
+		cl.Dir.Unregister(id, e)
 		cl.s.Fail(nil, c, local.ObserverGone(c.Id))
 	}
 }

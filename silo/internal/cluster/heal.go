@@ -1,4 +1,4 @@
-package silo
+package cluster
 
 import (
 	"sync"
@@ -57,7 +57,7 @@ type healWork struct {
 // healed takes the return of member, which this silo took for dead: it
 // asks member to register again and schedules this silo's own checks.
 // Call it once the transport knows member again. Any goroutine.
-func (cl *cluster) healed(member string) {
+func (cl *Cluster) healed(member string) {
 	now := cl.s.Clock.Now()
 	h := &cl.heal
 	h.mu.Lock()
@@ -65,18 +65,18 @@ func (cl *cluster) healed(member string) {
 		h.resync, h.asking = map[string]int{}, map[string]bool{}
 	}
 	h.resync[member] = 0
-	second := healCheckFirst + max(2*cl.cfg.Membership.PushPullInterval, healCheckSecondMin)
+	second := healCheckFirst + max(2*cl.Cfg.Membership.PushPullInterval, healCheckSecondMin)
 	h.checks = append(h.checks[:0], now.Add(healCheckFirst), now.Add(second))
 	h.mu.Unlock()
 	cl.askResync(member)
 }
 
 // askResync sends member a resync request unless one is in flight.
-func (cl *cluster) askResync(member string) {
+func (cl *Cluster) askResync(member string) {
 	h := &cl.heal
 	h.mu.Lock()
 	n, pending := h.resync[member]
-	if !pending || h.asking[member] || cl.closed.Load() {
+	if !pending || h.asking[member] || cl.Closed.Load() {
 		h.mu.Unlock()
 		return
 	}
@@ -90,7 +90,7 @@ func (cl *cluster) askResync(member string) {
 	h.resync[member] = n + 1
 	h.asking[member] = true
 	h.mu.Unlock()
-	cl.dir.AskResync(member, func(err error) {
+	cl.Dir.AskResync(member, func(err error) {
 		retry := true // it did not arrive, or its answer did not
 		switch status.Code(err) {
 		case codes.OK:
@@ -111,7 +111,7 @@ func (cl *cluster) askResync(member string) {
 // healTick asks again the silos that have not answered a resync request
 // and, when a check is due, registers every own activation again. The
 // load loop.
-func (cl *cluster) healTick() {
+func (cl *Cluster) healTick() {
 	now := cl.s.Clock.Now()
 	h := &cl.heal
 	h.mu.Lock()
@@ -126,7 +126,7 @@ func (cl *cluster) healTick() {
 	}
 	h.mu.Unlock()
 	for _, m := range ask {
-		if _, alive := cl.view.Load().known[m]; alive {
+		if _, alive := cl.View.Load().Known[m]; alive {
 			cl.askResync(m)
 		} else {
 			h.mu.Lock()
@@ -136,6 +136,6 @@ func (cl *cluster) healTick() {
 	}
 	if due {
 		cl.log.Info("a silo taken for dead came back: registering every activation again to find duplicates")
-		cl.dir.RegisterAll()
+		cl.Dir.RegisterAll()
 	}
 }

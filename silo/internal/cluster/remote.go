@@ -1,4 +1,4 @@
-package silo
+package cluster
 
 import (
 	"sync"
@@ -35,11 +35,11 @@ const directoryTimeout = 10 * time.Second
 // membership change two silos' caches can each name the other, and
 // trusting them would bounce the call until its hop bound, and every
 // call after it, for as long as both entries live.
-func (cl *cluster) Resolve(c *local.Call, t *local.GrainType) {
-	lookup := cl.dir.Lookup
+func (cl *Cluster) Resolve(c *local.Call, t *local.GrainType) {
+	lookup := cl.Dir.Lookup
 	if c.Hops > 0 {
-		lookup = cl.dir.LookupOwner
-	} else if e, ok := cl.dir.CachedLookup(c.Id); ok && e.Silo != cl.self {
+		lookup = cl.Dir.LookupOwner
+	} else if e, ok := cl.Dir.CachedLookup(c.Id); ok && e.Silo != cl.SelfID {
 		cl.Forward(e, c, false)
 		return
 	}
@@ -48,7 +48,7 @@ func (cl *cluster) Resolve(c *local.Call, t *local.GrainType) {
 		case err != nil && cl.retryLater(c, func() { cl.Resolve(c, t) }):
 		case err != nil:
 			cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating %s: %v", c.Id, status.Convert(err).Message()))
-		case found && e.Silo != cl.self:
+		case found && e.Silo != cl.SelfID:
 			cl.Forward(e, c, false)
 		case found && cl.s.ActivationByID(c.Id, e.Activation) != nil:
 			// Made here since the call missed the catalog.
@@ -59,8 +59,8 @@ func (cl *cluster) Resolve(c *local.Call, t *local.GrainType) {
 				// The entry names an activation of this silo that is
 				// gone: its unregistration is late or was lost. (An
 				// activation is in the catalog before it registers.)
-				cl.dir.Invalidate(c.Id, e)
-				cl.dir.Unregister(c.Id, e)
+				cl.Dir.Invalidate(c.Id, e)
+				cl.Dir.Unregister(c.Id, e)
 			}
 			cl.place(c, t)
 		}
@@ -72,22 +72,22 @@ func (cl *cluster) Resolve(c *local.Call, t *local.GrainType) {
 // disagreed, or the new owner of the grain was still recovering entries
 // (directory.Config.RecoveryWindow). With retryBackoff the retries span
 // about a second.
-const maxDirectoryRetries = 24
+const MaxDirectoryRetries = 24
 
 // retryBackoff is the wait before retry n (from 0): 5 ms doubling, at
 // most 50 ms.
-func retryBackoff(n uint8) time.Duration {
+func RetryBackoff(n uint8) time.Duration {
 	return min(5*time.Millisecond<<min(n, 4), 50*time.Millisecond)
 }
 
 // retryLater runs retry after a short backoff, unless the call has used
 // its retries or its deadline would pass first; it reports whether it
 // will.
-func (cl *cluster) retryLater(c *local.Call, retry func()) bool {
-	if c.Retries >= maxDirectoryRetries || cl.closed.Load() || cl.s.Stopping.Load() && c.Raw == nil {
+func (cl *Cluster) retryLater(c *local.Call, retry func()) bool {
+	if c.Retries >= MaxDirectoryRetries || cl.Closed.Load() || cl.s.Stopping.Load() && c.Raw == nil {
 		return false
 	}
-	d := retryBackoff(c.Retries)
+	d := RetryBackoff(c.Retries)
 	if cl.s.Since()+d >= c.Due {
 		return false
 	}
@@ -98,15 +98,15 @@ func (cl *cluster) retryLater(c *local.Call, retry func()) bool {
 
 // place picks a silo for a grain that has no activation anywhere and
 // sends the call there, or activates the grain here.
-func (cl *cluster) place(c *local.Call, t *local.GrainType) {
-	v := cl.view.Load()
-	req := placement.Request{Grain: c.Id, Local: cl.self, Candidates: v.hosts[c.Id.Type]}
+func (cl *Cluster) place(c *local.Call, t *local.GrainType) {
+	v := cl.View.Load()
+	req := placement.Request{Grain: c.Id, Local: cl.SelfID, Candidates: v.Hosts[c.Id.Type]}
 	stopping := cl.s.Stopping.Load()
 	if stopping {
 		// This silo activates nothing any more, whatever its view says.
 		var others []placement.Candidate
 		for _, cand := range req.Candidates {
-			if cand.ID != cl.self {
+			if cand.ID != cl.SelfID {
 				others = append(others, cand)
 			}
 		}
@@ -115,7 +115,7 @@ func (cl *cluster) place(c *local.Call, t *local.GrainType) {
 	if t != nil {
 		req.Strategy, req.Role = strategyOf(t.Opts)
 		for _, cand := range req.Candidates {
-			if cand.ID == cl.self {
+			if cand.ID == cl.SelfID {
 				req.LocalHosts = true
 			}
 		}
@@ -128,7 +128,7 @@ func (cl *cluster) place(c *local.Call, t *local.GrainType) {
 		cl.s.Fail(nil, c, err)
 		return
 	}
-	if to == cl.self {
+	if to == cl.SelfID {
 		c.PlacedHere = true
 		cl.s.Route(nil, c)
 		return
@@ -154,21 +154,21 @@ func strategyOf(o grain.TypeOptions) (placement.Strategy, string) {
 // failure to reach the silo drops the cached entry that sent the call
 // there; a call that never left is routed again, and the entry, which
 // names a silo that is gone or going, is unregistered first.
-func (cl *cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
+func (cl *Cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 	to := via.Silo
 	if c.Hops > maxForwards {
 		cl.s.Fail(nil, c, status.Errorf(codes.Unavailable,
 			"granary: %s: the call was passed between silos %d times without finding the activation (the cluster is changing; retry)", c.Id, c.Hops))
 		return
 	}
-	o := newOutgoing()
-	defer o.free()
+	o := NewOutgoing()
+	defer o.Free()
 	if err := cl.envelope(c, placed, o); err != nil {
 		cl.s.Fail(nil, c, err)
 		return
 	}
 	if c.OneWay {
-		if err := cl.tport.Send(to, o.env, c.Deadline()); err != nil {
+		if err := cl.Tport.Send(to, o.Env, c.Deadline()); err != nil {
 			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.Id), zap.String("to", to), zap.Error(err))
 			cl.notSent(c, via, err)
 			return
@@ -179,12 +179,12 @@ func (cl *cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 	var w *local.CancelWatch
 	cctx := c.Cancel // c may be released before Call returns
 	if cctx != nil {
-		o.env.Cancellable = true
+		o.Env.Cancellable = true
 		w = new(local.CancelWatch)
 	}
-	cl.inflight.Add()
-	id := cl.tport.Call(to, o.env, c.Deadline(), func(resp *granaryv1.Envelope, err error) {
-		defer cl.inflight.Done()
+	cl.Inflight.Add()
+	id := cl.Tport.Call(to, o.Env, c.Deadline(), func(resp *granaryv1.Envelope, err error) {
+		defer cl.Inflight.Done()
 		if w != nil {
 			w.Done()
 		}
@@ -194,7 +194,7 @@ func (cl *cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 		}
 		c.ServedBy = to
 		if resp.ActivationSilo != "" && resp.ActivationSilo != to {
-			cl.dir.Invalidate(c.DirID(), directory.Entry{}) // it was passed on
+			cl.Dir.Invalidate(c.DirID(), directory.Entry{}) // it was passed on
 			c.ServedBy = resp.ActivationSilo
 		}
 		if err := transport.StatusOf(resp); err != nil {
@@ -210,7 +210,7 @@ func (cl *cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 		c.Release()
 	})
 	if w != nil {
-		w.Watch(cctx, id, func(env *granaryv1.Envelope, deadline time.Time) error { return cl.tport.Send(to, env, deadline) })
+		w.Watch(cctx, id, func(env *granaryv1.Envelope, deadline time.Time) error { return cl.Tport.Send(to, env, deadline) })
 	}
 }
 
@@ -218,17 +218,17 @@ func (cl *cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 // never left is routed again at once when that silo is gone or going (its
 // entry unregistered first), or shortly while it may be alive behind a
 // broken link; any other fails.
-func (cl *cluster) notSent(c *local.Call, via directory.Entry, err error) {
-	cl.dir.Invalidate(c.DirID(), directory.Entry{})
+func (cl *Cluster) notSent(c *local.Call, via directory.Entry, err error) {
+	cl.Dir.Invalidate(c.DirID(), directory.Entry{})
 	reroute := func() { c.PlacedHere = false; cl.s.Route(nil, c) }
 	switch {
-	case transport.NotSent(err) && cl.view.Load().gone(via.Silo) && c.Retries < maxDirectoryRetries && !cl.closed.Load():
+	case transport.NotSent(err) && cl.View.Load().gone(via.Silo) && c.Retries < MaxDirectoryRetries && !cl.Closed.Load():
 		// The unregistration reaches the entry's owner before the lookup
 		// that follows it. (A silo this one has not heard of yet is not
 		// gone: it may have just joined.)
 		c.Retries++
 		if via.Activation != 0 {
-			cl.dir.Unregister(c.DirID(), via)
+			cl.Dir.Unregister(c.DirID(), via)
 		}
 		reroute()
 	case transport.NotSent(err) && cl.retryLater(c, reroute):
@@ -237,7 +237,7 @@ func (cl *cluster) notSent(c *local.Call, via directory.Entry, err error) {
 	}
 }
 
-// Envelopes and payload buffers for outgoing calls and replies: the
+// Envelopes and payload buffers for Outgoing calls and replies: the
 // transport encodes an envelope before Call, Send or Reply returns, so
 // both go back to their pools at once.
 var (
@@ -245,37 +245,37 @@ var (
 	bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 )
 
-// outgoing is an envelope being sent and the buffer its payload was
+// Outgoing is an envelope being sent and the buffer its payload was
 // encoded into.
-type outgoing struct {
-	env *granaryv1.Envelope
+type Outgoing struct {
+	Env *granaryv1.Envelope
 	buf *[]byte
 }
 
-func newOutgoing() outgoing {
-	return outgoing{env: envPool.Get().(*granaryv1.Envelope), buf: bufPool.Get().(*[]byte)}
+func NewOutgoing() Outgoing {
+	return Outgoing{Env: envPool.Get().(*granaryv1.Envelope), buf: bufPool.Get().(*[]byte)}
 }
 
 // encode marshals m into the buffer as the envelope's payload.
-func (o outgoing) encode(m proto.Message) error {
+func (o Outgoing) Encode(m proto.Message) error {
 	b, err := proto.MarshalOptions{}.MarshalAppend((*o.buf)[:0], m)
 	*o.buf = b
-	o.env.Payload = b
+	o.Env.Payload = b
 	return err
 }
 
 // free returns the envelope and buffer to their pools.
-func (o outgoing) free() {
-	proto.Reset(o.env)
-	envPool.Put(o.env)
+func (o Outgoing) Free() {
+	proto.Reset(o.Env)
+	envPool.Put(o.Env)
 	if cap(*o.buf) <= 64<<10 {
 		bufPool.Put(o.buf)
 	}
 }
 
 // envelope encodes a call for another silo into o.
-func (cl *cluster) envelope(c *local.Call, placed bool, o outgoing) error {
-	env := o.env
+func (cl *Cluster) envelope(c *local.Call, placed bool, o Outgoing) error {
+	env := o.Env
 	env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
 	if c.OneWay {
 		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
@@ -288,7 +288,7 @@ func (cl *cluster) envelope(c *local.Call, placed bool, o outgoing) error {
 	case c.Raw != nil:
 		env.Payload = c.Raw // relayed as it came
 	case c.Req != nil:
-		if err := o.encode(c.Req); err != nil {
+		if err := o.Encode(c.Req); err != nil {
 			return status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.Id, c.Method.Name, err)
 		}
 	}
@@ -309,7 +309,7 @@ func (cl *cluster) envelope(c *local.Call, placed bool, o outgoing) error {
 			env.Chain = append(env.Chain, l.Remote)
 			continue
 		}
-		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.self, Activation: l.Act.ActID, Seq: l.Seq, Grain: l.Act.Id.String()})
+		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.SelfID, Activation: l.Act.ActID, Seq: l.Seq, Grain: l.Act.Id.String()})
 	}
 	return nil
 }
@@ -317,7 +317,7 @@ func (cl *cluster) envelope(c *local.Call, placed bool, o outgoing) error {
 // Deliver takes an envelope from another silo: a directory request, or
 // a call, which is routed here as a local call would be. The stream's
 // reader goroutine; it does not block.
-func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
+func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
 	switch env.Kind {
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY:
 		cl.handleDirectory(from, env, r)
@@ -341,7 +341,7 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 	} else {
 		t := s.Types[env.GrainType]
 		if t == nil {
-			refuse(codes.NotFound, "granary: silo %s does not host grain type %q", cl.self, env.GrainType)
+			refuse(codes.NotFound, "granary: silo %s does not host grain type %q", cl.SelfID, env.GrainType)
 			return
 		}
 		var err error
@@ -356,7 +356,7 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.Cfg.MaxCallChain, id)
 		return
 	}
-	c := s.Incoming(from, env, id, m, r, local.RemoteWaiter, &cl.cancels, &cl.inflight)
+	c := s.Incoming(from, env, id, m, r, local.RemoteWaiter, &cl.cancels, &cl.Inflight)
 	c.Chain, c.Depth = cl.chainFrom(env.Chain), len(env.Chain)
 	c.Hops = env.Hops + 1 // were it passed on from here, this silo would be one more hop
 	if env.Placed {
@@ -368,11 +368,11 @@ func (cl *cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 // chainFrom rebuilds a call chain that came from another silo: links to
 // this silo's activations point at them again, so that admission sees a
 // chain that comes back here.
-func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *local.ChainLink {
+func (cl *Cluster) chainFrom(links []*granaryv1.ChainLink) *local.ChainLink {
 	var head, tail *local.ChainLink
 	for _, pl := range links {
 		l := &local.ChainLink{Seq: pl.Seq, Remote: pl}
-		if pl.Silo == cl.self {
+		if pl.Silo == cl.SelfID {
 			if id, err := grain.ParseID(pl.Grain); err == nil {
 				if a := cl.s.ActivationByID(id, pl.Activation); a != nil {
 					l.Act, l.Remote = a, nil
@@ -391,29 +391,29 @@ func (cl *cluster) chainFrom(links []*granaryv1.ChainLink) *local.ChainLink {
 
 // reply answers a call that came from another silo; settle calls it once
 // the outcome is in.
-func (cl *cluster) Reply(c *local.Call) {
-	defer cl.inflight.Done()
+func (cl *Cluster) Reply(c *local.Call) {
+	defer cl.Inflight.Done()
 	servedBy := ""
-	if c.ServedBy != "" && c.ServedBy != cl.self {
+	if c.ServedBy != "" && c.ServedBy != cl.SelfID {
 		servedBy = c.ServedBy // it was passed on; empty means here
 	}
-	answer(c, servedBy)
+	Answer(c, servedBy)
 }
 
 // answer sends c's outcome back through its responder to the process
 // that sent it (another silo or a client), naming servedBy as the silo
 // that ran it when that is not the answering one.
-func answer(c *local.Call, servedBy string) {
+func Answer(c *local.Call, servedBy string) {
 	c.ForgetCancel()
-	o := newOutgoing()
-	defer o.free()
-	resp := o.env
+	o := NewOutgoing()
+	defer o.Free()
+	resp := o.Env
 	resp.ActivationSilo = servedBy
 	switch {
 	case c.Err != nil:
 		transport.SetStatus(resp, c.Err)
 	case c.Resp != nil:
-		if err := o.encode(c.Resp); err != nil {
+		if err := o.Encode(c.Resp); err != nil {
 			resp.Payload = nil
 			resp.Code, resp.Message = uint32(codes.Internal), "granary: encoding the reply: "+err.Error()
 		}
@@ -423,14 +423,14 @@ func answer(c *local.Call, servedBy string) {
 
 // remindersChanged tells the silo that owns ring position h, id's, that
 // id's reminders changed; this silo, when it owns it.
-func (cl *cluster) RemindersChanged(id grain.ID, h uint64) {
-	owner := cl.dir.Ring().Owner(h)
-	if owner == "" || owner == cl.self {
+func (cl *Cluster) RemindersChanged(id grain.ID, h uint64) {
+	owner := cl.Dir.Ring().Owner(h)
+	if owner == "" || owner == cl.SelfID {
 		cl.s.Rem.Svc.Changed(id, h)
 		return
 	}
 	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REMINDER, GrainType: id.Type, GrainKey: id.Key}
-	if err := cl.tport.Send(owner, env, cl.s.Clock.Now().Add(directoryTimeout)); err != nil {
+	if err := cl.Tport.Send(owner, env, cl.s.Clock.Now().Add(directoryTimeout)); err != nil {
 		cl.log.Debug("reminder change notice not sent; the owner finds it at its next refresh",
 			zap.Stringer("grain", id), zap.String("owner", owner), zap.Error(err))
 	}
@@ -438,9 +438,9 @@ func (cl *cluster) RemindersChanged(id grain.ID, h uint64) {
 
 // Send carries a directory request to another silo: the directory's
 // Sender.
-func (cl *cluster) Send(to string, req *directory.Request, done func(*directory.Response, error)) {
+func (cl *Cluster) Send(to string, req *directory.Request, done func(*directory.Response, error)) {
 	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY, Directory: dirRequestToProto(req)}
-	cl.tport.Call(to, env, cl.s.Clock.Now().Add(directoryTimeout), func(resp *granaryv1.Envelope, err error) {
+	cl.Tport.Call(to, env, cl.s.Clock.Now().Add(directoryTimeout), func(resp *granaryv1.Envelope, err error) {
 		if err == nil {
 			err = transport.StatusOf(resp)
 		}
@@ -454,7 +454,7 @@ func (cl *cluster) Send(to string, req *directory.Request, done func(*directory.
 }
 
 // handleDirectory serves a directory request from another silo.
-func (cl *cluster) handleDirectory(from string, env *granaryv1.Envelope, r transport.Responder) {
+func (cl *Cluster) handleDirectory(from string, env *granaryv1.Envelope, r transport.Responder) {
 	if !r.Expects() {
 		return
 	}
@@ -463,9 +463,9 @@ func (cl *cluster) handleDirectory(from string, env *granaryv1.Envelope, r trans
 		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
 		return
 	}
-	cl.inflight.Add() // it may be passed on: a leaving silo waits for it
-	cl.dir.Handle(from, req, func(resp *directory.Response, err error) {
-		defer cl.inflight.Done()
+	cl.Inflight.Add() // it may be passed on: a leaving silo waits for it
+	cl.Dir.Handle(from, req, func(resp *directory.Response, err error) {
+		defer cl.Inflight.Done()
 		if err != nil {
 			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
 			return
@@ -543,12 +543,12 @@ func entryToProto(id grain.ID, e directory.Entry) *granaryv1.DirectoryEntry {
 // register records a new activation in the directory before it starts:
 // the first registration of a grain wins, and an activation that loses
 // never runs, and sends the requests it holds to the winner.
-func (cl *cluster) Register(a *local.ActivationRec) {
-	mine := directory.Entry{Silo: cl.self, Activation: a.ActID}
-	cl.dir.Register(a.Id, mine, func(winner directory.Entry, err error) {
+func (cl *Cluster) Register(a *local.ActivationRec) {
+	mine := directory.Entry{Silo: cl.SelfID, Activation: a.ActID}
+	cl.Dir.Register(a.Id, mine, func(winner directory.Entry, err error) {
 		switch {
-		case err != nil && a.Retries < maxDirectoryRetries && !cl.s.Stopping.Load() && !cl.closed.Load():
-			d := retryBackoff(a.Retries)
+		case err != nil && a.Retries < MaxDirectoryRetries && !cl.s.Stopping.Load() && !cl.Closed.Load():
+			d := RetryBackoff(a.Retries)
 			a.Retries++
 			cl.s.Clock.AfterFunc(d, func() { cl.Register(a) })
 		case err != nil:
