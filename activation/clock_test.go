@@ -1,9 +1,9 @@
 package activation
 
 import (
-	"context"
 	"testing"
 
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -13,9 +13,7 @@ func newFakeClock() *clockwork.FakeClock { return clockwork.NewFakeClock() }
 // that advancing the clock reaches it.
 func waitForMonitor(t testing.TB, c *clockwork.FakeClock) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	if err := c.BlockUntilContext(ctx, 1); err != nil {
+	if err := c.BlockUntilContext(testwait.Context(t, defaultTestTimeout), 1); err != nil {
 		t.Fatal("monitor never started its ticker:", err)
 	}
 }

@@ -1,11 +1,11 @@
 package activation
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	"go.uber.org/goleak"
 )
 
@@ -63,29 +63,14 @@ func turn(name string, run func(e *Exec), done chan<- error) Turn {
 // recv waits for one value from c, failing the test after defaultTestTimeout.
 func recv[T any](t testing.TB, c <-chan T, what string) T {
 	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(defaultTestTimeout):
-		t.Fatalf("timed out waiting for %s", what)
-		var zero T
-		return zero
-	}
+	return testwait.Recv(t, c, defaultTestTimeout, what)
 }
 
-// waitUntil polls cond, yielding between polls, until it holds or the
-// timeout passes. It is for conditions with no channel to wait on.
+// waitUntil polls cond until it holds, failing the test after
+// defaultTestTimeout. It is for conditions with no channel to wait on.
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting until %s", what)
-		case <-time.After(100 * time.Microsecond):
-		}
-	}
+	testwait.For(t, defaultTestTimeout, what, cond)
 }
 
 // exclusive checks that code regions of one group never overlap and counts

@@ -24,6 +24,7 @@ const testToken = "client-test-token-0123456789"
 // TestTokenNeedsTLS: Dial refuses to send a bearer token over plaintext,
 // naming WithToken and the way out, unless WithInsecureToken says so.
 func TestTokenNeedsTLS(t *testing.T) {
+	t.Parallel()
 	for _, opts := range [][]client.Option{
 		{client.WithToken(testToken)},
 		{client.WithToken(testToken), client.WithTransportCredentials(insecure.NewCredentials())},
@@ -49,6 +50,7 @@ func TestTokenNeedsTLS(t *testing.T) {
 // TestWithTLSFilesErrors: files that cannot be read are a ConfigError
 // naming WithTLSFiles, before anything is dialled.
 func TestWithTLSFilesErrors(t *testing.T) {
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "missing.pem")
 	for _, opt := range []client.Option{
 		client.WithTLSFiles("", "", ""),
@@ -65,6 +67,7 @@ func TestWithTLSFilesErrors(t *testing.T) {
 // TestTokenSentOnEveryRPC: the token goes as "authorization: Bearer
 // TOKEN" with the gateway list request and on the call stream.
 func TestTokenSentOnEveryRPC(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	seen := map[string][]string{} // full method: authorization values
 	record := func(ctx context.Context, method string) {

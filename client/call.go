@@ -10,6 +10,7 @@ import (
 	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -36,13 +37,13 @@ func (c *Client) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, r
 	if p.needsTimer {
 		// The waiting goroutine keeps the deadline itself, on a pooled
 		// timer: no timer and callback made per call.
-		t := timerPool.Get().(*time.Timer)
-		t.Reset(time.Until(p.deadline))
+		t := c.timers.Get().(clockwork.Timer)
+		t.Reset(c.o.clock.Until(p.deadline))
 		defer func() {
 			t.Stop()
-			timerPool.Put(t)
+			c.timers.Put(t)
 		}()
-		timeout = t.C
+		timeout = t.Chan()
 	}
 	select {
 	case <-p.done:
@@ -55,13 +56,6 @@ func (c *Client) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, r
 	}
 	return p.resp, p.err
 }
-
-// timerPool holds stopped timers for synchronous calls' deadlines.
-var timerPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
-}}
 
 // InvokeAsync is Invoke without the wait: the reply arrives through the
 // Pending. When ctx ends before the reply, the call fails with ctx's
@@ -115,7 +109,7 @@ type pcall struct {
 	// by whoever settles the call. Either may fire before start has
 	// recorded both: stopMu orders them.
 	stopMu  sync.Mutex
-	timer   *time.Timer
+	timer   clockwork.Timer
 	stopCtx func() bool
 }
 
@@ -142,7 +136,7 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	if timeout <= 0 {
 		timeout = c.o.callTimeout
 	}
-	deadline := time.Now().Add(timeout)
+	deadline := c.o.clock.Now().Add(timeout)
 	ctxDeadline, hasCtxDeadline := ctx.Deadline()
 	if hasCtxDeadline && ctxDeadline.Before(deadline) {
 		deadline = ctxDeadline
@@ -176,7 +170,7 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	p.needsTimer = !hasCtxDeadline || deadline.Before(ctxDeadline)
 	p.stopMu.Lock()
 	if p.needsTimer && watch {
-		p.timer = time.AfterFunc(time.Until(deadline), p.timedOut)
+		p.timer = c.o.clock.AfterFunc(c.o.clock.Until(deadline), p.timedOut)
 	}
 	if watch && ctx.Done() != nil {
 		p.stopCtx = context.AfterFunc(ctx, func() { p.cancelled(ctx) })
@@ -196,7 +190,7 @@ func (c *Client) sendOneWay(id grain.ID, env *granaryv1.Envelope, deadline time.
 			return noGateway(id, env, last)
 		}
 		tried = append(tried, g)
-		env.TimeoutNanos = int64(time.Until(deadline))
+		env.TimeoutNanos = int64(c.o.clock.Until(deadline))
 		if env.TimeoutNanos <= 0 {
 			return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", env.Method, id)
 		}
@@ -241,7 +235,7 @@ func (p *pcall) send() {
 	}
 	p.tried = append(p.tried, g)
 	attempt := len(p.tried)
-	left := time.Until(p.deadline)
+	left := c.o.clock.Until(p.deadline)
 	if left <= 0 {
 		p.settle(nil, status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", p.m.Name, p.id))
 		return

@@ -17,6 +17,7 @@ import (
 	"github.com/granaryio/granary/internal/hashmix"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -55,6 +56,10 @@ type Client struct {
 	gws atomic.Pointer[[]*gatewayRef]
 
 	closed atomic.Bool // Close was called
+
+	// timers holds stopped timers, on the client's clock, for
+	// synchronous calls' deadlines.
+	timers sync.Pool
 
 	mu sync.Mutex
 	// departed holds the gateways that said they are going away, until
@@ -112,6 +117,7 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 		tcfg.SendQueueBytes = o.maxMessage
 	}
 	tcfg.Logger = o.log.Named("transport")
+	tcfg.Clock = o.clock
 	dial := []grpc.DialOption{grpc.WithKeepaliveParams(o.keepalive)}
 	creds, err := o.dialCredentials()
 	if err != nil {
@@ -127,6 +133,11 @@ func Dial(ctx context.Context, opts ...Option) (*Client, error) {
 		refreshNow: make(chan struct{}, 1),
 		departed:   map[string]time.Time{},
 		observers:  map[string]*observer{},
+	}
+	c.timers.New = func() any {
+		t := o.clock.NewTimer(time.Hour)
+		t.Stop()
+		return t
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	list, err := c.fetchFromSeeds(ctx)
@@ -251,7 +262,7 @@ func (c *Client) fetch(ctx context.Context, addr string) (*granaryv1.GatewaysRes
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	ctx, cancel := clockwork.WithTimeout(ctx, c.o.clock, fetchTimeout)
 	defer cancel()
 	out := new(granaryv1.GatewaysResponse)
 	if err := cc.Invoke(ctx, "/"+transport.GatewayService+"/Gateways", new(granaryv1.GatewaysRequest), out); err != nil {
@@ -277,7 +288,7 @@ func (c *Client) apply(list *granaryv1.GatewaysResponse) {
 	for _, g := range c.gateways() {
 		old[g.silo] = g
 	}
-	now := time.Now()
+	now := c.o.clock.Now()
 	for silo, at := range c.departed {
 		if now.Sub(at) > departedMemory {
 			delete(c.departed, silo)
@@ -315,7 +326,7 @@ const departedMemory = 10 * time.Minute
 // departing takes a gateway that said it is going away off the list.
 func (c *Client) departing(g *gatewayRef) {
 	c.mu.Lock()
-	c.departed[g.silo] = time.Now()
+	c.departed[g.silo] = c.o.clock.Now()
 	cur := c.gateways()
 	next := make([]*gatewayRef, 0, len(cur))
 	for _, o := range cur {
@@ -333,7 +344,7 @@ func (c *Client) departing(g *gatewayRef) {
 func (c *Client) refresh(ctx context.Context) {
 	gws := slices.Clone(c.gateways())
 	rand.Shuffle(len(gws), func(i, j int) { gws[i], gws[j] = gws[j], gws[i] })
-	now := time.Now().UnixNano()
+	now := c.o.clock.Now().UnixNano()
 	slices.SortStableFunc(gws, func(a, b *gatewayRef) int {
 		return boolInt(a.downUntil.Load() > now) - boolInt(b.downUntil.Load() > now)
 	})
@@ -364,13 +375,13 @@ func boolInt(b bool) int {
 // refreshLoop keeps the gateway list fresh until Close.
 func (c *Client) refreshLoop() {
 	defer c.wg.Done()
-	tk := time.NewTicker(c.o.refresh)
+	tk := c.o.clock.NewTicker(c.o.refresh)
 	defer tk.Stop()
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
-		case <-tk.C:
+		case <-tk.Chan():
 		case <-c.refreshNow:
 		}
 		c.refresh(c.ctx)
@@ -394,7 +405,7 @@ func (c *Client) pick(id grain.ID, tried []*gatewayRef) *gatewayRef {
 		return gws[0]
 	}
 	h := id.Hash()
-	now := time.Now().UnixNano()
+	now := c.o.clock.Now().UnixNano()
 	var best, bestDown *gatewayRef
 	var score, scoreDown uint64
 	for _, g := range gws {
@@ -420,7 +431,7 @@ func (c *Client) pick(id grain.ID, tried []*gatewayRef) *gatewayRef {
 
 // markDown has calls avoid g for a while, and the list refreshed.
 func (c *Client) markDown(g *gatewayRef) {
-	g.downUntil.Store(time.Now().Add(c.o.gatewayRetry).UnixNano())
+	g.downUntil.Store(c.o.clock.Now().Add(c.o.gatewayRetry).UnixNano())
 	c.askRefresh()
 }
 

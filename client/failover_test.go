@@ -8,7 +8,9 @@ import (
 
 	"github.com/granaryio/granary/client"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 )
 
@@ -66,6 +68,7 @@ func load(t *testing.T, cl *client.Client, callers int, acked *atomic.Int64) (st
 // does not bound it); and afterwards calls for every grain succeed, those
 // the client would have sent to the dead gateway included.
 func TestFailoverWhenAGatewayIsKilled(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, "a", "b")
 	cl := c.dial()
 	if len(cl.Gateways()) != 2 {
@@ -74,10 +77,10 @@ func TestFailoverWhenAGatewayIsKilled(t *testing.T) {
 	const callers = 8
 	var acked atomic.Int64
 	stop := load(t, cl, callers, &acked)
-	waitFor(t, "calls before the kill", func() bool { return acked.Load() >= 300 })
+	testwait.For(t, testTimeout, "calls before the kill", func() bool { return acked.Load() >= 300 })
 	c.kill("b")
 	before := acked.Load()
-	waitFor(t, "calls after the kill", func() bool { return acked.Load() >= before+300 })
+	testwait.For(t, testTimeout, "calls after the kill", func() bool { return acked.Load() >= before+300 })
 	failed := 0
 	for _, o := range stop() {
 		if o.err != nil {
@@ -97,21 +100,22 @@ func TestFailoverWhenAGatewayIsKilled(t *testing.T) {
 			t.Fatalf("a call after the kill: %v", err)
 		}
 	}
-	waitFor(t, "the client to drop the dead gateway", func() bool { return len(cl.Gateways()) == 1 })
+	testwait.For(t, testTimeout, "the client to drop the dead gateway", func() bool { return len(cl.Gateways()) == 1 })
 }
 
 // TestNoCallFailsWhenAGatewayStops: a gateway silo that stops gracefully
 // tells its clients first, who send their calls elsewhere, and answers
 // what it was sent: no call fails.
 func TestNoCallFailsWhenAGatewayStops(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, "a", "b")
 	cl := c.dial()
 	var acked atomic.Int64
 	stop := load(t, cl, 8, &acked)
-	waitFor(t, "calls before the stop", func() bool { return acked.Load() >= 300 })
+	testwait.For(t, testTimeout, "calls before the stop", func() bool { return acked.Load() >= 300 })
 	c.stop("b")
 	before := acked.Load()
-	waitFor(t, "calls after the stop", func() bool { return acked.Load() >= before+300 })
+	testwait.For(t, testTimeout, "calls after the stop", func() bool { return acked.Load() >= before+300 })
 	for _, o := range stop() {
 		if o.err != nil {
 			t.Errorf("call %s: %v", o.tag, o.err)
@@ -119,5 +123,39 @@ func TestNoCallFailsWhenAGatewayStops(t *testing.T) {
 			t.Errorf("call %s succeeded but no grain ran it", o.tag)
 		}
 	}
-	waitFor(t, "the client to drop the stopped gateway", func() bool { return len(cl.Gateways()) == 1 })
+	testwait.For(t, testTimeout, "the client to drop the stopped gateway", func() bool { return len(cl.Gateways()) == 1 })
+}
+
+// TestClientReturnsToRestartedSiloAlone: a silo alone that stopped and
+// started again at the same address is a new gateway to its clients (its
+// gateway ID is new at each start, as a member ID is), so the client's
+// memory of gateways that went away does not keep it off the list. The
+// client's clock stands still: asking for the list when no gateway is
+// left, not the refresh interval, brings the silo back.
+//
+// Not parallel: the silo starts again on the port it was given, which a
+// test running alongside could take meanwhile.
+func TestClientReturnsToRestartedSiloAlone(t *testing.T) {
+	s := startAlone(t, "solo", "127.0.0.1:0")
+	addr := s.GatewayAddr()
+	cl, err := client.Dial(testCtx(t), client.WithGateways(addr), client.WithClock(clockwork.NewFakeClock()))
+	if err != nil {
+		s.Stop(testCtx(t))
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ref := probe.NewProbeRef(cl, "k")
+	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ref.Call(testCtx(t), &probe.Request{}) // finds the gateway gone
+	s = startAlone(t, "solo", addr)
+	defer s.Stop(testCtx(t))
+	testwait.For(t, testTimeout, "calls to succeed after the silo came back at "+addr, func() bool {
+		_, err := ref.Call(testCtx(t), &probe.Request{})
+		return err == nil
+	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/granaryio/granary/client"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/tracing"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -66,6 +67,7 @@ func (p *loggedPending) Await(ctx context.Context) (proto.Message, error) {
 // in the order given, the first outermost; their headers reach the
 // grain; they see the outcome through the Pending they wrap.
 func TestOutgoingFilters(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, "a")
 	l := &filterLog{}
 	cl := c.dial(client.WithOutgoingFilters(namedFilter(l, "outer"), namedFilter(l, "inner")))
@@ -100,7 +102,7 @@ func TestOutgoingFilters(t *testing.T) {
 	if _, err := ref.Tell(ctx, &probe.Request{Tag: "told"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the one-way call", func() bool { return c.l.toldCount("told") == 1 })
+	testwait.For(t, testTimeout, "the one-way call", func() bool { return c.l.toldCount("told") == 1 })
 	if got := l.take(); len(got) != 4 || got[0] != "outer sends probe.Probe/f Tell" {
 		t.Errorf("a one-way call: the filters saw %q", got)
 	}
@@ -117,6 +119,7 @@ func TestOutgoingFilters(t *testing.T) {
 // TestOutgoingFilterRefuses checks that a filter that returns Failed stops
 // the call: it reaches no grain, and the caller gets the filter's error.
 func TestOutgoingFilterRefuses(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, "a")
 	refuse := func(ctx context.Context, target grain.ID, m *grain.MethodDesc, req proto.Message, next grain.Send) grain.Pending {
 		return grain.Failed(status.Error(codes.PermissionDenied, "not today"))
@@ -135,6 +138,7 @@ func TestOutgoingFilterRefuses(t *testing.T) {
 // grain fails before any filter runs, and that Dial refuses a nil
 // filter, naming the option.
 func TestOutgoingFilterBadCalls(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, "a")
 	l := &filterLog{}
 	cl := c.dial(client.WithOutgoingFilters(namedFilter(l, "f")))
@@ -161,6 +165,7 @@ func TestOutgoingFilterBadCalls(t *testing.T) {
 // client: the call's span is a child of the caller's, and the grain gets
 // its traceparent.
 func TestTracingFromClient(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, "a")
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))

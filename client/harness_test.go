@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,11 +12,15 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/internal/transport"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/membership"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -26,20 +31,6 @@ const testTimeout = 10 * time.Second
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func testCtx(t testing.TB) context.Context { return testwait.Context(t, testTimeout) }
-
-// waitFor polls cond until it holds, failing after testTimeout. For
-// conditions no event announces.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	testwait.For(t, testTimeout, what, cond)
-}
-
-// recv receives from ch, failing after testTimeout: what names what the
-// test waits for.
-func recv[T any](t testing.TB, ch <-chan T, what string) T {
-	t.Helper()
-	return testwait.Recv(t, ch, testTimeout, what)
-}
 
 // ledger is what the probe grains of a test did, across silos.
 type ledger struct {
@@ -255,7 +246,7 @@ func (c *cluster) stopAll() {
 // gateways.
 func (c *cluster) waitGateways(n int) {
 	c.t.Helper()
-	waitFor(c.t, "the gateways to be listed", func() bool {
+	testwait.For(c.t, testTimeout, "the gateways to be listed", func() bool {
 		cl, err := client.Dial(testCtx(c.t), client.WithGateways(c.addrs()...))
 		if err != nil {
 			return false
@@ -285,4 +276,88 @@ func (c *cluster) dial(opts ...client.Option) *client.Client {
 	}
 	c.t.Cleanup(func() { cl.Close() })
 	return cl
+}
+
+// startAlone starts a silo alone called name, hosting probe grains, with
+// its gateway on listen.
+func startAlone(t *testing.T, name, listen string) *silo.Silo {
+	t.Helper()
+	cfg := silo.DefaultConfig()
+	cfg.Name = name
+	gc := silo.DefaultGatewayConfig()
+	gc.Listen = listen
+	cfg.Gateway = &gc
+	s, err := silo.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLedger()
+	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &probeGrain{l: l, silo: name} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// fakeGateway serves the gateway protocol with a gateway list the test
+// sets, and takes every HOME.
+type fakeGateway struct {
+	lis   *transport.GRPCListener
+	tport *transport.Transport
+	// addr is the address the list gives for silo "fake"; lists counts
+	// the lists served.
+	addr  atomic.Pointer[string]
+	lists atomic.Int64
+}
+
+type noDial struct{}
+
+func (noDial) Dial(context.Context, string) (transport.Conn, error) {
+	return nil, status.Error(codes.Internal, "a gateway does not dial")
+}
+func (noDial) Forget(string) {}
+
+func (f *fakeGateway) Deliver(_ string, env *granaryv1.Envelope, r transport.Responder) {
+	if r.Expects() {
+		if env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME {
+			r.Reply(&granaryv1.Envelope{})
+			return
+		}
+		r.Reply(&granaryv1.Envelope{Code: uint32(codes.Unimplemented)})
+	}
+}
+
+func startFakeGateway(t *testing.T) *fakeGateway {
+	t.Helper()
+	f := &fakeGateway{}
+	cfg := transport.DefaultConfig()
+	cfg.ClusterID, cfg.Self = "fake", "fake"
+	lists := grpc.MethodDesc{
+		MethodName: "Gateways",
+		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			if err := dec(new(granaryv1.GatewaysRequest)); err != nil {
+				return nil, err
+			}
+			f.lists.Add(1)
+			return &granaryv1.GatewaysResponse{ClusterId: "fake", Gateways: []*granaryv1.Gateway{{Silo: "fake", Address: *f.addr.Load()}}}, nil
+		},
+	}
+	lis, err := transport.ListenGRPCService("127.0.0.1:0", transport.GatewayService, []grpc.MethodDesc{lists}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := transport.New(cfg, noDial{}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.lis, f.tport = lis, tp
+	addr := lis.Addr()
+	f.addr.Store(&addr)
+	if err := lis.Serve(tp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.Close(); lis.Stop() })
+	return f
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -150,7 +151,7 @@ func noHome(last error) error {
 func (c *Client) askHome(ctx context.Context, g *gatewayRef) error {
 	done := make(chan error, 1)
 	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME}
-	c.tport.Call(g.silo, env, time.Now().Add(homeTimeout), func(resp *granaryv1.Envelope, err error) {
+	c.tport.Call(g.silo, env, c.o.clock.Now().Add(homeTimeout), func(resp *granaryv1.Envelope, err error) {
 		if err == nil {
 			err = transport.StatusOf(resp)
 		}
@@ -207,9 +208,9 @@ func (c *Client) rehome() {
 		}
 		c.log.Warn("the client could not move home; retrying", zap.Duration("in", pause), zap.Error(err))
 		c.askRefresh()
-		t := time.NewTimer(pause)
+		t := c.o.clock.NewTimer(pause)
 		select {
-		case <-t.C:
+		case <-t.Chan():
 		case <-c.ctx.Done():
 			t.Stop()
 			return
@@ -249,7 +250,7 @@ func (c *Client) Deliver(from string, env *granaryv1.Envelope, r transport.Respo
 		timeout = c.o.callTimeout
 	}
 	o.mu.Lock()
-	o.queue = append(o.queue, observerCall{m: m, req: req, r: r, deadline: time.Now().Add(timeout)})
+	o.queue = append(o.queue, observerCall{m: m, req: req, r: r, deadline: c.o.clock.Now().Add(timeout)})
 	start := !o.running
 	o.running = true
 	o.mu.Unlock()
@@ -280,7 +281,7 @@ func (c *Client) runObserver(o *observer) {
 
 // runObserverCall runs one call and answers it.
 func (c *Client) runObserverCall(o *observer, call observerCall) {
-	ctx, cancel := context.WithDeadline(c.ctx, call.deadline)
+	ctx, cancel := clockwork.WithDeadline(c.ctx, c.o.clock, call.deadline)
 	defer cancel()
 	out, err := invokeObserver(ctx, o, call)
 	if !call.r.Expects() {

@@ -9,7 +9,9 @@ import (
 
 	"github.com/granaryio/granary/client"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -41,11 +43,7 @@ func (r *recorder) Ask(_ context.Context, req *probe.Request) (*probe.Reply, err
 func (r *recorder) waitNotified(t *testing.T, n int) {
 	t.Helper()
 	for i := range n {
-		select {
-		case <-r.n:
-		case <-time.After(testTimeout):
-			t.Fatalf("%s got %d of %d notifications", r.name, i, n)
-		}
+		testwait.Recv(t, r.n, testTimeout, fmt.Sprintf("%s's notification %d of %d", r.name, i+1, n))
 	}
 }
 
@@ -58,6 +56,7 @@ func ask(ctx context.Context, caller grain.Caller, key string, obs grain.ID, q s
 // replies come back, and the one-way calls of each grain arrive in the
 // order the grain made them.
 func TestObserverCalls(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, "a", "b")
 	cl := c.dial()
 	rec := newRecorder("rec")
@@ -104,6 +103,7 @@ func TestObserverCalls(t *testing.T) {
 // TestObserverGoneWhenClientCloses: once its client closes, calls to an
 // observer fail fast with NotFound, and one deleted fails the same way.
 func TestObserverGoneWhenClientCloses(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, "a", "b")
 	other := c.dial()
 	cl, err := client.Dial(testCtx(t), client.WithGateways(c.addrs()...))
@@ -127,7 +127,7 @@ func TestObserverGoneWhenClientCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.Close()
-	waitFor(t, "calls to the closed client's observer to fail with NotFound", func() bool {
+	testwait.For(t, testTimeout, "calls to the closed client's observer to fail with NotFound", func() bool {
 		start := time.Now()
 		_, err := ask(testCtx(t), other, "x", obs.ID(), "?")
 		if grain.Code(err) != codes.NotFound {
@@ -144,8 +144,9 @@ func TestObserverGoneWhenClientCloses(t *testing.T) {
 // killed, the client moves home and its observer stays reachable by the
 // same reference.
 func TestObserverMovesHome(t *testing.T) {
-	t.Run("stop", func(t *testing.T) { testObserverMovesHome(t, false) })
-	t.Run("kill", func(t *testing.T) { testObserverMovesHome(t, true) })
+	t.Parallel()
+	t.Run("stop", func(t *testing.T) { t.Parallel(); testObserverMovesHome(t, false) })
+	t.Run("kill", func(t *testing.T) { t.Parallel(); testObserverMovesHome(t, true) })
 }
 
 func testObserverMovesHome(t *testing.T, kill bool) {
@@ -170,7 +171,7 @@ func testObserverMovesHome(t *testing.T, kill bool) {
 	} else {
 		c.stop(homeName)
 	}
-	waitFor(t, "the client to move home", func() bool { h := cl.HomeGateway(); return h != "" && h != home })
+	testwait.For(t, testTimeout, "the client to move home", func() bool { h := cl.HomeGateway(); return h != "" && h != home })
 	for i := range 8 {
 		r, err := ask(testCtx(t), cl, fmt.Sprintf("m%d", i), obs.ID(), "still there?")
 		if err != nil {
@@ -180,4 +181,42 @@ func testObserverMovesHome(t *testing.T, kill bool) {
 			t.Fatalf("the observer answered %q", r.Text)
 		}
 	}
+}
+
+// TestRefresherSurvivesHomeAddressChange: when the gateway list gives
+// the client's home gateway a new address (a silo alone answers with the
+// address each client reached it at), the old stream ends and the
+// transport tells StreamsEnded on the refresher's goroutine, in the
+// middle of applying the list. apply holds no lock of the client across
+// SetPeer, so StreamsEnded takes the client's lock, the client moves
+// home, the refresher goes on refreshing at each interval, and Close
+// returns.
+func TestRefresherSurvivesHomeAddressChange(t *testing.T) {
+	t.Parallel()
+	f := startFakeGateway(t)
+	clock := clockwork.NewFakeClock()
+	const refresh = time.Second // of the fake clock, under the 5 s bound of a request for the list
+	cl, err := client.Dial(testCtx(t), client.WithGateways(f.lis.Addr()), client.WithGatewayRefresh(refresh), client.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	if _, err := probe.CreateProbeObserver(cl, newRecorder("rec")); err != nil {
+		t.Fatal(err)
+	}
+	if cl.HomeGateway() != "fake" {
+		t.Fatalf("home %q", cl.HomeGateway())
+	}
+	moved := "127.0.0.1:1"
+	f.addr.Store(&moved)
+	// The first refresh applies the list that moves the home gateway; a
+	// refresher stuck applying it would ask for no list after it.
+	n := f.lists.Load()
+	for want := n + 1; want <= n+2; want++ {
+		clock.Advance(refresh)
+		testwait.For(t, testTimeout, fmt.Sprintf("refresh %d after the home gateway moved", want-n), func() bool { return f.lists.Load() >= want })
+	}
+	closed := make(chan struct{})
+	go func() { cl.Close(); close(closed) }()
+	testwait.Recv(t, closed, testTimeout, "Close")
 }

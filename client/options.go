@@ -11,6 +11,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/security/tlsfiles"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -33,6 +34,7 @@ type options struct {
 	lookupHost   func(host string) ([]string, error)
 	gatewayRetry time.Duration
 	outgoing     []grain.OutgoingFilter
+	clock        clockwork.Clock
 
 	// token is the bearer token sent with every call and stream, "" for
 	// none; insecureToken lets it go over plaintext.
@@ -53,6 +55,7 @@ func defaultOptions() options {
 		maxMessage:   4 << 20,
 		lookupHost:   net.LookupHost,
 		gatewayRetry: time.Second,
+		clock:        clockwork.NewRealClock(),
 	}
 }
 
@@ -149,6 +152,22 @@ func WithKeepalive(p keepalive.ClientParameters) Option {
 // 30 s.
 func WithGatewayRefresh(d time.Duration) Option {
 	return func(o *options) { o.refresh = d }
+}
+
+// WithClock sets the clock behind the client's own timing: call
+// deadlines and their timers, the gateway list's refresh, how long a
+// failed gateway is avoided, the pause between attempts to move home, and
+// the deadlines of observer calls and of the gateway transport. Tests
+// pass a fake clock and advance it. gRPC's own timing (keepalive,
+// connection backoff) stays on the real clock, and so does a caller's
+// context: with a fake clock, bound calls by call options rather than by
+// a context deadline. Default: the real clock.
+func WithClock(c clockwork.Clock) Option {
+	return func(o *options) {
+		if c != nil {
+			o.clock = c
+		}
+	}
 }
 
 // WithMaxMessageSize bounds the size of a request the client sends and

@@ -13,6 +13,7 @@ import (
 // TestSeedsResolveTheDNSName: the DNS name's addresses join the static
 // seeds, resolved each time, and a failed lookup leaves the static ones.
 func TestSeedsResolveTheDNSName(t *testing.T) {
+	t.Parallel()
 	o := defaultOptions()
 	WithGateways("static:1")(&o)
 	WithGatewayDNS("silos.example:30000")(&o)
@@ -48,6 +49,7 @@ func TestSeedsResolveTheDNSName(t *testing.T) {
 // grains spread evenly over the gateways, a gateway already tried is
 // skipped, and one marked down is taken only when no other is left.
 func TestPickSpreadsGrains(t *testing.T) {
+	t.Parallel()
 	c := &Client{o: defaultOptions()}
 	gws := []*gatewayRef{
 		{silo: "a-1", hash: hashmix.FNV1a("a-1")},

@@ -1,6 +1,6 @@
 // Package testwait holds the bounded waits that Granary's tests share: a
 // context that ends after a test's timeout, a poll for a condition no
-// event announces, and a receive that gives up. Tests never sleep to
+// event announces, and receives that give up. Tests never sleep to
 // synchronise; they wait for something, for at most a fixed time, and a
 // test that reaches that bound has failed.
 package testwait
@@ -49,5 +49,26 @@ func Recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	case <-timer.C:
 		t.Fatalf("timed out after %v waiting for %s", d, what)
 		panic("unreachable")
+	}
+}
+
+// Until receives from ch until a value satisfies ok, and returns it,
+// failing the test after d (one bound for the whole wait); what names
+// what the test waits for. The values before it are consumed: ok may
+// fail the test on one it must not see.
+func Until[T any](t testing.TB, ch <-chan T, d time.Duration, what string, ok func(T) bool) T {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case v := <-ch:
+			if ok(v) {
+				return v
+			}
+		case <-timer.C:
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+			panic("unreachable")
+		}
 	}
 }

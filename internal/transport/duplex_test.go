@@ -33,6 +33,7 @@ func (w watchingEcho) Deliver(from string, env *granaryv1.Envelope, r Responder)
 // dialling end answers, and a peer with no stream up is refused as not
 // sent. When the stream ends, both ends' watchers hear of it.
 func TestCallOnAcceptedStream(t *testing.T) {
+	t.Parallel()
 	net := NewMemNetwork()
 	ha, hb := newWatchingEcho(), newWatchingEcho()
 	mk := func(self string, h Handler) *Transport {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -67,6 +68,7 @@ func grpcPair(tb testing.TB, tweak func(*Config)) (a, b *grpcSilo, hb *echo) {
 }
 
 func TestGRPCRoundTrip(t *testing.T) {
+	t.Parallel()
 	a, _, _ := grpcPair(t, nil)
 	chs := make([]chan result, 100)
 	var wg sync.WaitGroup
@@ -86,6 +88,7 @@ func TestGRPCRoundTrip(t *testing.T) {
 }
 
 func TestGRPCLargeMessagesAndLimit(t *testing.T) {
+	t.Parallel()
 	a, _, _ := grpcPair(t, func(c *Config) { c.MaxMessageSize, c.MaxBatchBytes = 1<<20, 64<<10 })
 	big := strings.Repeat("z", 1<<20-64)
 	r := wait(t, call(a.tr, "b", big, time.Time{}))
@@ -97,6 +100,7 @@ func TestGRPCLargeMessagesAndLimit(t *testing.T) {
 }
 
 func TestGRPCOtherClusterRefused(t *testing.T) {
+	t.Parallel()
 	a := startGRPCSilo(t, "one", "a", newEcho(), nil)
 	b := startGRPCSilo(t, "two", "b", newEcho(), nil)
 	a.tr.SetPeer("b", b.addr)
@@ -105,6 +109,7 @@ func TestGRPCOtherClusterRefused(t *testing.T) {
 }
 
 func TestGRPCPeerGoneFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	a, b, _ := grpcPair(t, func(c *Config) { c.RedialBackoff = 0 })
 	if r := wait(t, call(a.tr, "b", "warm", time.Time{})); r.err != nil {
 		t.Fatal(r.err)
@@ -163,6 +168,7 @@ func (h countingHandler) Deliver(from string, env *granaryv1.Envelope, r Respond
 }
 
 func TestGRPCFailedPeerStreamEndsWithWriterBlocked(t *testing.T) {
+	t.Parallel()
 	hb := countingHandler{n: make(chan struct{}, 64)}
 	a := startGRPCSilo(t, "test", "a", newEcho(), nil)
 	b := startGRPCSilo(t, "test", "b", hb, nil)
@@ -211,4 +217,135 @@ func TestGRPCFailedPeerStreamEndsWithWriterBlocked(t *testing.T) {
 			t.Fatal("a call got no outcome after b ended the stream")
 		}
 	}
+}
+
+// TestGRPCRemovedPeerStreamEnds: on gRPC, failing an accepted endpoint
+// ends its stream, so a peer this silo declared failed learns it at once:
+// its next call gets an outcome rather than being run here with the
+// answer dropped.
+//
+// The situation: b's membership declares a failed (a false suspicion,
+// or a partition that heals) and b calls RemovePeer(a, failed, false),
+// which fails b's accepted endpoint of a's stream. a's next call must
+// not go out on a stream that looks healthy to a but whose answers b
+// drops. The in-memory network ends the stream when it is closed, so
+// only the gRPC transport shows this.
+func TestGRPCRemovedPeerStreamEnds(t *testing.T) {
+	t.Parallel()
+	a, b, _ := grpcPair(t, nil)
+	if r := wait(t, call(a.tr, "b", "warm", time.Time{})); r.err != nil {
+		t.Fatal(r.err)
+	}
+	b.tr.RemovePeer("a", "failed", false)
+	r := testwait.Recv(t, call(a.tr, "b", "after", time.Time{}), defaultTestTimeout, "the outcome of a call to b after b failed its end of a's stream")
+	t.Logf("outcome: %v %v", r.env, r.err)
+}
+
+// TestGRPCRemovingOldIncarnationKeepsNewOnesChannel: removing a failed
+// peer forgets its address only when no remaining peer uses it, so the
+// gRPC channel of a new incarnation at the same address stays open and
+// its calls in flight are answered.
+//
+// The situation: silo b restarts at the same address (a container
+// restart keeps its pod IP) with a new member ID, b2. Membership reports
+// b2 joined before it declares the old b failed (failure detection takes
+// seconds; the restart less): SetPeer(b2, addr), then RemovePeer(b,
+// failed).
+func TestGRPCRemovingOldIncarnationKeepsNewOnesChannel(t *testing.T) {
+	t.Parallel()
+	a, b, hb := grpcPair(t, nil)
+	if r := wait(t, call(a.tr, "b", "warm", time.Time{})); r.err != nil {
+		t.Fatal(r.err)
+	}
+	a.tr.SetPeer("b2", b.addr) // the new incarnation at the old address
+	if r := wait(t, call(a.tr, "b2", "warm", time.Time{})); r.err != nil {
+		t.Fatal(r.err)
+	}
+	block := make(chan struct{})
+	hb.mu.Lock()
+	hb.block = block
+	hb.mu.Unlock()
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			hb.mu.Lock()
+			hb.block = nil
+			hb.mu.Unlock()
+			close(block)
+		})
+	}
+	t.Cleanup(release)
+	inFlight := call(a.tr, "b2", "in flight", time.Time{})
+	a.tr.RemovePeer("b", "failed", false) // the old incarnation is declared dead
+	release()
+	r := wait(t, inFlight)
+	if r.err != nil || string(r.env.Payload) != "in flight" {
+		t.Fatalf("a call to b2 in flight when the old incarnation b was removed = %v, %v; want its answer", r.env, r.err)
+	}
+}
+
+// blockingHandler blocks each Deliver until released, telling entered.
+type blockingHandler struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *blockingHandler) Deliver(from string, env *granaryv1.Envelope, r Responder) {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	<-h.release
+	r.Reply(&granaryv1.Envelope{Payload: env.Payload})
+}
+
+// TestGRPCListenerStopWaitsForServe: GRPCListener.Stop, as Listener.Stop
+// promises, returns only once the Serve calls of the accepted streams
+// have: after a silo's Stop or Close no reader is still inside Deliver,
+// routing envelopes into a closed silo, and none of its goroutines
+// outlives the silo. (grpc.Server.Stop alone waits for method handlers
+// only on a server made with grpc.WaitForHandlers(true).)
+func TestGRPCListenerStopWaitsForServe(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.ClusterID, cfg.Self = "test", "b"
+	lis, err := ListenGRPC("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &blockingHandler{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	gn := NewGRPCNetwork(cfg)
+	tb, err := New(cfg, gn, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lis.Serve(tb); err != nil {
+		t.Fatal(err)
+	}
+	a := startGRPCSilo(t, "test", "a", newEcho(), nil)
+	a.tr.SetPeer("b", lis.Addr())
+	var released sync.Once
+	release := func() { released.Do(func() { close(h.release) }) }
+	t.Cleanup(func() {
+		release()
+		lis.Stop()
+		tb.Close()
+		gn.Close()
+	})
+
+	ch := call(a.tr, "b", "x", time.Time{})
+	testwait.Recv(t, h.entered, defaultTestTimeout, "the request to reach b's handler")
+	stopped := make(chan struct{})
+	go func() {
+		lis.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Errorf("GRPCListener.Stop returned while a Serve call was still inside Deliver")
+	case <-time.After(500 * time.Millisecond): // a window to see Stop return in, not a wait for an event
+	}
+	release()
+	<-stopped
+	<-ch
 }

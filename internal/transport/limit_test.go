@@ -45,6 +45,7 @@ func listenIdle(t *testing.T, tweak func(*Config)) (string, *security.Rejections
 // connections that never send a byte: with the default configuration
 // every one is closed by the server within 20 s.
 func TestIdleConnectionsAreReapedWithinTheHandshakeTimeout(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits for the 10 s handshake timeout")
 	}
@@ -92,6 +93,7 @@ func TestIdleConnectionsAreReapedWithinTheHandshakeTimeout(t *testing.T) {
 // connections open and checks that the next is closed at once, counted,
 // and that a closed connection frees its place.
 func TestConnectionsOverTheCapAreClosedAndCounted(t *testing.T) {
+	t.Parallel()
 	addr, rej := listenIdle(t, func(c *Config) { c.MaxConnections = 3 })
 	var held []net.Conn
 	defer func() {
@@ -146,6 +148,7 @@ func TestConnectionsOverTheCapAreClosedAndCounted(t *testing.T) {
 // TestGarbageOnTheListenerIsCounted sends bytes that are neither TLS nor
 // HTTP/2: the connection is refused and counted as a malformed frame.
 func TestGarbageOnTheListenerIsCounted(t *testing.T) {
+	t.Parallel()
 	addr, rej := listenIdle(t, nil)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

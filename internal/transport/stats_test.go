@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 )
 
 func TestBatchBucket(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ n, want int }{
 		{0, 0}, {1, 0}, {2, 1}, {3, 2}, {4, 2}, {5, 3}, {8, 3}, {9, 4},
 		{512, 9}, {513, 10}, {1024, 10}, {1025, batchBounds}, {1 << 20, batchBounds},
@@ -24,19 +26,20 @@ func TestBatchBucket(t *testing.T) {
 // delivered, so the counters lag the traffic they count; cond should test
 // the ones added last (batches sent, envelopes received), which Stats
 // reads first, so that the rest of the snapshot holds the same frames.
-func waitStats(t *testing.T, p *pair, cond func(a, b Stats) bool) (Stats, Stats) {
+func waitStats(t *testing.T, p *pair, cond func(a, b Stats) bool) (a, b Stats) {
 	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for {
-		a, b := p.a.Stats(), p.b.Stats()
-		if cond(a, b) {
-			return a, b
+	settled := false
+	defer func() {
+		if !settled {
+			t.Logf("the last stats:\na: %+v\nb: %+v", a, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats never settled:\na: %+v\nb: %+v", a, b)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	}()
+	testwait.For(t, defaultTestTimeout, "the stats to settle", func() bool {
+		a, b = p.a.Stats(), p.b.Stats()
+		return cond(a, b)
+	})
+	settled = true
+	return a, b
 }
 
 func sum(xs []uint64) (n uint64) {
@@ -47,6 +50,7 @@ func sum(xs []uint64) (n uint64) {
 }
 
 func TestStatsCountCalls(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	const n = 20
 	for i := range n {
@@ -92,6 +96,7 @@ func TestStatsCountCalls(t *testing.T) {
 }
 
 func TestStatsCountBatches(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
 		t.Fatal(r.err)

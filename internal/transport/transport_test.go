@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
@@ -143,15 +144,11 @@ func call(tr *Transport, to, payload string, deadline time.Time) chan result {
 	return ch
 }
 
+// wait returns the outcome on ch, failing the test after
+// defaultTestTimeout.
 func wait(t *testing.T, ch chan result) result {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(defaultTestTimeout):
-		t.Fatal("no outcome within the test timeout")
-		return result{}
-	}
+	return testwait.Recv(t, ch, defaultTestTimeout, "a call's outcome")
 }
 
 func wantCode(t *testing.T, err error, code codes.Code, contains string) {
@@ -162,6 +159,7 @@ func wantCode(t *testing.T, err error, code codes.Code, contains string) {
 }
 
 func TestCallRoundTrip(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	const n = 500
 	chs := make([]chan result, n)
@@ -181,6 +179,7 @@ func TestCallRoundTrip(t *testing.T) {
 }
 
 func TestOneWayInOrder(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	const n = 300
 	for i := range n {
@@ -201,6 +200,7 @@ func TestOneWayInOrder(t *testing.T) {
 }
 
 func TestOversizeRefused(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, func(c *Config) { c.MaxMessageSize = 4096 })
 	r := wait(t, call(p.a, "b", strings.Repeat("x", 5000), time.Time{}))
 	wantCode(t, r.err, codes.ResourceExhausted, "limit of 4096 bytes (MaxMessageSize)")
@@ -213,12 +213,14 @@ func TestOversizeRefused(t *testing.T) {
 }
 
 func TestUnknownPeer(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	r := wait(t, call(p.a, "nobody", "x", time.Time{}))
 	wantCode(t, r.err, codes.Unavailable, "no route to silo nobody")
 }
 
 func TestRemovePeerFailsPendingAtOnce(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	release := p.holdB()
 	ch := call(p.a, "b", "stuck", time.Time{})
@@ -231,6 +233,7 @@ func TestRemovePeerFailsPendingAtOnce(t *testing.T) {
 }
 
 func TestBrokenStreamFailsPendingAndRedials(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, func(c *Config) { c.RedialBackoff = 0 })
 	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
 		t.Fatal(r.err)
@@ -250,6 +253,7 @@ func TestBrokenStreamFailsPendingAndRedials(t *testing.T) {
 }
 
 func TestRedialBackoffRefusesAtOnce(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, func(c *Config) { c.RedialBackoff = time.Minute })
 	p.net.Down("b", true)
 	r := wait(t, call(p.a, "b", "x", time.Time{}))
@@ -264,6 +268,7 @@ func TestRedialBackoffRefusesAtOnce(t *testing.T) {
 }
 
 func TestBackpressureBoundedByDeadline(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, func(c *Config) { c.SendQueueBytes, c.MaxMessageSize, c.MaxBatchBytes = 8192, 4096, 4096 })
 	release := p.holdB()
 	// Hold b's reader: the in-memory stream buffers 64 frames, then the
@@ -313,6 +318,7 @@ func TestBackpressureBoundedByDeadline(t *testing.T) {
 }
 
 func TestLostResponseSwept(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, func(c *Config) { c.ResponseGrace = time.Second })
 	release := p.holdB()
 	defer release()
@@ -346,6 +352,8 @@ func rawConn(t *testing.T, p *pair, hello *granaryv1.Envelope) Conn {
 	return c
 }
 
+// recvWithin receives a frame on c, failing the test after
+// defaultTestTimeout; then it closes c, which ends the receive.
 func recvWithin(t *testing.T, c Conn) ([]byte, error) {
 	t.Helper()
 	type res struct {
@@ -354,14 +362,15 @@ func recvWithin(t *testing.T, c Conn) ([]byte, error) {
 	}
 	ch := make(chan res, 1)
 	go func() { b, err := c.Recv(); ch <- res{b, err} }()
-	select {
-	case r := <-ch:
-		return r.b, r.err
-	case <-time.After(defaultTestTimeout):
-		c.Close()
-		t.Fatal("nothing received within the test timeout")
-		return nil, nil
-	}
+	received := false
+	defer func() {
+		if !received {
+			c.Close()
+		}
+	}()
+	r := testwait.Recv(t, ch, defaultTestTimeout, "a frame")
+	received = true
+	return r.b, r.err
 }
 
 func helloOf(cluster string) *granaryv1.Envelope {
@@ -369,6 +378,7 @@ func helloOf(cluster string) *granaryv1.Envelope {
 }
 
 func TestMalformedEnvelopeAnswered(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	c := rawConn(t, p, helloOf("test"))
 	// An envelope whose kind and call ID read, but whose payload field
@@ -424,6 +434,7 @@ func TestMalformedEnvelopeAnswered(t *testing.T) {
 }
 
 func TestStreamOfAnotherClusterRefused(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	c := rawConn(t, p, helloOf("other"))
 	if _, err := recvWithin(t, c); err == nil {
@@ -439,6 +450,7 @@ func TestStreamOfAnotherClusterRefused(t *testing.T) {
 }
 
 func TestCloseFailsPendingAndWaits(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	release := p.holdB()
 	ch := call(p.a, "b", "x", time.Time{})
@@ -455,6 +467,7 @@ func TestCloseFailsPendingAndWaits(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		field string
 		tweak func(*Config)
@@ -481,6 +494,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestGracefulRemovalAnswersPending(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	release := p.holdB()
 	ch := call(p.a, "b", "in flight", time.Time{})
@@ -495,7 +509,47 @@ func TestGracefulRemovalAnswersPending(t *testing.T) {
 	}
 }
 
+// TestCallAfterGoAwayAnswerIsNotSent: a call that took the endpoint
+// before its reader answered the peer's GO_AWAY, and reaches the
+// endpoint after the answer went out, fails at once with a NotSentError,
+// so the silo routes it elsewhere. Once the answer is queued the stream
+// takes no request or one-way send: the writer half-closes it after the
+// answer and returns, and the peer has stopped counting requests.
+//
+// The interleaving: Transport.Call runs endpointFor (the peer is not
+// leaving yet, so the endpoint is returned), then the reader delivers
+// the peer's GO_AWAY: the peer is marked leaving, the answer queued, the
+// stream marked finished, and the writer sends the answer, half-closes
+// and returns. Only then does the caller's ep.call run.
+func TestCallAfterGoAwayAnswerIsNotSent(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, nil)
+	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
+		t.Fatal(r.err)
+	}
+	// The caller's Call has the endpoint...
+	ep, err := p.a.endpointFor("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ...when b goes away and a answers.
+	if err := p.b.GoAway(testwait.Context(t, defaultTestTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	ep.mu.Lock()
+	mc := ep.conn.(*memConn)
+	ep.mu.Unlock()
+	testwait.Recv(t, mc.out.eof, defaultTestTimeout, "a's writer to half-close the stream after answering the go-away")
+	ch := make(chan result, 1)
+	ep.call(&granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, Payload: []byte("late")}, time.Time{},
+		func(env *granaryv1.Envelope, err error) { ch <- result{env, err} })
+	if r := testwait.Recv(t, ch, defaultTestTimeout, "the outcome of a call queued after the go-away answer"); r.err != nil && !NotSent(r.err) {
+		t.Fatalf("a call that never left got %v, want a NotSentError so the silo routes it elsewhere", r.err)
+	}
+}
+
 func TestGoAway(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
 		t.Fatal(r.err)
@@ -523,6 +577,7 @@ func TestGoAway(t *testing.T) {
 }
 
 func TestShutdownWritesWhatIsQueued(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	const n = 2000
 	for i := range n {
@@ -545,6 +600,7 @@ func TestShutdownWritesWhatIsQueued(t *testing.T) {
 }
 
 func TestRemovePeerFailsStreamToldToGoAway(t *testing.T) {
+	t.Parallel()
 	p := newPair(t, nil)
 	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
 		t.Fatal(r.err)
@@ -590,6 +646,7 @@ func (f forgetLog) Forget(addr string) {
 }
 
 func TestForgetOnlyUnusedAddresses(t *testing.T) {
+	t.Parallel()
 	n := NewMemNetwork()
 	mk := func(self string, net Network) *Transport {
 		cfg := DefaultConfig()

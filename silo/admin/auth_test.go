@@ -28,6 +28,7 @@ import (
 // cluster are off: 403 naming the settings that turn them on, counted as
 // refusals; the silo keeps running, and reading stays open.
 func TestAdminActionsOffWithoutCredentials(t *testing.T) {
+	t.Parallel()
 	var drains atomic.Int32
 	rej := security.NewRejections(nil)
 	srv, sl := startAlone(t, admin.Config{Drain: func() { drains.Add(1) }, Rejections: rej})
@@ -64,6 +65,7 @@ func TestAdminActionsOffWithoutCredentials(t *testing.T) {
 // With a token file, every request but the probes, the metrics and the
 // dashboard's files needs an admin token; a valid token works.
 func TestAdminToken(t *testing.T) {
+	t.Parallel()
 	var drains atomic.Int32
 	rej := security.NewRejections(nil)
 	srv, _ := startAlone(t, admin.Config{
@@ -148,6 +150,7 @@ func TestAdminToken(t *testing.T) {
 // interval has passed (1 s here, on a fake clock), and an event stream it
 // opened ends at its next event.
 func TestRevokedToken(t *testing.T) {
+	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Now())
 	const other = "other-admin-token-0123456789abcdef"
 	path := writeTokenFile(t, adminToken+" ops", other+" other")
@@ -289,6 +292,7 @@ func httpsClient(cfg *tls.Config) *http.Client {
 // client that trusts the CA gets through, a plain HTTP one and one that
 // does not trust the CA do not, and the failed handshakes are counted.
 func TestTLSServing(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	rej := security.NewRejections(nil)
 	srv, _ := startAlone(t, admin.Config{TLS: pki.serverTLS(t, tlsfiles.TLS), Tokens: testTokens(t), Rejections: rej})
@@ -326,7 +330,7 @@ func TestTLSServing(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("a client trusting another CA got through")
 	}
-	waitFor(t, "the failed handshakes to be counted", func() bool {
+	testwait.For(t, testTimeout, "the failed handshakes to be counted", func() bool {
 		return rej.Count(security.ListenerAdmin, security.ReasonPlaintext) == 1 &&
 			rej.Count(security.ListenerAdmin, security.ReasonBadCertificate)+rej.Count(security.ListenerAdmin, security.ReasonUnknownCA)+
 				rej.Count(security.ListenerAdmin, security.ReasonTLSHandshake) == 1
@@ -337,6 +341,7 @@ func TestTLSServing(t *testing.T) {
 // credentials; a client without one is refused, and one from another CA
 // does not finish its handshake.
 func TestCertAdmin(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	var drains atomic.Int32
 	rej := security.NewRejections(nil)
@@ -400,6 +405,7 @@ func TestCertAdmin(t *testing.T) {
 }
 
 func TestCertAdminsConfigErrors(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	noCA, err := tlsfiles.Load(tlsfiles.Files{Cert: pki.certFile, Key: pki.keyFle}, tlsfiles.Options{})
 	if err != nil {
@@ -441,6 +447,7 @@ func TestCertAdminsConfigErrors(t *testing.T) {
 // other on their certificates: the report gathers every silo, and a drain
 // sent with the token to one is forwarded to another.
 func TestClusterOverTLS(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	src := pki.source(t)
 	serverTLS, err := src.ServerConfig(tlsfiles.TLS, tlsfiles.ServerOptions{NextProtos: []string{"h2", "http/1.1"}})
@@ -473,6 +480,7 @@ func TestClusterOverTLS(t *testing.T) {
 // The token a caller sends is what a forwarded request carries: a peer
 // that does not know it refuses, and the refusal is passed on.
 func TestForwardCarriesToken(t *testing.T) {
+	t.Parallel()
 	const onlyA = "known-to-a-only-0123456789abcdef"
 	c := newTestClusterWith(t, nodeOptions{})
 	c.start("a", nodeOptions{tokenPath: writeTokenFile(t, adminToken+" ops", onlyA+" a-ops")})
@@ -504,6 +512,7 @@ func TestForwardCarriesToken(t *testing.T) {
 
 // Without admin credentials, a cluster's reports are gathered as before.
 func TestClusterReportOpenWithoutCredentials(t *testing.T) {
+	t.Parallel()
 	c := newTestClusterWith(t, nodeOptions{noTokens: true}, "a", "b")
 	r, err := client(t, c.node("a").srv.Addr()).Cluster(testCtx(t))
 	if err != nil || len(r.Silos) != 2 || len(r.Unreachable) != 0 {
@@ -517,6 +526,7 @@ func TestClusterReportOpenWithoutCredentials(t *testing.T) {
 // are counted as a refusal; net/http alone would answer 400 and say
 // nothing.
 func TestGarbageOnTheAdminPortIsCounted(t *testing.T) {
+	t.Parallel()
 	rej := security.NewRejections(nil)
 	srv := listen(t, admin.Config{Listen: "127.0.0.1:0", Rejections: rej})
 	c, err := net.Dial("tcp", srv.Addr())

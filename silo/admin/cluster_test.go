@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/silo"
@@ -183,7 +184,7 @@ func (c *testCluster) waitMembers(n int) {
 	c.t.Helper()
 	for _, name := range c.names() {
 		sl := c.node(name).sl
-		waitFor(c.t, fmt.Sprintf("%s to see %d active members", name, n), func() bool {
+		testwait.For(c.t, testTimeout, fmt.Sprintf("%s to see %d active members", name, n), func() bool {
 			ms := sl.Members()
 			return len(ms) == n && !slices.ContainsFunc(ms, func(m membership.Member) bool {
 				return m.Status != membership.StatusActive || m.AdminAddr == ""
@@ -232,6 +233,7 @@ func (c *testCluster) keyOn(from, target string) string {
 }
 
 func TestClusterReportListsEverySilo(t *testing.T) {
+	t.Parallel()
 	c := newTestCluster(t, "a", "b", "c")
 	for i := range 12 {
 		call(t, c.node("a").sl, fmt.Sprintf("g%d", i))
@@ -270,6 +272,7 @@ func TestClusterReportListsEverySilo(t *testing.T) {
 }
 
 func TestLookupAndDeactivateForwarded(t *testing.T) {
+	t.Parallel()
 	c := newTestCluster(t, "a", "b", "c")
 	key := c.keyOn("a", "c")
 	grainID := probeType + "/" + key
@@ -284,7 +287,7 @@ func TestLookupAndDeactivateForwarded(t *testing.T) {
 	if err != nil || !d.Deactivated || d.Member != c.node("c").sl.Member() {
 		t.Fatalf("Deactivate through a: %+v, %v; want deactivated on c", d, err)
 	}
-	waitFor(t, "the grain to deactivate on c", func() bool {
+	testwait.For(t, testTimeout, "the grain to deactivate on c", func() bool {
 		loc, err := ca.Lookup(ctx, grainID)
 		return err == nil && !loc.Active
 	})
@@ -294,6 +297,7 @@ func TestLookupAndDeactivateForwarded(t *testing.T) {
 }
 
 func TestDrainForwarded(t *testing.T) {
+	t.Parallel()
 	c := newTestCluster(t, "a", "b", "c")
 	ca := adminClient(t, c.node("a").srv.Addr())
 	reply, err := ca.Drain(testCtx(t), "b")
@@ -323,6 +327,7 @@ func TestDrainForwarded(t *testing.T) {
 // whose admin address takes connections and never answers, are listed as
 // unreachable, and the report does not wait for them past PeerTimeout.
 func TestUnreachablePeers(t *testing.T) {
+	t.Parallel()
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

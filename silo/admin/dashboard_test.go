@@ -107,6 +107,7 @@ func signIn(t *testing.T, tab context.Context, token string) {
 // screenshot (to GRANARY_DASHBOARD_SCREENSHOT when set). The page must
 // write no error to its console but the refusals expected.
 func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
 	execPath := chromiumPath(t)
 	c := newTestClusterWith(t, nodeOptions{sampleInterval: 250 * time.Millisecond}, "a", "b", "c")
 	stopLoad := startLoad(c)

@@ -36,13 +36,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func testCtx(t testing.TB) context.Context { return testwait.Context(t, testTimeout) }
 
-// waitFor polls cond until it holds, failing after testTimeout. For
-// conditions no event announces.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	testwait.For(t, testTimeout, what, cond)
-}
-
 // httpClient sends the tests' requests. Without keep-alive, no idle
 // connection outlives a test for goleak to find.
 var httpClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/admin"
@@ -23,6 +24,7 @@ import (
 )
 
 func TestListenConfigErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		cfg   admin.Config
@@ -54,6 +56,7 @@ func TestListenConfigErrors(t *testing.T) {
 }
 
 func TestListenPicksPort(t *testing.T) {
+	t.Parallel()
 	srv := listen(t, admin.Config{})
 	if strings.HasSuffix(srv.Addr(), ":0") {
 		t.Fatalf("Addr %s: no port picked", srv.Addr())
@@ -67,6 +70,7 @@ func TestListenPicksPort(t *testing.T) {
 // TestReadiness follows /readyz through a silo's life: not attached,
 // attached but not started, started, stopped.
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	srv := listen(t, admin.Config{})
 	addr := srv.Addr()
 	do(t, http.MethodGet, addr, adminapi.PathReadyz, nil).wantError(t, http.StatusServiceUnavailable, codes.Unavailable, "not attached")
@@ -117,6 +121,7 @@ func startAlone(t *testing.T, cfg admin.Config) (*admin.Server, *silo.Silo) {
 }
 
 func TestSiloReport(t *testing.T) {
+	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Now())
 	const interval = 4 * time.Second
 	srv, sl := startAlone(t, admin.Config{Clock: clock, SampleInterval: interval})
@@ -132,7 +137,7 @@ func TestSiloReport(t *testing.T) {
 	clock.Advance(interval)
 
 	var r adminapi.SiloReport
-	waitFor(t, "the sampler to report hot grains", func() bool {
+	testwait.For(t, testTimeout, "the sampler to report hot grains", func() bool {
 		r = adminapi.SiloReport{}
 		do(t, http.MethodGet, srv.Addr(), adminapi.PathSilo, nil).decode(t, http.StatusOK, &r)
 		return len(r.Hot) > 0
@@ -168,7 +173,7 @@ func TestSiloReport(t *testing.T) {
 
 	// The next interval saw no call: no grain is hot.
 	clock.Advance(interval)
-	waitFor(t, "the next sample", func() bool {
+	testwait.For(t, testTimeout, "the next sample", func() bool {
 		r = adminapi.SiloReport{}
 		do(t, http.MethodGet, srv.Addr(), adminapi.PathSilo, nil).decode(t, http.StatusOK, &r)
 		return len(r.Hot) == 0
@@ -178,6 +183,7 @@ func TestSiloReport(t *testing.T) {
 // TestCallsAndErrors: with metrics attached, the report has each type's
 // call and error counts and rates, and the latest failed calls.
 func TestCallsAndErrors(t *testing.T) {
+	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Now())
 	const interval = 2 * time.Second
 	m, reg := newMetrics(t)
@@ -207,7 +213,7 @@ func TestCallsAndErrors(t *testing.T) {
 	clock.Advance(interval)
 
 	var r adminapi.SiloReport
-	waitFor(t, "the sampler to measure the calls", func() bool {
+	testwait.For(t, testTimeout, "the sampler to measure the calls", func() bool {
 		r = adminapi.SiloReport{}
 		do(t, http.MethodGet, srv.Addr(), adminapi.PathSilo, nil).decode(t, http.StatusOK, &r)
 		return len(r.Types) == 1 && r.Types[0].CallRate > 0
@@ -233,6 +239,7 @@ func TestCallsAndErrors(t *testing.T) {
 }
 
 func TestClusterReportAlone(t *testing.T) {
+	t.Parallel()
 	srv, _ := startAlone(t, admin.Config{})
 	r, err := client(t, srv.Addr()).Cluster(testCtx(t))
 	if err != nil {
@@ -247,6 +254,7 @@ func TestClusterReportAlone(t *testing.T) {
 }
 
 func TestLookupAndDeactivate(t *testing.T) {
+	t.Parallel()
 	srv, sl := startAlone(t, admin.Config{Tokens: testTokens(t)})
 	c := adminClient(t, srv.Addr())
 	ctx := testCtx(t)
@@ -270,7 +278,7 @@ func TestLookupAndDeactivate(t *testing.T) {
 	if err != nil || !d.Deactivated || d.Grain != grainID {
 		t.Fatalf("Deactivate: %+v, %v; want deactivated", d, err)
 	}
-	waitFor(t, "the grain to deactivate", func() bool {
+	testwait.For(t, testTimeout, "the grain to deactivate", func() bool {
 		loc, err := c.Lookup(ctx, grainID)
 		return err == nil && !loc.Active
 	})
@@ -281,6 +289,7 @@ func TestLookupAndDeactivate(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	srv, _ := startAlone(t, admin.Config{Drain: func() {}, Tokens: testTokens(t)})
 	addr := srv.Addr()
 	tests := []struct {
@@ -328,6 +337,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestDrain(t *testing.T) {
+	t.Parallel()
 	var drains atomic.Int32
 	srv, _ := startAlone(t, admin.Config{Drain: func() { drains.Add(1) }, Tokens: testTokens(t)})
 	c := adminClient(t, srv.Addr())
@@ -350,12 +360,14 @@ func TestDrain(t *testing.T) {
 }
 
 func TestDrainWithoutFunc(t *testing.T) {
+	t.Parallel()
 	srv, _ := startAlone(t, admin.Config{Tokens: testTokens(t)})
 	doAuth(t, http.MethodPost, srv.Addr(), adminapi.PathDrain, query("silo", "alone"), adminToken).
 		wantError(t, http.StatusNotImplemented, codes.Unimplemented, "alone")
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	served := prometheus.NewCounter(prometheus.CounterOpts{Name: "granary_admin_test_total", Help: "A counter of the admin server's test."})
 	reg.MustRegister(served)
@@ -371,6 +383,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestDashboardFiles(t *testing.T) {
+	t.Parallel()
 	srv := listen(t, admin.Config{})
 	tests := []struct {
 		path, contentType, holds string
@@ -411,6 +424,7 @@ func TestDashboardFiles(t *testing.T) {
 // TestEvents reads the event stream: a report at once, another each
 // EventInterval, and the end of the stream when the server stops.
 func TestEvents(t *testing.T) {
+	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Now())
 	srv, _ := startAlone(t, admin.Config{Clock: clock})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -475,6 +489,7 @@ func TestEvents(t *testing.T) {
 }
 
 func TestStopIdempotent(t *testing.T) {
+	t.Parallel()
 	srv, err := admin.Listen(admin.Config{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -496,6 +511,7 @@ func TestStopIdempotent(t *testing.T) {
 }
 
 func TestAttachTwicePanics(t *testing.T) {
+	t.Parallel()
 	srv := listen(t, admin.Config{})
 	sl := newSilo(t, "twice", srv.Addr(), nil)
 	srv.Attach(sl, nil)
@@ -512,6 +528,7 @@ func TestAttachTwicePanics(t *testing.T) {
 // comes from, and the server refuses it before acting, even with an admin
 // token (a browser may have one to send).
 func TestCrossSitePostsRefused(t *testing.T) {
+	t.Parallel()
 	var drains atomic.Int32
 	srv, _ := startAlone(t, admin.Config{Drain: func() { drains.Add(1) }, Tokens: testTokens(t)})
 	for _, h := range []struct{ name, value string }{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/granaryio/granary/security"
 	"github.com/hashicorp/memberlist"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 )
 
@@ -206,6 +207,14 @@ type Config struct {
 	// for concurrent use, so a cluster on it cannot shut down without
 	// leaking goroutines; use Hub for in-memory tests instead.
 	Transport memberlist.Transport
+
+	// Clock drives this package's own timing: the pause between join
+	// attempts (JoinRetryInterval), Leave's bound and its
+	// LeavePropagateDelay, and reconnecting (ReconnectInterval,
+	// ReconnectTimeout and the backoff). memberlist's probes, gossip,
+	// syncs and timeouts run on the real clock whatever it is. Tests pass
+	// a fake clock and advance it. Default: the real clock.
+	Clock clockwork.Clock
 }
 
 // DefaultLANConfig returns a configuration for silos on one LAN, tuned so

@@ -19,6 +19,7 @@ func validConfig() Config {
 }
 
 func TestProfilesValidate(t *testing.T) {
+	t.Parallel()
 	for name, cfg := range map[string]Config{"LAN": DefaultLANConfig(), "WAN": DefaultWANConfig(), "Local": DefaultLocalConfig()} {
 		cfg.ClusterID, cfg.Name, cfg.GRPCAddr = "c", "n", "127.0.0.1:1"
 		if err := cfg.validate(); err != nil {
@@ -37,6 +38,7 @@ func TestProfilesValidate(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		field string
 		edit  func(*Config)
@@ -107,6 +109,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigValidateAccepts(t *testing.T) {
+	t.Parallel()
 	for name, edit := range map[string]func(*Config){
 		"seeds by name":       func(c *Config) { c.Seeds = []string{"silo-b.internal:7946", "[::1]:7946"} },
 		"DNS seeds":           func(c *Config) { c.SeedDNS = "silos.granary.svc.cluster.local" },
@@ -128,6 +131,7 @@ func TestConfigValidateAccepts(t *testing.T) {
 }
 
 func TestMemberlistConfigCopiesTuning(t *testing.T) {
+	t.Parallel()
 	cfg := validConfig()
 	cfg.SecretKey = make([]byte, 24)
 	mc := cfg.memberlistConfig("silo-a-xyz")
@@ -146,6 +150,7 @@ func TestMemberlistConfigCopiesTuning(t *testing.T) {
 }
 
 func TestStatusAndKinds(t *testing.T) {
+	t.Parallel()
 	for _, s := range []Status{StatusJoining, StatusActive, StatusShuttingDown, StatusDead} {
 		back, err := StatusFromProto(s.Proto())
 		if err != nil || back != s {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 )
@@ -69,22 +70,15 @@ func (r *recorder) on(e Event) { r.c <- e }
 // events passed over and may fail the test.
 func (r *recorder) waitFor(t testing.TB, what string, pred func(Event) bool, skip func(Event)) Event {
 	t.Helper()
-	timer := time.NewTimer(defaultTestTimeout)
-	defer timer.Stop()
-	for {
-		select {
-		case e := <-r.c:
-			if pred(e) {
-				return e
-			}
-			if skip != nil {
-				skip(e)
-			}
-		case <-timer.C:
-			t.Fatalf("%s: no %s within %v", r.name, what, defaultTestTimeout)
-			return Event{}
+	return testwait.Until(t, r.c, defaultTestTimeout, r.name+": "+what, func(e Event) bool {
+		if pred(e) {
+			return true
 		}
-	}
+		if skip != nil {
+			skip(e)
+		}
+		return false
+	})
 }
 
 // waitKind waits for an event of kind about member id.
@@ -108,8 +102,6 @@ func (r *recorder) waitJoined(t testing.TB, ids ...string) map[string]Member {
 	return got
 }
 
-// none fails if an event is already queued: for checks after something
-// that would have produced one has finished.
 // next waits for the next event, which must be kind about id: a barrier,
 // since each member's events arrive in order.
 func (r *recorder) next(t testing.TB, kind EventKind, id string) Event {
@@ -118,6 +110,8 @@ func (r *recorder) next(t testing.TB, kind EventKind, id string) Event {
 		func(e Event) { t.Fatalf("%s: unexpected event %v before %v %s", r.name, e, kind, id) })
 }
 
+// none fails if an event is already queued: for checks after something
+// that would have produced one has finished.
 func (r *recorder) none(t testing.TB) {
 	t.Helper()
 	select {

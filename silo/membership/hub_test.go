@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/granaryio/granary/internal/testwait"
 )
 
 // hubCluster starts n members of one cluster on h and waits until each
@@ -37,6 +39,7 @@ func hubCluster(t *testing.T, h *Hub, n int) ([]*HubMember, []*recorder) {
 }
 
 func TestHubJoinUpdateLeave(t *testing.T) {
+	t.Parallel()
 	h := NewHub()
 	ms, recs := hubCluster(t, h, 3)
 	want := ids(ms[0].Members())
@@ -88,6 +91,7 @@ func TestHubJoinUpdateLeave(t *testing.T) {
 }
 
 func TestHubKill(t *testing.T) {
+	t.Parallel()
 	h := NewHub()
 	ms, recs := hubCluster(t, h, 3)
 	victim := ms[1].Local().ID
@@ -108,6 +112,7 @@ func TestHubKill(t *testing.T) {
 }
 
 func TestHubPartitionHeal(t *testing.T) {
+	t.Parallel()
 	h := NewHub()
 	ms, recs := hubCluster(t, h, 4)
 	a := []string{ms[0].Local().ID, ms[1].Local().ID}
@@ -158,6 +163,7 @@ func TestHubPartitionHeal(t *testing.T) {
 }
 
 func TestHubPartitionBeforeStart(t *testing.T) {
+	t.Parallel()
 	h := NewHub()
 	ra, rb := newRecorder("a"), newRecorder("b")
 	a := h.Member(Config{ClusterID: "c", Name: "a"}, ra.on)
@@ -179,6 +185,7 @@ func TestHubPartitionBeforeStart(t *testing.T) {
 }
 
 func TestHubHoldRelease(t *testing.T) {
+	t.Parallel()
 	h := NewHub()
 	ms, recs := hubCluster(t, h, 2)
 	h.Hold(ms[1].Local().ID)
@@ -198,6 +205,7 @@ func TestHubHoldRelease(t *testing.T) {
 }
 
 func TestHubClustersAreApart(t *testing.T) {
+	t.Parallel()
 	h := NewHub()
 	ra, rb := newRecorder("a"), newRecorder("b")
 	a := h.Member(Config{ClusterID: "one", Name: "a"}, ra.on)
@@ -218,6 +226,7 @@ func TestHubClustersAreApart(t *testing.T) {
 }
 
 func TestHubStartChecks(t *testing.T) {
+	t.Parallel()
 	h := NewHub()
 	noName := h.Member(Config{ClusterID: "c"}, nil)
 	var ce *ConfigError
@@ -258,6 +267,7 @@ func TestHubStartChecks(t *testing.T) {
 // TestHubServiceFromOnEvent checks that onEvent may call the Service's
 // other methods (not Leave or Close) without deadlock.
 func TestHubServiceFromOnEvent(t *testing.T) {
+	t.Parallel()
 	h := NewHub()
 	seen := make(chan int, 4)
 	var b *HubMember
@@ -274,20 +284,7 @@ func TestHubServiceFromOnEvent(t *testing.T) {
 	if err := a.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	recvWithin(t, seen)
-}
-
-// recvWithin receives one value from c within defaultTestTimeout.
-func recvWithin[T any](t *testing.T, c <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-c:
-		return v
-	case <-time.After(defaultTestTimeout):
-		t.Fatal("nothing received")
-	}
-	var zero T
-	return zero
+	testwait.Recv(t, seen, defaultTestTimeout, "b's first event")
 }
 
 // Service values: both implementations satisfy it.

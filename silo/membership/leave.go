@@ -29,7 +29,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
@@ -120,7 +119,8 @@ func (m *Memberlist) announceLeaveLocked(ctx context.Context) error {
 	// The announcement gets at most a TCPTimeout, however long ctx
 	// allows: when every silo stops at once, no one is left to take the
 	// news, and waiting for them would spend a whole shutdown budget.
-	deadline := time.Now().Add(m.cfg.TCPTimeout)
+	clock := m.cfg.Clock
+	deadline := clock.Now().Add(m.cfg.TCPTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
@@ -130,16 +130,16 @@ func (m *Memberlist) announceLeaveLocked(ctx context.Context) error {
 	if !alone {
 		intent := &intentBroadcast{id: m.id, msg: encodeLeaveIntent(m.cluster, m.id), done: make(chan struct{})}
 		m.broadcasts.QueueBroadcast(intent)
-		t := time.NewTimer(time.Until(deadline))
+		t := clock.NewTimer(clock.Until(deadline))
 		select {
 		case <-intent.done:
 		case <-ctx.Done():
-		case <-t.C:
+		case <-t.Chan():
 		}
 		t.Stop()
 	}
 	// memberlist's Leave waits forever given a timeout of 0.
-	timeout := time.Until(deadline)
+	timeout := clock.Until(deadline)
 	if timeout <= 0 || ctx.Err() != nil {
 		return fmt.Errorf("membership: leave: not announced in time: %w", context.DeadlineExceeded)
 	}
@@ -149,10 +149,10 @@ func (m *Memberlist) announceLeaveLocked(ctx context.Context) error {
 	if alone {
 		return nil
 	}
-	t := time.NewTimer(m.cfg.LeavePropagateDelay)
+	t := clock.NewTimer(m.cfg.LeavePropagateDelay)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.Chan():
 	case <-ctx.Done():
 	}
 	return nil

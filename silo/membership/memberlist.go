@@ -16,6 +16,7 @@ import (
 
 	"github.com/granaryio/granary/security"
 	"github.com/hashicorp/memberlist"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 )
 
@@ -94,6 +95,9 @@ func New(cfg Config, onEvent func(Event)) (*Memberlist, error) {
 	if cfg.LookupHost == nil {
 		cfg.LookupHost = net.DefaultResolver.LookupHost
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	id := newMemberID(cfg.Name)
 	m := &Memberlist{
 		cfg:      cfg,
@@ -124,7 +128,9 @@ func New(cfg Config, onEvent func(Event)) (*Memberlist, error) {
 }
 
 // newMemberID returns name, "-", and a generation: the start time in ms
-// and four random characters, base 36.
+// and four random characters, base 36. The time is the wall clock's, not
+// Config.Clock's: it is part of the ID, which must differ from those of
+// the member's earlier runs, and a fake clock may stand still.
 func newMemberID(name string) string {
 	const digits = "0123456789abcdefghijklmnopqrstuvwxyz"
 	var r [4]byte
@@ -228,14 +234,14 @@ func (m *Memberlist) join(ctx context.Context) error {
 // waitRetry waits JoinRetryInterval, or returns early with ctx's error or
 // ErrClosed.
 func (m *Memberlist) waitRetry(ctx context.Context) error {
-	t := time.NewTimer(m.cfg.JoinRetryInterval)
+	t := m.cfg.Clock.NewTimer(m.cfg.JoinRetryInterval)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-m.closingc:
 		return ErrClosed
-	case <-t.C:
+	case <-t.Chan():
 		return nil
 	}
 }
@@ -505,7 +511,7 @@ func (m *Memberlist) observeGone(id string, kind EventKind) {
 	}
 	addr := m.others[id].GossipAddr
 	if m.removeLocked(id, kind) && kind == EventFailed {
-		m.rc.failed(id, addr, time.Now(), m.cfg.ReconnectInterval)
+		m.rc.failed(id, addr, m.cfg.Clock.Now(), m.cfg.ReconnectInterval)
 	}
 }
 

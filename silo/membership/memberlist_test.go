@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/granaryio/granary/security"
 	"io"
 	"log"
 	"slices"
@@ -14,12 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
+	"github.com/granaryio/granary/security"
 	"github.com/hashicorp/memberlist"
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestJoinThroughSeeds(t *testing.T) {
+	t.Parallel()
 	ms, _ := startCluster(t, 3, localConfig)
 	want := []string{ms[0].Local().ID, ms[1].Local().ID, ms[2].Local().ID}
 	slices.Sort(want)
@@ -42,6 +45,7 @@ func TestJoinThroughSeeds(t *testing.T) {
 }
 
 func TestUpdatePropagates(t *testing.T) {
+	t.Parallel()
 	ms, recs := startCluster(t, 3, localConfig)
 	err := ms[0].Update(func(m *Member) {
 		m.Status = StatusActive
@@ -70,6 +74,7 @@ func TestUpdatePropagates(t *testing.T) {
 }
 
 func TestUpdateRules(t *testing.T) {
+	t.Parallel()
 	m, err := New(localConfig("solo"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +135,7 @@ func TestUpdateRules(t *testing.T) {
 }
 
 func TestMetaTooLarge(t *testing.T) {
+	t.Parallel()
 	cfg := localConfig("big")
 	for i := range 40 {
 		cfg.Types = append(cfg.Types, fmt.Sprintf("Granary.Samples.Grains.Type%02d", i))
@@ -149,6 +155,7 @@ func TestMetaTooLarge(t *testing.T) {
 }
 
 func TestLeaveIsNotFailure(t *testing.T) {
+	t.Parallel()
 	ms, recs := startCluster(t, 3, localConfig)
 	id := ms[0].Local().ID
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
@@ -176,6 +183,7 @@ func TestLeaveIsNotFailure(t *testing.T) {
 }
 
 func TestCloseIsFailure(t *testing.T) {
+	t.Parallel()
 	ms, recs := startCluster(t, 3, localConfig)
 	id := ms[2].Local().ID
 	start := time.Now()
@@ -201,33 +209,51 @@ func TestCloseIsFailure(t *testing.T) {
 	}
 }
 
-func TestOtherClusterCannotJoin(t *testing.T) {
-	aCfg := localConfig("a")
-	aCfg.Rejections = security.NewRejections(nil)
-	a, recA := startMember(t, aCfg)
-	cfg := localConfig("intruder", a.Local().GossipAddr)
-	cfg.ClusterID = "other"
+// refusedStart starts a member of cfg, whose seeds refuse it, on a fake
+// clock under a Start context of joinFor on that clock, and returns
+// Start's error once its first join attempt failed and joinFor passed.
+func refusedStart(t *testing.T, cfg Config, joinFor time.Duration) error {
+	t.Helper()
+	clock := clockwork.NewFakeClock()
+	cfg.Clock = clock
 	x, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := clockwork.WithTimeout(context.Background(), clock, joinFor)
 	defer cancel()
-	err = x.Start(ctx)
-	if !errors.Is(err, context.DeadlineExceeded) {
+	errc := make(chan error, 1)
+	go func() { errc <- x.Start(ctx) }()
+	// The context's timer and the pause after the first attempt.
+	if err := clock.BlockUntilContext(testwait.Context(t, defaultTestTimeout), 2); err != nil {
+		t.Fatalf("%s: Start did not pause after a join attempt: %v", cfg.Name, err)
+	}
+	clock.Advance(joinFor)
+	return testwait.Recv(t, errc, defaultTestTimeout, cfg.Name+"'s Start to give up")
+}
+
+func TestOtherClusterCannotJoin(t *testing.T) {
+	t.Parallel()
+	aCfg := localConfig("a")
+	aCfg.Rejections = security.NewRejections(nil)
+	a, recA := startMember(t, aCfg)
+	cfg := localConfig("intruder", a.Local().GossipAddr)
+	cfg.ClusterID = "other"
+	if err := refusedStart(t, cfg, 500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Start in another cluster = %v, want a join timeout", err)
 	}
 	if got := ids(a.Members()); len(got) != 1 {
 		t.Fatalf("a sees %v", got)
 	}
-	if aCfg.Rejections.Count(security.ListenerGossip, security.ReasonGossipCluster) == 0 {
-		t.Error("a did not count the gossip of another cluster")
-	}
+	testwait.For(t, defaultTestTimeout, "a to count the gossip of another cluster", func() bool {
+		return aCfg.Rejections.Count(security.ListenerGossip, security.ReasonGossipCluster) > 0
+	})
 	recA.none(t)
 }
 
 func TestSecretKey(t *testing.T) {
+	t.Parallel()
 	key := []byte("0123456789abcdef")
 	seedCore, seedLogs := observer.New(zap.WarnLevel)
 	seedRej := security.NewRejections(zap.New(seedCore))
@@ -245,17 +271,9 @@ func TestSecretKey(t *testing.T) {
 		cfg.SecretKey = k
 		core, logs := observer.New(zap.WarnLevel)
 		cfg.Rejections = security.NewRejections(zap.New(core))
-		x, err := New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		err = x.Start(ctx)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
+		if err := refusedStart(t, cfg, 500*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("%s: Start = %v, want a join timeout", name, err)
 		}
-		x.Close()
 		if name == "wrong key" {
 			// Both sides say why: the seed cannot decrypt the stranger,
 			// and the stranger cannot decrypt the seed's answer.
@@ -264,10 +282,10 @@ func TestSecretKey(t *testing.T) {
 			}
 		}
 	}
-	if seedRej.Count(security.ListenerGossip, security.ReasonGossipDecrypt) == 0 ||
-		seedLogs.FilterField(zap.String("reason", security.ReasonGossipDecrypt)).Len() == 0 {
-		t.Errorf("the seed did not warn of gossip it cannot decrypt: %v", seedLogs.All())
-	}
+	testwait.For(t, defaultTestTimeout, "the seed to warn of gossip it cannot decrypt", func() bool {
+		return seedRej.Count(security.ListenerGossip, security.ReasonGossipDecrypt) > 0 &&
+			seedLogs.FilterField(zap.String("reason", security.ReasonGossipDecrypt)).Len() > 0
+	})
 	for i, m := range ms {
 		if n := len(m.Members()); n != 2 {
 			t.Errorf("%s sees %d members", m.Local().ID, n)
@@ -288,22 +306,24 @@ func TestCloseAbortsStart(t *testing.T) {
 		}
 		return []string{"127.0.0.1"}, nil
 	}
+	cfg.Clock = clockwork.NewFakeClock() // Start pauses between attempts until Close
 	m, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- m.Start(context.Background()) }()
-	recvWithin(t, resolving) // Start is in its join loop
+	testwait.Recv(t, resolving, defaultTestTimeout, "Start's join loop")
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := recvWithin(t, errc); !errors.Is(err, ErrClosed) {
+	if err := testwait.Recv(t, errc, defaultTestTimeout, "Start to end"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start = %v, want ErrClosed", err)
 	}
 }
 
 func TestSeedDNS(t *testing.T) {
+	t.Parallel()
 	a, recA := startMember(t, localConfig("a"))
 	var calls atomic.Int32
 	cfg := localConfig("b")
@@ -318,7 +338,27 @@ func TestSeedDNS(t *testing.T) {
 		}
 		return []string{"127.0.0.1"}, nil
 	}
-	b, recB := startMember(t, cfg)
+	clock := clockwork.NewFakeClock()
+	cfg.Clock = clock
+	recB := newRecorder("b")
+	b, err := New(cfg, recB.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	errc := make(chan error, 1)
+	go func() { errc <- b.Start(testwait.Context(t, defaultTestTimeout)) }()
+	// The pause after the failed lookup; then one JoinRetryInterval.
+	if err := clock.BlockUntilContext(testwait.Context(t, defaultTestTimeout), 1); err != nil {
+		t.Fatalf("Start did not pause after the failed lookup: %v", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("resolved %d times before the pause, want 1", n)
+	}
+	clock.Advance(cfg.JoinRetryInterval)
+	if err := testwait.Recv(t, errc, defaultTestTimeout, "Start"); err != nil {
+		t.Fatal(err)
+	}
 	if n := calls.Load(); n < 2 {
 		t.Fatalf("resolved %d times, want a retry", n)
 	}
@@ -353,6 +393,7 @@ func (c *countingTransport) WriteToAddress(b []byte, a memberlist.Address) (time
 }
 
 func TestCustomTransport(t *testing.T) {
+	t.Parallel()
 	a, _ := startMember(t, localConfig("a"))
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{"127.0.0.1"},
@@ -376,6 +417,7 @@ func TestCustomTransport(t *testing.T) {
 }
 
 func TestDelegateRefusesBadMembers(t *testing.T) {
+	t.Parallel()
 	m, err := New(localConfig("self"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -461,6 +503,7 @@ func TestDelegateRefusesBadMembers(t *testing.T) {
 }
 
 func TestEventsAreSerialAndOrdered(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	inside := false
 	var got []int
@@ -484,11 +527,7 @@ func TestEventsAreSerialAndOrdered(t *testing.T) {
 	for i := range 100 {
 		q.push(Event{Member: Member{Activations: uint64(i)}})
 	}
-	select {
-	case <-done:
-	case <-time.After(defaultTestTimeout):
-		t.Fatal("events not delivered")
-	}
+	testwait.Recv(t, done, defaultTestTimeout, "the events")
 	q.stop()
 	q.push(Event{}) // after stop: dropped
 	for i, v := range got {
@@ -591,6 +630,7 @@ func median(ds []time.Duration) time.Duration {
 }
 
 func TestLogWriter(t *testing.T) {
+	t.Parallel()
 	core, logs := observer.New(zap.DebugLevel)
 	l := log.New(logWriter{log: zap.New(core)}, "", 0)
 	l.Printf("[WARN] memberlist: Refuting a suspect message (from: %s)", "b")
@@ -618,6 +658,7 @@ func TestLogWriter(t *testing.T) {
 // gossip key, a silo that sends under the old key and one that sends
 // under the new, each accepting the other's, are one cluster.
 func TestKeyRotationMidwayKeepsOneCluster(t *testing.T) {
+	t.Parallel()
 	oldKey, newKey := []byte("0123456789abcdef"), []byte("fedcba9876543210")
 	aCfg := localConfig("a")
 	aCfg.SecretKey, aCfg.AcceptedKeys = oldKey, [][]byte{newKey}

@@ -163,15 +163,15 @@ func (r *reconnector) attempted(id string, gen uint64, ok bool, now time.Time, m
 func (m *Memberlist) reconnectLoop() {
 	defer m.rc.wg.Done()
 	every := m.cfg.ReconnectInterval
-	t := time.NewTicker(every)
+	t := m.cfg.Clock.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.closingc:
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
-		for id, at := range m.rc.due(time.Now(), m.cfg.ReconnectTimeout) {
+		for id, at := range m.rc.due(m.cfg.Clock.Now(), m.cfg.ReconnectTimeout) {
 			m.rc.wg.Add(1)
 			go m.reconnect(id, at, reconnectMaxBackoff*every)
 		}
@@ -189,5 +189,5 @@ func (m *Memberlist) reconnect(id string, at reconnectAttempt, maxWait time.Dura
 	} else {
 		m.log.Debug("membership: a failed member's address does not answer", zap.String("failed", id), zap.String("addr", addr), zap.Error(err))
 	}
-	m.rc.attempted(id, at.gen, ok, time.Now(), maxWait)
+	m.rc.attempted(id, at.gen, ok, m.cfg.Clock.Now(), maxWait)
 }

@@ -18,6 +18,7 @@ import (
 // TestConfigValidation checks that New refuses a bad Config with an error
 // naming the field, and accepts the good ones.
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	def := tracing.DefaultConfig
 	tests := []struct {
 		name    string
@@ -82,6 +83,7 @@ func TestConfigValidation(t *testing.T) {
 // TestStdoutExporter checks that the stdout exporter writes a traced
 // call's span, with the service's name and instance, by Shutdown.
 func TestStdoutExporter(t *testing.T) {
+	t.Parallel()
 	var out syncBuffer
 	cfg := tracing.DefaultConfig()
 	cfg.Exporter, cfg.Output, cfg.ServiceInstance = "stdout", &out, "silo-7"
@@ -117,6 +119,7 @@ func TestStdoutExporter(t *testing.T) {
 // TestOTLPExporter checks that the otlp exporter sends a span to a
 // collector over gRPC, with the service's resource, by Shutdown.
 func TestOTLPExporter(t *testing.T) {
+	t.Parallel()
 	col := &collector{}
 	srv := grpc.NewServer()
 	collectorpb.RegisterTraceServiceServer(srv, col)

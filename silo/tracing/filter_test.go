@@ -59,6 +59,7 @@ func send(ctx context.Context, tr *tracing.Tracing, m *grain.MethodDesc, p grain
 // before (duplicates and a stale tracestate included), and every other
 // header unchanged and in order.
 func TestOutgoingHeaders(t *testing.T) {
+	t.Parallel()
 	r := newRecorder(t)
 	ctx, root := r.tp.Tracer("test").Start(testCtx(t), "request")
 	defer root.End()
@@ -88,6 +89,7 @@ func TestOutgoingHeaders(t *testing.T) {
 // that only gave up waiting, once at the Await that got the outcome,
 // however many Awaits there are.
 func TestAwaitEndsSpan(t *testing.T) {
+	t.Parallel()
 	r := newRecorder(t)
 	g := newGate(status.Error(codes.Unavailable, "gone"))
 	p, _ := send(testCtx(t), r.tr, testMethod, g)
@@ -121,6 +123,7 @@ func TestAwaitEndsSpan(t *testing.T) {
 // was made with ends the span when that context ends: the call ends with
 // it.
 func TestAwaitOnCallContext(t *testing.T) {
+	t.Parallel()
 	r := newRecorder(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	p, _ := send(ctx, r.tr, testMethod, newGate(nil))
@@ -134,6 +137,7 @@ func TestAwaitOnCallContext(t *testing.T) {
 // TestOneWaySpanEndsAtSend checks that a one-way method's span ends as
 // the call is sent, with no Await.
 func TestOneWaySpanEndsAtSend(t *testing.T) {
+	t.Parallel()
 	r := newRecorder(t)
 	m := probe.Probe_ServiceDesc.Method("Tell")
 	send(testCtx(t), r.tr, m, grain.Failed(nil))
@@ -143,6 +147,7 @@ func TestOneWaySpanEndsAtSend(t *testing.T) {
 // TestNoMethod checks that the filters pass a call without a method on
 // to the runtime, which refuses it, instead of failing themselves.
 func TestNoMethod(t *testing.T) {
+	t.Parallel()
 	r := newRecorder(t)
 	refused := grain.Failed(status.Error(codes.InvalidArgument, "no method"))
 	p, sent := send(testCtx(t), r.tr, nil, refused)
@@ -157,6 +162,7 @@ func TestNoMethod(t *testing.T) {
 // TestDisabledPassesTraceOn checks a Tracing that records nothing: its
 // outgoing filter still carries its caller's trace on.
 func TestDisabledPassesTraceOn(t *testing.T) {
+	t.Parallel()
 	tr, err := tracing.New(testCtx(t), tracing.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -36,13 +36,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func testCtx(t testing.TB) context.Context { return testwait.Context(t, testTimeout) }
 
-// waitFor polls cond until it holds, failing after testTimeout. For
-// conditions no event announces, such as a one-way call's span ending.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	testwait.For(t, testTimeout, what, cond)
-}
-
 // recorder is a Tracing on an SDK provider that keeps every ended span in
 // memory and samples everything.
 type recorder struct {
@@ -332,7 +325,7 @@ func newCluster(t *testing.T, r *recorder, l *ledger) *cluster {
 		cfg.Gateway = &gc
 		c.silos = append(c.silos, startSilo(t, cfg, l, types))
 	}
-	waitFor(t, "the silos to see each other", func() bool {
+	testwait.For(t, testTimeout, "the silos to see each other", func() bool {
 		for _, s := range c.silos {
 			if st := s.Stats().Cluster; st == nil || st.Active != len(c.silos) {
 				return false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/granaryio/granary/client"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo"
 	"go.opentelemetry.io/otel/baggage"
@@ -27,6 +28,7 @@ const (
 // through the client, grain A on silo-1 and grain B on silo-2: one
 // trace, each span the child of the one before.
 func TestTraceAcrossClientAndSilos(t *testing.T) {
+	t.Parallel()
 	r, l := newRecorder(t), newLedger()
 	c := newCluster(t, r, l)
 	cl := c.dial(t, client.WithOutgoingFilters(r.tr.OutgoingFilter()))
@@ -118,6 +120,7 @@ func checkFailed(t *testing.T, s sdktrace.ReadOnlySpan, code codes.Code) {
 // TestFailedCallSpans checks the status of the spans of calls that fail:
 // by the grain's error, by its panic, and before reaching any grain.
 func TestFailedCallSpans(t *testing.T) {
+	t.Parallel()
 	r, l := newRecorder(t), newLedger()
 	s := startSilo(t, siloConfig("alone", r, l), l, hopTypes{probe: true})
 	tests := []struct {
@@ -167,6 +170,7 @@ func TestFailedCallSpans(t *testing.T) {
 // CallChain, grain.FromContext); and a call made inside Blocking with a
 // derived context, which is the server span's child.
 func TestGrainSeesItsSpan(t *testing.T) {
+	t.Parallel()
 	r, l := newRecorder(t), newLedger()
 	s := startSilo(t, siloConfig("alone", r, l), l, hopTypes{probe: true, reentrant: true})
 
@@ -212,6 +216,7 @@ func TestGrainSeesItsSpan(t *testing.T) {
 // context package would watch such a context with a goroutine if the
 // filters did not hand the watch to the runtime).
 func TestCallsWithDerivedContexts(t *testing.T) {
+	t.Parallel()
 	r, l := newRecorder(t), newLedger()
 	s := startSilo(t, siloConfig("alone", r, l), l, hopTypes{probe: true})
 	const calls = 50
@@ -241,6 +246,7 @@ func TestCallsWithDerivedContexts(t *testing.T) {
 // own: every hop gets each of them once, the trace state and baggage
 // unchanged, and a traceparent naming its caller's client span.
 func TestHeadersDoNotGrow(t *testing.T) {
+	t.Parallel()
 	r, l := newRecorder(t), newLedger()
 	s := startSilo(t, siloConfig("alone", r, l), l, hopTypes{probe: true})
 
@@ -312,6 +318,7 @@ func TestHeadersDoNotGrow(t *testing.T) {
 // TestOneWayCall checks the spans of a one-way call: the client span ends
 // when the call is sent, and the grain's server span is its child.
 func TestOneWayCall(t *testing.T) {
+	t.Parallel()
 	r, l := newRecorder(t), newLedger()
 	s := startSilo(t, siloConfig("alone", r, l), l, hopTypes{probe: true})
 	if _, err := probe.NewProbeRef(s, "w").Tell(testCtx(t), &probe.Request{}); err != nil {
@@ -319,7 +326,7 @@ func TestOneWayCall(t *testing.T) {
 	}
 	const tell = "probe.Probe/Tell"
 	cs := r.span(t, tell, trace.SpanKindClient, "probe.Probe/w")
-	waitFor(t, "the one-way call's server span", func() bool {
+	testwait.For(t, testTimeout, "the one-way call's server span", func() bool {
 		return len(r.spans(tell, trace.SpanKindServer, "probe.Probe/w")) == 1
 	})
 	checkParent(t, r.span(t, tell, trace.SpanKindServer, "probe.Probe/w"), cs.SpanContext())
@@ -329,6 +336,7 @@ func TestOneWayCall(t *testing.T) {
 // filters sees no span and calls on with its caller's headers unchanged:
 // a silo that does not trace passes the trace through.
 func TestSiloWithoutTracing(t *testing.T) {
+	t.Parallel()
 	r, l := newRecorder(t), newLedger()
 	cfg := silo.DefaultConfig()
 	cfg.Name = "plain"
