@@ -163,7 +163,7 @@ func (s *Silo) startCluster(ctx context.Context) error {
 		Network:             c.Network,
 	}
 	if s.gw != nil {
-		p.GatewayAddr = s.gw.addr
+		p.GatewayAddr = s.gw.Addr
 	}
 	cl, err := cluster.New(s.rt, p)
 	if err != nil {
@@ -172,7 +172,7 @@ func (s *Silo) startCluster(ctx context.Context) error {
 	s.cl = cl // requests may arrive once the cluster serves
 	s.rt.Cl = cl
 	if s.gw != nil {
-		s.gw.cl = cl
+		s.gw.Cl = cl
 	}
 	if err := cl.Join(ctx); err != nil {
 		cl.Close()

@@ -21,6 +21,7 @@ import (
 	"github.com/granaryio/granary/security/certs"
 	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/granaryio/granary/silo/grpcapi"
+	"github.com/granaryio/granary/silo/internal/gateway"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -453,7 +454,7 @@ func TestGatewayAuthClientIDBoundToPrincipal(t *testing.T) {
 	// Alice's ID carries her principal's prefix, which every gateway
 	// derives alike: no other principal can use it, at this gateway or
 	// any other.
-	id := ClientIDPrefix("alice") + "shared"
+	id := gateway.ClientIDPrefix("alice") + "shared"
 	alice := dialRawAuthed(t, gw, pki, id, aliceToken)
 	mallory := dialRawAuthed(t, gw, pki, id, bobToken)
 
@@ -608,7 +609,7 @@ func TestWithPrincipalStripsClientHeaders(t *testing.T) {
 		{h("trace", "t"), "", h("trace", "t")},
 		{h("Granary-Principal", "root"), "", h("Granary-Principal", "root")}, // not the reserved key: grain.Principal never reads it
 	} {
-		got := withPrincipal(slices.Clone(tt.in), tt.principal)
+		got := gateway.WithPrincipal(slices.Clone(tt.in), tt.principal)
 		if len(got) != len(tt.want) {
 			t.Errorf("withPrincipal(%v, %q) = %v, want %v", tt.in, tt.principal, got, tt.want)
 			continue

@@ -10,6 +10,7 @@ import (
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/gateway"
 	"github.com/granaryio/granary/silo/membership"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -149,7 +150,7 @@ func TestGatewayBadEnvelopes(t *testing.T) {
 		g.Listen = "127.0.0.1:0"
 		c.Gateway = &g
 	}})
-	rc := dialRaw(t, localClusterID, h.s.GatewayAddr())
+	rc := dialRaw(t, gateway.LocalClusterID, h.s.GatewayAddr())
 	R := granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
 	for _, tc := range []struct {
 		name string

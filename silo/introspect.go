@@ -61,8 +61,8 @@ func (s *Silo) Info() Info {
 // advertisedGateway is the gateway address clients are told to dial, or
 // the bound one when there is none to tell; "" without a gateway.
 func (s *Silo) advertisedGateway() string {
-	if s.gw != nil && s.gw.addr != "" {
-		return s.gw.addr
+	if s.gw != nil && s.gw.Addr != "" {
+		return s.gw.Addr
 	}
 	return s.GatewayAddr()
 }

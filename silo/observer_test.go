@@ -10,6 +10,7 @@ import (
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/transport"
+	"github.com/granaryio/granary/silo/internal/gateway"
 	"github.com/granaryio/granary/silo/internal/local"
 
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
@@ -29,7 +30,7 @@ func TestObserverEnvelopeToGrainTypeIsRefused(t *testing.T) {
 		g.Listen = "127.0.0.1:0"
 		c.Gateway = &g
 	}})
-	rc := dialRaw(t, localClusterID, h.s.GatewayAddr())
+	rc := dialRaw(t, gateway.LocalClusterID, h.s.GatewayAddr())
 	payload, _ := proto.Marshal(&probe.Request{})
 	_, ans := rc.call(&granaryv1.Envelope{
 		Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, GrainType: probe.ProbeGrainType, GrainKey: "victim",
@@ -184,7 +185,7 @@ func TestStaleHomeRegistrationDoesNotStealEntry(t *testing.T) {
 	// What a's retry timer runs: a HOME a took earlier, whose Register
 	// failed, after StreamsEnded dropped the client from a's homes.
 	eA := directory.Entry{Silo: a.cl.SelfID, Activation: a.rt.NextActID.Add(1)}
-	a.gw.registerHome(id, eA, transport.Responder{}, 1, 0)
+	a.gw.RegisterHome(id, eA, transport.Responder{}, 1, 0)
 	if err := ask(t, a, o); err != nil {
 		e, _ := a.cl.Dir.CachedLookup(local.ClientGrainID(id))
 		t.Fatalf("the client is connected and home at b, but its observer fails: %v (directory entry %v, a's stale one %v)", err, e, eA)

@@ -17,6 +17,7 @@ import (
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/silo/internal/cluster"
+	"github.com/granaryio/granary/silo/internal/gateway"
 	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -37,7 +38,7 @@ type Silo struct {
 	// cl is the silo's membership of a cluster, or nil for a silo alone;
 	// gw serves external clients, or is nil. Set by Start.
 	cl *cluster.Cluster
-	gw *gateway
+	gw *gateway.Gateway
 
 	// lifeMu serialises Start, Stop and Close; stopped is set by the
 	// first Stop or Close.
@@ -222,7 +223,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 	}
 	s.rt.StopReminders()
 	if s.gw != nil {
-		s.gw.goAway(ctx)
+		s.gw.GoAway(ctx)
 	}
 	if s.cl != nil {
 		s.cl.BeginLeave(ctx)
@@ -234,7 +235,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 		return ctx.Err()
 	}
 	if s.gw != nil {
-		if err := s.gw.finish(ctx); err != nil {
+		if err := s.gw.Finish(ctx); err != nil {
 			s.closeAll()
 			return err
 		}
@@ -279,7 +280,7 @@ func (s *Silo) stop() bool {
 func (s *Silo) closeAll() {
 	s.rt.Abort()
 	if s.gw != nil {
-		s.gw.close()
+		s.gw.Close()
 	}
 	if s.cl != nil {
 		s.cl.Close()

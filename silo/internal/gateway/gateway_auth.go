@@ -1,4 +1,4 @@
-package silo
+package gateway
 
 // Who is calling: the gateway's authentication.
 //
@@ -84,7 +84,7 @@ func newGatewayAuth(a auth.Authenticator, rej *security.Rejections) *gatewayAuth
 // authServerOptions are the gateway server's interceptors: they come
 // before GatewayConfig.ServerOptions' own, so that those see the verified
 // principal (grain.Principal of the handler's context).
-func (g *gateway) authServerOptions() []grpc.ServerOption {
+func (g *Gateway) authServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(g.unaryInterceptor),
 		grpc.ChainStreamInterceptor(g.streamInterceptor),
@@ -119,7 +119,7 @@ func remoteOf(ctx context.Context) string {
 // method over plain gRPC) and gives the handler the verified principal
 // as the context's grain.PrincipalHeader. It counts the refusals that
 // come back from grains. Any goroutine.
-func (g *gateway) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (g *Gateway) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if strings.HasPrefix(info.FullMethod, healthService) {
 		return handler(ctx, req)
 	}
@@ -139,7 +139,7 @@ func (g *gateway) unaryInterceptor(ctx context.Context, req any, info *grpc.Unar
 
 // countRefused counts a call that a grain's filter (or the gateway)
 // refused as unauthenticated or forbidden.
-func (g *gateway) countRefused(remote string, err error) {
+func (g *Gateway) countRefused(remote string, err error) {
 	switch status.Code(err) {
 	case codes.PermissionDenied:
 		g.s.Cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, remote, err)
@@ -154,7 +154,7 @@ func (g *gateway) countRefused(remote string, err error) {
 // unary Check is open, for load balancers: an open Watch would hold a
 // stream, and so its connection past MaxConnectionIdle, for nobody
 // known. Any goroutine.
-func (g *gateway) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (g *Gateway) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ga := g.auth
 	if ga == nil {
 		return handler(srv, ss)
@@ -296,7 +296,7 @@ var (
 // withPrincipal returns hs without any grain.PrincipalHeader a client
 // put there, and with principal's when it is not "": a client never
 // chooses its principal. It filters hs in place.
-func withPrincipal(hs []*granaryv1.Header, principal string) []*granaryv1.Header {
+func WithPrincipal(hs []*granaryv1.Header, principal string) []*granaryv1.Header {
 	out := hs[:0]
 	for _, h := range hs {
 		if h.GetKey() != grain.PrincipalHeader {

@@ -1,4 +1,4 @@
-package silo
+package gateway
 
 import (
 	"strings"
@@ -22,7 +22,7 @@ type homes struct {
 }
 
 // isHome reports whether client's home is this gateway.
-func (g *gateway) isHome(client string) bool {
+func (g *Gateway) isHome(client string) bool {
 	g.homes.mu.Lock()
 	defer g.homes.mu.Unlock()
 	_, ok := g.homes.m[client]
@@ -31,7 +31,7 @@ func (g *gateway) isHome(client string) bool {
 
 // home makes this gateway the home of client: it registers the client in
 // the directory, taking the entry over from a former home, and answers r.
-func (g *gateway) home(client string, r transport.Responder) {
+func (g *Gateway) home(client string, r transport.Responder) {
 	s := g.s
 	if strings.Contains(client, "/") {
 		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.InvalidArgument, "granary: client ID %q contains '/', which observer IDs use as a separator", client)))
@@ -59,7 +59,7 @@ func (g *gateway) home(client string, r transport.Responder) {
 		r.Reply(&granaryv1.Envelope{})
 		return
 	}
-	g.registerHome(client, e, r, 0, 0)
+	g.RegisterHome(client, e, r, 0, 0)
 }
 
 // maxHomeTakeovers bounds how often a gateway unregisters another entry
@@ -73,8 +73,8 @@ const maxHomeTakeovers = 3
 // home (the client's stream ended meanwhile), so that a late attempt never
 // takes the entry from the client's next home; an entry it won by then
 // it removes again.
-func (g *gateway) registerHome(client string, e directory.Entry, r transport.Responder, retries, takeovers uint8) {
-	cl := g.cl
+func (g *Gateway) RegisterHome(client string, e directory.Entry, r transport.Responder, retries, takeovers uint8) {
+	cl := g.Cl
 	id := local.ClientGrainID(client)
 	gone := func() bool {
 		if g.holdsHome(client, e) {
@@ -92,7 +92,7 @@ func (g *gateway) registerHome(client string, e directory.Entry, r transport.Res
 			cl.Dir.Unregister(id, e) // won after the client left
 			gone()
 		case err != nil && retries < cluster.MaxDirectoryRetries && !cl.Closed.Load():
-			g.s.Clock.AfterFunc(cluster.RetryBackoff(retries), func() { g.registerHome(client, e, r, retries+1, takeovers) })
+			g.s.Clock.AfterFunc(cluster.RetryBackoff(retries), func() { g.RegisterHome(client, e, r, retries+1, takeovers) })
 		case err != nil:
 			g.dropHome(client, e)
 			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: registering client %s: %v", client, status.Convert(err).Message())))
@@ -101,7 +101,7 @@ func (g *gateway) registerHome(client string, e directory.Entry, r transport.Res
 		case takeovers < maxHomeTakeovers && !gone():
 			cl.Dir.Invalidate(id, winner)
 			cl.Dir.Unregister(id, winner) // reaches the owner before the Register that follows
-			g.registerHome(client, e, r, retries, takeovers+1)
+			g.RegisterHome(client, e, r, retries, takeovers+1)
 		case takeovers >= maxHomeTakeovers:
 			g.dropHome(client, e)
 			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, status.Errorf(codes.Unavailable, "granary: client %s is still registered at silo %s", client, winner.Silo)))
@@ -110,7 +110,7 @@ func (g *gateway) registerHome(client string, e directory.Entry, r transport.Res
 }
 
 // holdsHome reports whether e is still client's home entry here.
-func (g *gateway) holdsHome(client string, e directory.Entry) bool {
+func (g *Gateway) holdsHome(client string, e directory.Entry) bool {
 	g.homes.mu.Lock()
 	defer g.homes.mu.Unlock()
 	cur, ok := g.homes.m[client]
@@ -119,7 +119,7 @@ func (g *gateway) holdsHome(client string, e directory.Entry) bool {
 
 // dropHome forgets that this gateway is client's home, if e is still its
 // entry.
-func (g *gateway) dropHome(client string, e directory.Entry) {
+func (g *Gateway) dropHome(client string, e directory.Entry) {
 	g.homes.mu.Lock()
 	defer g.homes.mu.Unlock()
 	if cur, ok := g.homes.m[client]; ok && cur == e {
@@ -130,7 +130,7 @@ func (g *gateway) dropHome(client string, e directory.Entry) {
 // StreamsEnded is the transport telling the gateway that a client has no
 // stream to it any more: the client is not home here any more, and its
 // observers are unreachable through this gateway.
-func (g *gateway) StreamsEnded(client string) {
+func (g *Gateway) StreamsEnded(client string) {
 	if g.tport.Connected(client) {
 		return // a new stream came up meanwhile, and may have made it home again
 	}
@@ -138,29 +138,29 @@ func (g *gateway) StreamsEnded(client string) {
 	e, ok := g.homes.m[client]
 	delete(g.homes.m, client)
 	g.homes.mu.Unlock()
-	if ok && g.cl != nil {
-		g.cl.Dir.Unregister(local.ClientGrainID(client), e)
+	if ok && g.Cl != nil {
+		g.Cl.Dir.Unregister(local.ClientGrainID(client), e)
 	}
 }
 
 // leaveHomes makes this gateway nobody's home: the clients are told to go
 // away and move home, and grains reach their observers through their next
 // home, not through a gateway that is stopping.
-func (g *gateway) leaveHomes() {
+func (g *Gateway) leaveHomes() {
 	g.homes.mu.Lock()
 	m := g.homes.m
 	g.homes.m = map[string]directory.Entry{}
 	g.homes.mu.Unlock()
-	if g.cl == nil {
+	if g.Cl == nil {
 		return
 	}
 	for client, e := range m {
-		g.cl.Dir.Unregister(local.ClientGrainID(client), e)
+		g.Cl.Dir.Unregister(local.ClientGrainID(client), e)
 	}
 }
 
 // homeEntries lists the directory entries of the clients at home here.
-func (g *gateway) HomeEntries() []directory.Item {
+func (g *Gateway) HomeEntries() []directory.Item {
 	g.homes.mu.Lock()
 	defer g.homes.mu.Unlock()
 	out := make([]directory.Item, 0, len(g.homes.m))
@@ -172,7 +172,7 @@ func (g *gateway) HomeEntries() []directory.Item {
 
 // deliverObserver sends a call to an observer of client on the client's
 // stream, when this gateway is its home, and reports whether it is.
-func (g *gateway) DeliverObserver(client string, c *local.Call) bool {
+func (g *Gateway) DeliverObserver(client string, c *local.Call) bool {
 	if !g.isHome(client) {
 		return false
 	}

@@ -1,10 +1,9 @@
-package silo
+package gateway
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,134 +29,39 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// GatewayConfig makes a silo serve external clients on a gRPC server of
-// its own. The server carries three things: the streams of Go clients
-// (client.Dial), which batch calls as silos do among themselves; every
-// grain type registered on the silo as an ordinary gRPC service of the
-// same proto, for clients in any language, with the grain key in the
-// "granary-key" request metadata or a request field marked as the key;
-// and gRPC server reflection and the gRPC health service, so grpcurl and
-// load balancers work with no Granary library. Start from
-// DefaultGatewayConfig.
-type GatewayConfig struct {
-	// Listen is where the gateway listens, host:port; port 0 picks a
-	// free port. Default ":30000".
-	Listen string
+// Config is what the gateway takes from the silo's configuration:
+// the silo's GatewayConfig, its name and rejection counters, and the
+// gossip configuration of a silo in a cluster (nil for a silo alone).
+type Config struct {
+	Name       string
+	Rejections *security.Rejections
+	Membership *membership.Config
 
-	// Advertise is the address clients are told to dial, host:port: what
-	// the silo gossips to the cluster and gateways list to clients.
-	// Default: Listen as bound, with the gossip advertise or bind address
-	// as its host when Listen is bound to every interface (a silo alone
-	// then advertises the address each client reached it at).
-	Advertise string
-
-	// Transport sets the limits of client streams (the largest message,
-	// batching, the send queue) and of the gateway's connections (the
-	// handshake deadline, the cap on connections and on streams of one,
-	// idle connections closed). Its ClusterID, Self and Rejections are
-	// filled in.
-	// MaxMessageSize also bounds the requests of plain gRPC clients.
-	Transport transport.Config
-
-	// Credentials secure the gateway, with TLS for instance. Nil serves
-	// plaintext.
-	Credentials credentials.TransportCredentials
-
-	// Keepalive is how the gateway pings idle client connections (its
-	// MaxConnectionIdle, when 0, is Transport's), and
-	// KeepaliveEnforcement how often clients may ping it. The default
-	// enforcement lets clients ping every 10 s, also without calls in
-	// flight, which is what client.Dial does.
+	Listen               string
+	Advertise            string
+	Transport            transport.Config
+	Credentials          credentials.TransportCredentials
 	Keepalive            keepalive.ServerParameters
 	KeepaliveEnforcement keepalive.EnforcementPolicy
-
-	// ServerOptions are added to the gateway's gRPC server options:
-	// interceptors, say. They apply to the plain gRPC grain services.
-	// Interceptors added with grpc.ChainUnaryInterceptor and
-	// grpc.ChainStreamInterceptor run after the gateway's authentication
-	// and see the verified principal (grain.Principal of their context);
-	// one set with grpc.UnaryInterceptor or grpc.StreamInterceptor runs
-	// before it, on calls not yet authenticated.
-	ServerOptions []grpc.ServerOption
-
-	// Services are grain types the gateway serves over plain gRPC besides
-	// those registered on the silo: types that other silos of the
-	// cluster host, so that a client in any language reaches every grain
-	// through any gateway. Pass the generated descriptors
-	// (bankpb.Account_ServiceDesc). A call to a type no live silo hosts
-	// fails with NotFound.
-	Services []*grain.ServiceDesc
-
-	// Authenticator tells who is calling: every call from a client (but
-	// the health service's) must prove a principal to it, or is refused
-	// with Unauthenticated; the principal reaches grains as
-	// grain.Principal, which incoming filters authorize with. Build it
-	// with package auth: auth.Chain(auth.ClientCert(),
-	// auth.Bearer(tokenFile)) takes a client certificate's common name,
-	// else a bearer token from a token file; append auth.Anonymous() to
-	// let callers without credentials in as "" and leave the decision to
-	// filters. It needs Credentials: tokens and certificates are not for
-	// plaintext. Nil: no authentication, every caller is anonymous ("").
-	// Either way a client cannot name its own principal: the gateway
-	// removes grain.PrincipalHeader from what clients send.
-	Authenticator auth.Authenticator
-}
-
-// DefaultGatewayConfig returns the gateway configuration described on
-// each field.
-func DefaultGatewayConfig() GatewayConfig {
-	return GatewayConfig{
-		Listen:               ":30000",
-		Transport:            transport.DefaultConfig(),
-		KeepaliveEnforcement: keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true},
-	}
-}
-
-func (c *GatewayConfig) validate() error {
-	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Field: "Gateway." + field, Reason: fmt.Sprintf(format, args...)}
-	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return bad("Listen", "%q is not host:port: %v", c.Listen, err)
-	}
-	if c.Advertise != "" {
-		if _, port, err := net.SplitHostPort(c.Advertise); err != nil || port == "" || port == "0" {
-			return bad("Advertise", "%q is not a dialable host:port", c.Advertise)
-		}
-	}
-	if c.Authenticator != nil && (c.Credentials == nil || c.Credentials.Info().SecurityProtocol == "insecure") {
-		return bad("Authenticator", "needs Credentials with TLS: bearer tokens would cross the network in the clear, and plaintext has no client certificates")
-	}
-	for i, d := range c.Services {
-		if d == nil || d.Type == "" || d.Observer {
-			return bad(fmt.Sprintf("Services[%d]", i), "is not the descriptor of a grain type")
-		}
-	}
-	tc := c.Transport
-	tc.ClusterID, tc.Self = "-", "-" // filled in at Start
-	var te *transport.ConfigError
-	if err := tc.Validate(); errors.As(err, &te) {
-		return bad("Transport."+te.Field, "%s", te.Reason)
-	} else if err != nil {
-		return bad("Transport", "%v", err)
-	}
-	return nil
+	ServerOptions        []grpc.ServerOption
+	Services             []*grain.ServiceDesc
+	Authenticator        auth.Authenticator
 }
 
 // gateway is a silo's service to external clients.
-type gateway struct {
+type Gateway struct {
 	// cl is the silo's cluster, or nil for a silo alone. Set before the
 	// gateway serves.
-	cl  *cluster.Cluster
+	Cl  *cluster.Cluster
 	s   *local.Runtime
-	cfg GatewayConfig
+	cfg Config
 	log *zap.Logger
 	// addr is the advertised address, or "" when it is each client's own
 	// view of it (a silo alone bound to every interface).
-	addr      string
+	Addr      string
 	clusterID string
 	self      string // the gateway's ID: the silo's member ID, or unique to this start alone
-	lis       *transport.GRPCListener
+	Lis       *transport.GRPCListener
 	tport     *transport.Transport
 	health    *health.Server
 
@@ -174,104 +78,93 @@ type gateway struct {
 	inflight local.InflightCount
 }
 
-// listenGateway binds the gateway's listener, so that its address is
-// known before the silo joins its cluster. Start calls it.
-func (s *Silo) listenGateway() error {
-	cfg := *s.cfg.Gateway
-	g := &gateway{s: s.rt, cfg: cfg, log: s.rt.Log.Named("gateway"), auth: newGatewayAuth(cfg.Authenticator, s.Rejections())}
-	cfg.Transport.Listener, cfg.Transport.Rejections = security.ListenerGateway, s.Rejections()
+// New makes the gateway of a silo whose local runtime is rt and
+// binds its listener, so that its address is known before the silo joins
+// its cluster.
+func New(rt *local.Runtime, cfg Config) (*Gateway, error) {
+	g := &Gateway{s: rt, cfg: cfg, log: rt.Log.Named("gateway"), auth: newGatewayAuth(cfg.Authenticator, cfg.Rejections)}
+	cfg.Transport.Listener, cfg.Transport.Rejections = security.ListenerGateway, cfg.Rejections
 	ka := cfg.Keepalive
 	if ka.MaxConnectionIdle == 0 {
 		ka.MaxConnectionIdle = cfg.Transport.MaxConnectionIdle
 	}
 	opts := []grpc.ServerOption{grpc.KeepaliveParams(ka), grpc.KeepaliveEnforcementPolicy(cfg.KeepaliveEnforcement)}
 	if cfg.Credentials != nil {
-		opts = append(opts, grpc.Creds(security.WatchHandshakes(cfg.Credentials, s.Rejections(), security.ListenerGateway, "")))
+		opts = append(opts, grpc.Creds(security.WatchHandshakes(cfg.Credentials, cfg.Rejections, security.ListenerGateway, "")))
 	}
 	opts = append(opts, g.authServerOptions()...)
 	opts = append(opts, cfg.ServerOptions...)
 	g.homes.m = map[string]directory.Entry{}
 	gw, err := transport.ListenGRPCService(cfg.Listen, transport.GatewayService, []grpc.MethodDesc{g.gatewaysMethod()}, cfg.Transport, opts...)
 	if err != nil {
-		return fmt.Errorf("silo: gateway: listening on %s: %w", cfg.Listen, err)
+		return nil, fmt.Errorf("silo: gateway: listening on %s: %w", cfg.Listen, err)
 	}
-	g.lis = gw
-	g.addr = cfg.Advertise
-	if g.addr == "" {
+	g.Lis = gw
+	g.Addr = cfg.Advertise
+	if g.Addr == "" {
 		var mcfg membership.Config
-		if s.cfg.Cluster != nil {
-			mcfg = s.cfg.Cluster.Membership
+		if cfg.Membership != nil {
+			mcfg = *cfg.Membership
 		}
-		g.addr = cluster.DialableAddr(gw.Addr(), mcfg)
-		if g.addr == "" && s.cfg.Cluster != nil {
+		g.Addr = cluster.DialableAddr(gw.Addr(), mcfg)
+		if g.Addr == "" && cfg.Membership != nil {
 			gw.Stop()
-			return &ConfigError{Field: "Gateway.Advertise",
+			return nil, &local.ConfigError{Field: "Gateway.Advertise",
 				Reason: fmt.Sprintf("must be set: the gateway %s is bound to every interface and neither the gossip AdvertiseAddr nor BindAddr names a host clients can dial", gw.Addr())}
 		}
 	}
-	s.gw = g
-	s.rt.Gw = g
-	return nil
+	return g, nil
 }
 
-// startGateway starts serving clients, once the silo has joined its
-// cluster (or at once, alone). Start calls it.
-func (s *Silo) startGateway() error {
-	g := s.gw
+// serve starts serving clients: Go clients' streams, every grain type as
+// a plain gRPC service calling through caller, reflection and health. cl
+// is the silo's cluster, or nil.
+func (g *Gateway) Serve(cl *cluster.Cluster, caller grain.Caller) error {
+	s := g.s
 	tcfg := g.cfg.Transport
 	// A silo alone has no member ID; its gateway takes one that is new
 	// at each start, as a member ID is, so that clients tell a restarted
 	// silo from the one that went away.
-	tcfg.ClusterID, tcfg.Self = localClusterID, s.cfg.Name+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)
-	if s.cl != nil {
-		tcfg.ClusterID, tcfg.Self = s.cl.Cfg.Membership.ClusterID, s.cl.SelfID
+	tcfg.ClusterID, tcfg.Self = LocalClusterID, g.cfg.Name+"-"+strconv.FormatInt(time.Now().UnixNano(), 36)
+	if cl != nil {
+		tcfg.ClusterID, tcfg.Self = cl.Cfg.Membership.ClusterID, cl.SelfID
 	}
 	if tcfg.Logger == nil {
 		tcfg.Logger = g.log.Named("transport")
 	}
 	if tcfg.Clock == nil {
-		tcfg.Clock = s.rt.Clock
+		tcfg.Clock = s.Clock
 	}
 	g.clusterID, g.self = tcfg.ClusterID, tcfg.Self
-	tcfg.Listener, tcfg.Rejections = security.ListenerGateway, s.Rejections()
+	tcfg.Listener, tcfg.Rejections = security.ListenerGateway, g.cfg.Rejections
 	var err error
 	if g.tport, err = transport.New(tcfg, noNetwork{}, g); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
 	}
-	descs := make([]*grain.ServiceDesc, 0, len(s.rt.Types)+len(g.cfg.Services))
-	for _, name := range s.rt.HostedTypes() {
-		descs = append(descs, s.rt.Types[name].Desc)
+	descs := make([]*grain.ServiceDesc, 0, len(s.Types)+len(g.cfg.Services))
+	for _, name := range s.HostedTypes() {
+		descs = append(descs, s.Types[name].Desc)
 	}
 	for _, d := range g.cfg.Services {
-		if s.rt.Types[d.Type] == nil {
+		if s.Types[d.Type] == nil {
 			descs = append(descs, d)
 		}
 	}
-	srv := g.lis.Server()
-	if err := grpcapi.Register(srv, s, descs, g.log); err != nil {
+	srv := g.Lis.Server()
+	if err := grpcapi.Register(srv, caller, descs, g.log); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
 	}
 	g.health = grpcapi.RegisterDiscovery(srv)
-	if err := g.lis.Serve(g.tport); err != nil {
+	if err := g.Lis.Serve(g.tport); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
 	}
-	g.log.Info("gateway serving clients", zap.String("listen", g.lis.Addr()), zap.String("advertise", g.addr))
+	g.log.Info("gateway serving clients", zap.String("listen", g.Lis.Addr()), zap.String("advertise", g.Addr))
 	return nil
 }
 
 // localClusterID is the cluster ID of a silo alone, which its clients
 // learn from its gateway.
-const localClusterID = "local"
-
-// GatewayAddr returns the address the gateway listens on (a port 0 in the
-// configuration shows as the port picked), or "" when the silo serves no
-// gateway. Valid once Start has returned.
-func (s *Silo) GatewayAddr() string {
-	if s.gw == nil {
-		return ""
-	}
-	return s.gw.lis.Addr()
-}
+const LocalClusterID = "local"
 
 // noNetwork is the gateway transport's network: a gateway never dials, it
 // only accepts the streams clients open.
@@ -284,7 +177,7 @@ func (noNetwork) Dial(context.Context, string) (transport.Conn, error) {
 func (noNetwork) Forget(string) {}
 
 // gatewaysMethod is the unary method that lists the live gateways.
-func (g *gateway) gatewaysMethod() grpc.MethodDesc {
+func (g *Gateway) gatewaysMethod() grpc.MethodDesc {
 	return grpc.MethodDesc{
 		MethodName: "Gateways",
 		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
@@ -306,13 +199,13 @@ func (g *gateway) gatewaysMethod() grpc.MethodDesc {
 // gateways lists the active silos that serve a gateway. A silo alone, or
 // one whose address is each client's own view of it, answers with the
 // address the client dialled.
-func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, error) {
+func (g *Gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, error) {
 	s := g.s
 	resp := &granaryv1.GatewaysResponse{ClusterId: g.clusterID}
 	if g.auth != nil {
 		resp.ClientIdPrefix = ClientIDPrefix(grain.Principal(ctx))
 	}
-	self := g.addr
+	self := g.Addr
 	if self == "" {
 		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md[":authority"]) > 0 {
 			self = md[":authority"][0]
@@ -324,7 +217,7 @@ func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 		}
 		return resp, nil
 	}
-	cl := g.cl
+	cl := g.Cl
 	cl.ViewMu.Lock()
 	if cl.SelfStatus == membership.StatusActive && !s.Stopping.Load() {
 		resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: cl.SelfID, Address: self})
@@ -345,7 +238,7 @@ func (g *gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 // credentials. A call's principal header is the one the gateway verified,
 // never one the client sent. The stream's reader goroutine; it does not
 // block.
-func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
+func (g *Gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
 	switch env.Kind {
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
 		g.cancels.Cancel(local.RemoteCall{From: from, ID: env.CallId})
@@ -371,7 +264,7 @@ func (g *gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 		g.home(from, r)
 		return
 	}
-	env.Headers = withPrincipal(env.Headers, principal)
+	env.Headers = WithPrincipal(env.Headers, principal)
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
 	switch {
 	case id.Type == "" || strings.Contains(id.Type, "/"):
@@ -413,7 +306,7 @@ var errReminderMethod = errors.New("a client called the runtime's reminder metho
 // reply answers a client's call; settle calls it once the outcome is in.
 // Calls a grain's filter refused as unauthenticated or forbidden are
 // counted here, at the edge, once each, wherever the grain ran.
-func (g *gateway) Reply(c *local.Call) {
+func (g *Gateway) Reply(c *local.Call) {
 	defer g.inflight.Done()
 	if c.Err != nil {
 		g.countRefused("", c.Err)
@@ -435,7 +328,7 @@ const stopGrace = 500 * time.Millisecond
 // going: clients send no new call here and move the calls they have not
 // sent to other gateways. It waits until each client has answered, or
 // ctx ends. Stop calls it first.
-func (g *gateway) goAway(ctx context.Context) {
+func (g *Gateway) GoAway(ctx context.Context) {
 	if g.health != nil {
 		g.health.Shutdown()
 	}
@@ -452,7 +345,7 @@ func (g *gateway) goAway(ctx context.Context) {
 
 // finish waits until every client call is answered, writes the last
 // answers out and stops the gateway's server, or gives up when ctx ends.
-func (g *gateway) finish(ctx context.Context) error {
+func (g *Gateway) Finish(ctx context.Context) error {
 	err := g.inflight.Drain(ctx, "client calls")
 	if g.tport != nil {
 		if serr := g.tport.Shutdown(ctx); serr != nil && err == nil {
@@ -461,16 +354,16 @@ func (g *gateway) finish(ctx context.Context) error {
 	}
 	gctx, cancel := context.WithTimeout(ctx, stopGrace)
 	defer cancel()
-	g.lis.GracefulStop(gctx)
+	g.Lis.GracefulStop(gctx)
 	return err
 }
 
 // close stops the gateway at once: client streams end and what waits on
 // them fails. Idempotent.
-func (g *gateway) close() {
+func (g *Gateway) Close() {
 	g.cancels.CancelAll()
 	if g.tport != nil {
 		g.tport.Close()
 	}
-	g.lis.Stop()
+	g.Lis.Stop()
 }
