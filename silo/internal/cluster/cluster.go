@@ -42,14 +42,14 @@ type Config struct {
 	Network             transport.Network
 }
 
-// cluster is a silo's membership of a cluster: the view of the other
+// Cluster is a silo's membership of a cluster: the view of the other
 // silos, the directory, placement and the transport.
 type Cluster struct {
 	s      *local.Runtime
 	Cfg    Config
 	log    *zap.Logger
 	SelfID string // this silo's member ID
-	// grpcAddr is where other silos dial this one.
+	// GrpcAddr is where other silos dial this one.
 	GrpcAddr string
 	Mship    membership.Service
 	Tport    *transport.Transport
@@ -57,19 +57,19 @@ type Cluster struct {
 	net      transport.Network
 	Dir      *directory.Directory
 	placer   *placement.Placer
-	// gate admits members once a TLS handshake proves them silos of the
+	// Gate admits members once a TLS handshake proves them silos of the
 	// cluster's CA; nil without mutual TLS.
 	Gate *peerGate
 
 	View atomic.Pointer[clusterView]
 
-	// viewMu serialises view changes: membership events, Start and Stop.
+	// ViewMu serialises view changes: membership events, Start and Stop.
 	ViewMu     sync.Mutex
 	Members    map[string]membership.Member // the other live members
 	SelfStatus membership.Status
 	active     []string // the last active list given to the directory
 
-	// inflight counts requests from other silos not yet answered and
+	// Inflight counts requests from other silos not yet answered and
 	// calls forwarded from here not yet answered: Stop waits for both
 	// before it leaves.
 	Inflight local.InflightCount
@@ -109,10 +109,10 @@ type Cluster struct {
 
 // clusterView is an immutable snapshot of the live silos, for routing.
 type clusterView struct {
-	// hosts lists, per grain type, the active silos that host it, as
+	// Hosts lists, per grain type, the active silos that host it, as
 	// placement candidates (this one included when it is active).
 	Hosts map[string][]placement.Candidate
-	// known is every live member and its status, this one included.
+	// Known is every live member and its status, this one included.
 	Known map[string]membership.Status
 	// departed holds the members that left or failed lately.
 	departed map[string]bool
@@ -228,7 +228,7 @@ func New(rt *local.Runtime, cfg Config) (_ *Cluster, err error) {
 	return cl, nil
 }
 
-// join serves other silos' streams, joins the membership and becomes
+// Join serves other silos' streams, joins the membership and becomes
 // active once it knows the members. Requests may arrive as soon as it
 // serves: the silo publishes the cluster first.
 func (cl *Cluster) Join(ctx context.Context) error {
@@ -281,7 +281,7 @@ func advertisedAddr(listen string, mcfg membership.Config) (string, error) {
 		Reason: fmt.Sprintf("must be set: the gRPC listener %s is bound to every interface and neither AdvertiseAddr nor BindAddr names a host other silos can dial", listen)}
 }
 
-// dialableAddr is listen, the address a listener is bound to, with the
+// DialableAddr is listen, the address a listener is bound to, with the
 // gossip advertise or bind address of mcfg as its host when it is bound
 // to every interface, or "" when none names a dialable host.
 func DialableAddr(listen string, mcfg membership.Config) string {
@@ -300,7 +300,7 @@ func DialableAddr(listen string, mcfg membership.Config) string {
 	return ""
 }
 
-// onEvent takes a membership change. The membership's goroutine.
+// OnEvent takes a membership change. The membership's goroutine.
 func (cl *Cluster) OnEvent(ev membership.Event) {
 	cl.ViewMu.Lock()
 	defer cl.ViewMu.Unlock()
@@ -386,9 +386,9 @@ func (cl *Cluster) refreshLocked() {
 	for id, m := range cl.Members {
 		add(id, m)
 	}
-	local := cl.Mship.Local()
-	local.Status = cl.SelfStatus
-	add(cl.SelfID, local)
+	self := cl.Mship.Local()
+	self.Status = cl.SelfStatus
+	add(cl.SelfID, self)
 	cl.View.Store(v)
 	slices.Sort(active)
 	if slices.Equal(active, cl.active) {
@@ -409,11 +409,11 @@ func (cl *Cluster) refreshLocked() {
 // lost is the directory telling this silo that one of its activations
 // lost its entry to another: it deactivates, and the requests it holds go
 // to the winner.
-func (cl *Cluster) lost(id grain.ID, local, winner directory.Entry) {
-	if local.Silo != cl.SelfID {
+func (cl *Cluster) lost(id grain.ID, loser, winner directory.Entry) {
+	if loser.Silo != cl.SelfID {
 		return
 	}
-	a := cl.s.ActivationByID(id, local.Activation)
+	a := cl.s.ActivationByID(id, loser.Activation)
 	if a == nil {
 		return
 	}
@@ -500,7 +500,7 @@ func (cl *Cluster) reportLoad() {
 	}
 }
 
-// beginLeave tells the cluster this silo is shutting down and takes it
+// BeginLeave tells the cluster this silo is shutting down and takes it
 // off its own ring, handing its directory ranges over. Stop calls it
 // before it deactivates the silo's grains.
 func (cl *Cluster) BeginLeave(ctx context.Context) {
@@ -524,7 +524,7 @@ func (cl *Cluster) BeginLeave(ctx context.Context) {
 	}
 }
 
-// finishLeave waits until no request is in flight through this silo,
+// FinishLeave waits until no request is in flight through this silo,
 // leaves the cluster, tells every silo with a stream to this one to send
 // nothing more (answering what they sent before they heard), waits for
 // those requests too, writes out the last answers and closes the
@@ -551,7 +551,7 @@ func (cl *Cluster) FinishLeave(ctx context.Context) error {
 	return err
 }
 
-// close stops everything the cluster runs, without a leave: the other
+// Close stops everything the cluster runs, without a leave: the other
 // silos will find this one failed. Idempotent; any goroutine.
 func (cl *Cluster) Close() {
 	cl.Closed.Store(true)

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// resolveObserver forwards a call to an observer of client to the client's
+// ResolveObserver forwards a call to an observer of client to the client's
 // home gateway. While the directory is asked where a client's home is,
 // later calls to its observers queue behind the first, so that one
 // caller's calls to an observer reach it in the order they were made:

@@ -25,7 +25,7 @@ const maxForwards = 2
 // directoryTimeout bounds a directory request to another silo.
 const directoryTimeout = 10 * time.Second
 
-// resolve routes a call whose grain has no activation on this silo: to
+// Resolve routes a call whose grain has no activation on this silo: to
 // the silo the directory names, else to the silo placement picks. t is
 // nil when this silo does not host the type. The call's callee ownership
 // passes on with it.
@@ -74,7 +74,7 @@ func (cl *Cluster) Resolve(c *local.Call, t *local.GrainType) {
 // about a second.
 const MaxDirectoryRetries = 24
 
-// retryBackoff is the wait before retry n (from 0): 5 ms doubling, at
+// RetryBackoff is the wait before retry n (from 0): 5 ms doubling, at
 // most 50 ms.
 func RetryBackoff(n uint8) time.Duration {
 	return min(5*time.Millisecond<<min(n, 4), 50*time.Millisecond)
@@ -148,7 +148,7 @@ func strategyOf(o grain.TypeOptions) (placement.Strategy, string) {
 	return placement.Strategy(o.Placement), "" // the first five agree
 }
 
-// forward sends a call to the silo that has, or is to have, its
+// Forward sends a call to the silo that has, or is to have, its
 // activation: the directory entry via names it (with no activation when
 // placement chose the silo: placed). The reply settles the call. A
 // failure to reach the silo drops the cached entry that sent the call
@@ -256,7 +256,7 @@ func NewOutgoing() Outgoing {
 	return Outgoing{Env: envPool.Get().(*granaryv1.Envelope), buf: bufPool.Get().(*[]byte)}
 }
 
-// encode marshals m into the buffer as the envelope's payload.
+// Encode marshals m into the buffer as the envelope's payload.
 func (o Outgoing) Encode(m proto.Message) error {
 	b, err := proto.MarshalOptions{}.MarshalAppend((*o.buf)[:0], m)
 	*o.buf = b
@@ -264,7 +264,7 @@ func (o Outgoing) Encode(m proto.Message) error {
 	return err
 }
 
-// free returns the envelope and buffer to their pools.
+// Free returns the envelope and buffer to their pools.
 func (o Outgoing) Free() {
 	proto.Reset(o.Env)
 	envPool.Put(o.Env)
@@ -389,7 +389,7 @@ func (cl *Cluster) chainFrom(links []*granaryv1.ChainLink) *local.ChainLink {
 	return head
 }
 
-// reply answers a call that came from another silo; settle calls it once
+// Reply answers a call that came from another silo; settle calls it once
 // the outcome is in.
 func (cl *Cluster) Reply(c *local.Call) {
 	defer cl.Inflight.Done()
@@ -400,7 +400,7 @@ func (cl *Cluster) Reply(c *local.Call) {
 	Answer(c, servedBy)
 }
 
-// answer sends c's outcome back through its responder to the process
+// Answer sends c's outcome back through its responder to the process
 // that sent it (another silo or a client), naming servedBy as the silo
 // that ran it when that is not the answering one.
 func Answer(c *local.Call, servedBy string) {
@@ -421,7 +421,7 @@ func Answer(c *local.Call, servedBy string) {
 	c.Responder.Reply(resp)
 }
 
-// remindersChanged tells the silo that owns ring position h, id's, that
+// RemindersChanged tells the silo that owns ring position h, id's, that
 // id's reminders changed; this silo, when it owns it.
 func (cl *Cluster) RemindersChanged(id grain.ID, h uint64) {
 	owner := cl.Dir.Ring().Owner(h)
@@ -540,7 +540,7 @@ func entryToProto(id grain.ID, e directory.Entry) *granaryv1.DirectoryEntry {
 	return &granaryv1.DirectoryEntry{GrainType: id.Type, GrainKey: id.Key, Silo: e.Silo, Activation: e.Activation}
 }
 
-// register records a new activation in the directory before it starts:
+// Register records a new activation in the directory before it starts:
 // the first registration of a grain wins, and an activation that loses
 // never runs, and sends the requests it holds to the winner.
 func (cl *Cluster) Register(a *local.ActivationRec) {

@@ -48,15 +48,15 @@ type Config struct {
 	Authenticator        auth.Authenticator
 }
 
-// gateway is a silo's service to external clients.
+// Gateway is a silo's service to external clients.
 type Gateway struct {
-	// cl is the silo's cluster, or nil for a silo alone. Set before the
+	// Cl is the silo's cluster, or nil for a silo alone. Set before the
 	// gateway serves.
 	Cl  *cluster.Cluster
 	s   *local.Runtime
 	cfg Config
 	log *zap.Logger
-	// addr is the advertised address, or "" when it is each client's own
+	// Addr is the advertised address, or "" when it is each client's own
 	// view of it (a silo alone bound to every interface).
 	Addr      string
 	clusterID string
@@ -116,7 +116,7 @@ func New(rt *local.Runtime, cfg Config) (*Gateway, error) {
 	return g, nil
 }
 
-// serve starts serving clients: Go clients' streams, every grain type as
+// Serve starts serving clients: Go clients' streams, every grain type as
 // a plain gRPC service calling through caller, reflection and health. cl
 // is the silo's cluster, or nil.
 func (g *Gateway) Serve(cl *cluster.Cluster, caller grain.Caller) error {
@@ -303,7 +303,7 @@ func (g *Gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 // refused, for the count.
 var errReminderMethod = errors.New("a client called the runtime's reminder method")
 
-// reply answers a client's call; settle calls it once the outcome is in.
+// Reply answers a client's call; settle calls it once the outcome is in.
 // Calls a grain's filter refused as unauthenticated or forbidden are
 // counted here, at the edge, once each, wherever the grain ran.
 func (g *Gateway) Reply(c *local.Call) {
@@ -324,7 +324,7 @@ const goAwayTimeout = 5 * time.Second
 // client streams are closed; then they are cut.
 const stopGrace = 500 * time.Millisecond
 
-// goAway tells the health service and every client that the gateway is
+// GoAway tells the health service and every client that the gateway is
 // going: clients send no new call here and move the calls they have not
 // sent to other gateways. It waits until each client has answered, or
 // ctx ends. Stop calls it first.
@@ -343,7 +343,7 @@ func (g *Gateway) GoAway(ctx context.Context) {
 	}
 }
 
-// finish waits until every client call is answered, writes the last
+// Finish waits until every client call is answered, writes the last
 // answers out and stops the gateway's server, or gives up when ctx ends.
 func (g *Gateway) Finish(ctx context.Context) error {
 	err := g.inflight.Drain(ctx, "client calls")
@@ -358,7 +358,7 @@ func (g *Gateway) Finish(ctx context.Context) error {
 	return err
 }
 
-// close stops the gateway at once: client streams end and what waits on
+// Close stops the gateway at once: client streams end and what waits on
 // them fails. Idempotent.
 func (g *Gateway) Close() {
 	g.cancels.CancelAll()

@@ -293,7 +293,7 @@ var (
 	errPrincipalChanged = errors.New("auth: the stream's credentials now prove another principal; reconnect")
 )
 
-// withPrincipal returns hs without any grain.PrincipalHeader a client
+// WithPrincipal returns hs without any grain.PrincipalHeader a client
 // put there, and with principal's when it is not "": a client never
 // chooses its principal. It filters hs in place.
 func WithPrincipal(hs []*granaryv1.Header, principal string) []*granaryv1.Header {

@@ -66,7 +66,7 @@ func (g *Gateway) home(client string, r transport.Responder) {
 // of a client that moved here before it gives up.
 const maxHomeTakeovers = 3
 
-// registerHome registers the client's home entry e, retrying while the
+// RegisterHome registers the client's home entry e, retrying while the
 // directory cannot answer (retries), and unregistering the entry of the
 // client's former home, which it left, when that one is in the way
 // (takeovers). It stops as soon as this gateway is no longer the client's
@@ -159,7 +159,7 @@ func (g *Gateway) leaveHomes() {
 	}
 }
 
-// homeEntries lists the directory entries of the clients at home here.
+// HomeEntries lists the directory entries of the clients at home here.
 func (g *Gateway) HomeEntries() []directory.Item {
 	g.homes.mu.Lock()
 	defer g.homes.mu.Unlock()
@@ -170,7 +170,7 @@ func (g *Gateway) HomeEntries() []directory.Item {
 	return out
 }
 
-// deliverObserver sends a call to an observer of client on the client's
+// DeliverObserver sends a call to an observer of client on the client's
 // stream, when this gateway is its home, and reports whether it is.
 func (g *Gateway) DeliverObserver(client string, c *local.Call) bool {
 	if !g.isHome(client) {
