@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/granaryio/granary/internal/proctest"
 	bankpb "github.com/granaryio/granary/proto/examples/bank"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -18,31 +19,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 )
-
-// grpcurlEnv names the grpcurl binary for these tests; make race sets it.
-const grpcurlEnv = "GRANARY_GRPCURL"
-
-// grpcurlPath returns the grpcurl binary: $GRANARY_GRPCURL, else the one
-// make tools installs in the repository's bin directory. Without either
-// the test fails: grpcurl is the client that proves the gateway needs no
-// Granary code, so a missing one must not pass unnoticed.
-func grpcurlPath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv(grpcurlEnv); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("%s=%s: %v", grpcurlEnv, p, err)
-		}
-		return p
-	}
-	p, err := filepath.Abs(filepath.Join("..", "..", "bin", "grpcurl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("grpcurl not found: %s is not set and %s does not exist (%v); run `make tools` to install it, or set %s", grpcurlEnv, p, err, grpcurlEnv)
-	}
-	return p
-}
 
 // grpcurlResult is what one run of grpcurl printed and how it exited.
 type grpcurlResult struct {
@@ -133,7 +109,7 @@ func writeProtoset(t *testing.T, dir string) string {
 // reflection, calls a grain with the key as a header, and reads the codes
 // of the calls that fail.
 func TestGRPCurl(t *testing.T) {
-	bin := grpcurlPath(t)
+	bin := proctest.Grpcurl(t)
 	g := newGateway(t)
 	protoset := writeProtoset(t, t.TempDir())
 
