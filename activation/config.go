@@ -19,10 +19,10 @@ type Config struct {
 	Processors int
 
 	// QuantumTurns is how many turns a group runs before it goes to the back
-	// of the line. Default 64: on the 1,000-group throughput benchmark, 16
-	// costs about 30% and 8 about 40% against 64, while 256 and 1,024 gain
-	// nothing measurable; 64 keeps a hog's delay of others to 64 short turns.
-	// See BenchmarkTuneQuantumTurns and docs/benchmarks.md.
+	// of the line. Default 64: smaller quanta cost throughput, as groups go
+	// back to the line more often; larger ones gain nothing; and 64 keeps a
+	// hog's delay of others to 64 short turns. See BenchmarkTuneQuantumTurns
+	// and docs/benchmarks.md#tuning-measurements.
 	QuantumTurns int
 
 	// QuantumTime ends a group's run after this long even when it has run
@@ -32,9 +32,10 @@ type Config struct {
 	QuantumTime time.Duration
 
 	// SpinRounds is how many times an idle worker looks for work (inbox,
-	// global queue, then stealing) and yields before it parks. Default 4: the
-	// round trip costs about 20% more with no spinning and 10% more with one
-	// round, and nothing less with 16 or 64. See BenchmarkTuneSpinRounds.
+	// global queue, then stealing) and yields before it parks. Default 4:
+	// a worker that spins a little before it parks takes the next turn of a
+	// round trip without being woken, and more rounds gain nothing. See
+	// BenchmarkTuneSpinRounds and docs/benchmarks.md#tuning-measurements.
 	SpinRounds int
 
 	// HandOnAfter is how long a turn may hold a processor without finishing
@@ -64,11 +65,10 @@ type Config struct {
 	// does not bound Enqueue, whose queues are unbounded. 0 turns flow
 	// control off. Default 1,024: a producer outside the pool that never
 	// waits shares the cores with the workers that drain its queue, and a
-	// queue of hundreds of thousands of turns falls out of the caches. One
-	// group fed by two producers ran at 32 ns per turn with marks of 256
-	// and 1,024, 39 ns at 64 and 50 ns with no mark; 1,024 leaves a grain
-	// room for a burst before its feeder waits. See
-	// BenchmarkTuneMaxQueuedTurns and docs/benchmarks.md.
+	// queue of hundreds of thousands of turns falls out of the caches; a
+	// mark much lower makes feeders wait too often, and 1,024 leaves a
+	// grain room for a burst before its feeder waits. See
+	// BenchmarkTuneMaxQueuedTurns and docs/benchmarks.md#tuning-measurements.
 	MaxQueuedTurns int
 
 	// Logger receives warnings about long turns. Default: a no-op logger.

@@ -339,7 +339,7 @@ func (e *Exec) runBatch(g *Group, f *frame, k int) (ran int, waited bool) {
 }
 
 // runBatchFrom runs e.batch[i:k] for runBatch, under one deferred recover:
-// a recover per turn cost about a tenth of a short turn. A turn that
+// a recover per turn would weigh on every short turn. A turn that
 // panics gets a *PanicError in its Done, and runBatchFrom returns after
 // it so that runBatch can go on with the next. Token holder only.
 func (e *Exec) runBatchFrom(g *Group, f *frame, i, k int) (next int, waited, stop bool) {

@@ -31,9 +31,9 @@ const (
 // an enqueue writes are packed into the first cache line, so a push to a
 // busy group touches that line and the tail segment's, as a channel send
 // touches its header and slot; the worker's per-turn fields are on a line
-// producers never write. Spread over four lines, a group fed by two
-// producers ran about a tenth slower, and sharing the worker's fields with
-// the lock's line made each per-turn check a cache miss.
+// producers never write, since sharing the lock's line would make each
+// per-turn check a cache miss. The figures are in
+// docs/benchmarks.md#the-groups-hot-path.
 type Group struct {
 	// Line 0: written by every enqueue and every batch.
 	mu      sync.Mutex

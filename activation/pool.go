@@ -97,7 +97,7 @@ import (
 type Pool struct {
 	// Read on every enqueue and turn, written once: kept apart from the
 	// counters below, which change all the time, so that reading them
-	// does not miss the cache (about 3% of the 1,000-group profile).
+	// does not miss the cache (see docs/benchmarks.md#the-groups-hot-path).
 	cfg      Config
 	stopping atomic.Bool
 	closed   atomic.Bool
@@ -255,8 +255,8 @@ func (p *Pool) signalDrained() {
 // stripe, so the pool is quiescent when the sums over all stripes are
 // equal. Each processor has a stripe and goroutines without one share
 // Pool.outside: a single shared counter, moved on every group's idle and
-// busy transitions by producers and workers alike, cost about 12% of
-// throughput at 1,000 groups in cache misses.
+// busy transitions by producers and workers alike, would be a cache miss
+// on most transitions (see docs/benchmarks.md#the-groups-hot-path).
 type activity struct {
 	inc, dec atomic.Int64
 	_        [cacheLine - 16]byte

@@ -36,10 +36,11 @@ type Task interface {
 
 // Turn is one unit of work queued on a group: a value, copied into the
 // group's queue, so enqueuing a Turn whose Task is a pointer does not
-// allocate. It is four words (32 bytes), two to a 64-byte cache line: queue
-// copies are most of the scheduler's memory traffic, so a turn carries
-// nothing else. Whether a turn is a system turn is decided by how it is
-// enqueued (EnqueueSystem), not stored in every Turn.
+// allocate. It is four words (32 bytes), two to a 64-byte cache line
+// (TestGroupLayout fails if it grows): queue copies are most of the
+// scheduler's memory traffic, so a turn carries nothing else. Whether a
+// turn is a system turn is decided by how it is enqueued (EnqueueSystem),
+// not stored in every Turn.
 type Turn struct {
 	// Task is the code to run. Required.
 	Task Task
@@ -67,9 +68,9 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// segmentSize is the number of turns per queue segment. A segment of 16
-// turns is 640 bytes: small enough that a lightly used group wastes little,
-// large enough that a busy group takes a segment from the pool rarely.
+// segmentSize is the number of turns per queue segment: small enough that
+// a lightly used group wastes little, large enough that a busy group takes
+// a segment from the pool rarely.
 const segmentSize = 16
 
 type segment struct {

@@ -2,6 +2,7 @@ package directory_test
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -187,4 +188,27 @@ func BenchmarkCacheGet(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		c.Get(ids[i%len(ids)])
 	}
+}
+
+// BenchmarkCacheMemory: the heap a full cache of 100,000 entries (the
+// default CacheSize) holds, per entry, with its index. The grain IDs'
+// strings are the caller's and not counted.
+func BenchmarkCacheMemory(b *testing.B) {
+	const n = 100_000
+	ids := sampleIDs(n)
+	var perEntry float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := directory.NewCache(n, testTTL, clockwork.NewRealClock())
+		for i, id := range ids {
+			c.Put(id, ent("silo-a", uint64(i+1)))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perEntry = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
+		runtime.KeepAlive(c)
+	}
+	b.ReportMetric(perEntry, "B/entry")
 }

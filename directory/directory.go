@@ -28,8 +28,10 @@ type Config struct {
 	VirtualNodes int
 
 	// CacheSize is how many lookups the caller-side cache holds; 0 turns
-	// caching off. An entry costs about 150 bytes with its index, so the
-	// default 100,000 is about 15 MB. Default 100,000.
+	// caching off. It bounds the cache's memory: an entry and its index
+	// entry have a fixed size, plus the grain ID's strings
+	// (BenchmarkCacheMemory; docs/benchmarks.md#the-directorys-lookup-cache).
+	// Default 100,000.
 	CacheSize int
 
 	// CacheTTL is how long a cached lookup is trusted. Entries go stale
@@ -48,7 +50,8 @@ type Config struct {
 
 	// HandoffBatch is the most entries one handoff message carries, so
 	// that the handoff of a large partition stays within transport message
-	// limits (an entry is about 60 bytes on the wire). Default 1,024.
+	// limits: an entry is a grain ID, a silo's member ID and a number, so
+	// a batch of ordinary names is far below them. Default 1,024.
 	HandoffBatch int
 
 	// Logger receives the directory's logs. Default: a no-op logger.

@@ -40,8 +40,8 @@ import (
 //
 //	(n-1)/2 + 1 probe intervals + the suspicion timeout
 //
-// plus one gossip round to spread the verdict; see DefaultLANConfig for
-// measured figures.
+// plus one gossip round to spread the verdict. Times measured with
+// BenchmarkFailureDetection are in docs/benchmarks.md#failure-detection.
 type Config struct {
 	// ClusterID names the cluster. Required; printable, at most 255 bytes.
 	// It becomes memberlist's Label, which prefixes every packet and
@@ -229,13 +229,10 @@ type Config struct {
 // interval and timeout up to 8 times, detecting later rather than
 // accusing healthy silos.
 //
-// Measured on loopback, 3 silos, one closed without a leave, which is
-// what SIGKILL leaves (BenchmarkFailureDetection, 12 runs over two
-// sessions): both survivors report EventFailed after a median of 2.40 s,
-// range 2.40 to 3.00 s (a probe round is 500 ms); the two survivors
-// report within 100 ms of each other, as the verdict is gossiped at once.
-// A real network adds its round trips, and a degraded silo its awareness
-// stretch.
+// The survivors report a failure at nearly the same moment, as the verdict
+// is gossiped at once. A real network adds its round trips, and a degraded
+// silo its awareness stretch. Times measured on loopback
+// (BenchmarkFailureDetection) are in docs/benchmarks.md#failure-detection.
 func DefaultLANConfig() Config {
 	return Config{
 		BindAddr:                "0.0.0.0",
@@ -282,7 +279,7 @@ func DefaultWANConfig() Config {
 // BindAddr 127.0.0.1, BindPort 0 (a free port), and detection faster
 // still (probes every 200 ms with a 100 ms timeout, SuspicionMult 2, so no
 // confirmation is awaited: a 400 ms suspicion timeout). Measured as for
-// DefaultLANConfig: a median of 0.75 s, range 0.75 to 0.95 s.
+// DefaultLANConfig, in docs/benchmarks.md#failure-detection.
 func DefaultLocalConfig() Config {
 	return Config{
 		BindAddr:                "127.0.0.1",

@@ -82,5 +82,6 @@
 // indirect through others) and stayed suspect for the suspicion timeout.
 // DefaultLANConfig is tuned so a SIGKILLed silo is declared dead in about
 // 2 to 3 seconds, which leaves the cluster time to re-place its grains
-// within 5; Config's comment gives the formula and the measured figures.
+// within 5; Config's comment gives the formula, and
+// docs/benchmarks.md#failure-detection the measured times.
 package membership

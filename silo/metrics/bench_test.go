@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
@@ -197,4 +198,22 @@ func BenchmarkScrape(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(mfs)), "families")
 	b.ReportMetric(float64(series), "series")
+}
+
+// BenchmarkClockRead: a full time.Now (wall and monotonic clock) against
+// the monotonic-only time.Since that elapsed makes with the real clock.
+func BenchmarkClockRead(b *testing.B) {
+	epoch := time.Now()
+	var sink time.Duration
+	b.Run("now", func(b *testing.B) {
+		for b.Loop() {
+			sink += time.Now().Sub(epoch)
+		}
+	})
+	b.Run("since", func(b *testing.B) {
+		for b.Loop() {
+			sink += time.Since(epoch)
+		}
+	})
+	_ = sink
 }

@@ -151,9 +151,9 @@ func (m *Metrics) record(ctx grain.Context, md *grain.MethodDesc, d time.Duratio
 }
 
 // elapsed returns the time since New. With the real clock it reads only
-// the monotonic clock: a full time.Now, wall clock included, costs about
-// twice as much on some virtual machines, and a call reads the clock
-// twice.
+// the monotonic clock: a full time.Now reads the wall clock too, which is
+// slow on some virtual machines, and a call reads the clock twice (see
+// BenchmarkClockRead and docs/benchmarks.md#the-metrics-filters-clock).
 func (m *Metrics) elapsed() time.Duration {
 	if m.realClock {
 		return time.Since(m.epoch)

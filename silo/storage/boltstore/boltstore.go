@@ -33,8 +33,9 @@ const flockRetry = 50 * time.Millisecond
 
 // batchDelay is the longest a write waits for others to join its batch
 // (bbolt's MaxBatchDelay). bbolt's default, 10ms, is many times a commit
-// on a local SSD (about 0.2ms) and idles the disk: with 64 writers it
-// gave a seventh of the throughput of 1ms (BenchmarkStateWrite).
+// on a local SSD and idles the disk between batches, so concurrent writers
+// get far less throughput than with 1ms. See BenchmarkStateWrite and
+// docs/benchmarks.md#the-embedded-stores-batch-delay.
 const batchDelay = time.Millisecond
 
 var (
