@@ -1,7 +1,6 @@
 // Package lifecycle is the life of one grain activation, from its making
-// to its removal from the catalog, as a pure state machine: the rules
-// silo/activation.go and silo/collect.go follow, written out in one
-// place. A Machine does no I/O, takes no lock, starts no goroutine and
+// to its removal from the catalog, as a pure state machine: the rules the
+// local runtime (silo/internal/local) carries out, written in one place. A Machine does no I/O, takes no lock, starts no goroutine and
 // reads no clock: the runtime holds the activation's lock around every
 // call, passes each event in (with the time, when a rule needs it) and
 // performs the actions that come out. It sits beside admission.Gate,
@@ -35,7 +34,8 @@
 // registration or idle collection, with the first reason winning), how
 // many requests it told the runtime to hold, and, for idle collection,
 // whether a turn counted as activity since the collector last looked and
-// when it last saw one.
+// when it last saw one, and whether Close came before the registration
+// answered.
 //
 // # Events and their rules
 //
@@ -43,7 +43,8 @@
 // chain passes through this activation at all; holdsChain that a request
 // up its chain runs here now (admission.Gate.Holds). Only inChain matters
 // while registering or activating and only holdsChain while a deactivation
-// is pending, so a runtime may skip either chain walk outside those cases.
+// is pending, so a runtime may skip either chain walk outside those cases:
+// OfferNeeds says which it needs.
 //
 //	Registering, Activating  Hold; but FailDeadlock when inChain (a call
 //	                         from OnActivate came back: it would wait for
@@ -56,7 +57,13 @@
 //	Dead                     Retry: route the request again
 //
 // Registered: the registration won (or there is no directory):
-// StartActivate, and the state becomes Activating.
+// StartActivate, and the state becomes Activating. If the silo closed
+// before the registration answered (Close while Registering), Registered
+// still answers StartActivate, once, and the activation stays Dead: the
+// runtime queues the activate turn as it always did (a closed pool
+// refuses it; one not closed yet runs OnActivate, whose end, like every
+// late event, changes nothing). A registration that lost or failed after
+// that Close was its answer: no Registered follows.
 //
 // RegistrationLost(quiet): the directory holds another activation of the
 // grain. Before the activation started (Registering) it never runs: it is
@@ -82,7 +89,9 @@
 // TurnDone(quiet, activity, panicked): a request's or a timer tick's turn
 // ended and the gate was told (quiet: the gate runs nothing and no
 // interleaving tick runs). activity marks the activation touched for idle
-// collection (requests, and ticks of keep-alive timers). panicked asks for
+// collection (requests, and ticks of keep-alive timers); nothing marks it
+// when a request starts: it is busy, so the collector passes it by, until
+// its TurnDone marks it. panicked asks for
 // a deactivation with grain.DeactivatePanic first. Then, in Active: with
 // a deactivation pending, BeginDeactivate if quiet and nothing otherwise:
 // the gate's queue is not started, it is rerouted with the rest; with none
@@ -97,8 +106,8 @@
 // Migrate(reason, quiet): like Deactivate, accepted and begun by the same
 // rules, except that when the activation is dead its queue is kept for
 // the migration's target (MigrateQueue) rather than rerouted. No transfer
-// protocol exists yet: until one does, the runtime treats MigrateQueue as
-// RerouteQueue.
+// protocol exists yet: nothing in the runtime sends Migrate, and until
+// something does, it performs MigrateQueue as RerouteQueue.
 //
 // IdleTick(now, age, busy): the collector looks at the activation (busy:
 // the gate runs or queues anything, or an interleaving tick runs). Only an
@@ -118,8 +127,8 @@
 // CauseClosed, from any state but Dead.
 //
 // Any other event in a state is ignored and returns no action, as are all
-// events but Offer once Dead: a turn that ends after Close is late, not
-// wrong.
+// events but Offer (and a Registered after Close, above) once Dead: a turn
+// that ends after Close is late, not wrong.
 //
 // # Actions
 //
@@ -168,38 +177,58 @@
 //     queue (RerouteQueue, ForwardQueue, MigrateQueue or FailQueue):
 //     Held adds up to every Hold. None is dropped.
 //   - Remove comes exactly once, with the move to Dead, with exactly one
-//     queue action; Dead is final and answers only Offer, with Retry.
+//     queue action; Dead is final and answers only Offer, with Retry, and
+//     the first Registered after a Close that came before the
+//     registration answered, with StartActivate.
 //
 // # Wiring into the silo
 //
-// The runtime keeps an activation's lock, its queue of *call, its timers
-// and its admission.Gate, and replaces actState, deactPending, deactivate,
-// touched and idleSince with a Machine:
+// silo/internal/local.ActivationRec keeps an activation's lock (Mu), its
+// queue of *Call, its timers, its admission.Gate, and a Machine, which
+// holds its whole lifecycle state: the runtime keeps none of its own. It
+// feeds each event with Mu held; submit performs Offer's answer,
+// unlockTurnDone TurnDone's StartQueued (the hot path), and unlockDo every
+// other answer, releasing Mu:
 //
-//	activationFor (request that makes it)  Offer before publishing, then
-//	                                       (silo alone) Registered
-//	cluster.register callback              Registered, RegistrationLost(false)
-//	                                       (abandon to the winner), or
-//	                                       RegistrationFailed (abandon with err)
-//	startActivation: start() failed        ActivateDone(failed)
-//	startActivation: silo stopping         Deactivate(DeactivateShutdown, quiet)
-//	activationRec.submit                   Offer
-//	activationRec.activated                ActivateDone
-//	call.Done, grainTimer.done (finishGate) TurnDone after gate.Finish
-//	                                       (panicked replaces the
-//	                                       requestDeactivation(DeactivatePanic))
-//	turnCtx.DeactivateOnIdle               Deactivate(DeactivateRequested, quiet)
-//	introspect / admin Deactivate          Deactivate(DeactivateOperator, quiet)
-//	Silo.Stop                              Deactivate(DeactivateShutdown, quiet)
-//	cluster.lost (a running duplicate)     RegistrationLost(quiet)
-//	collectIdle                            IdleTick(now, typ.age, busy)
-//	activationRec.deactivated              Deactivated
-//	queueDeactivation: push failed         Deactivated
-//	closeAll (activationRec.end)           Close
-//	registerTimer, workerFor "usable"      Usable
-//	grainTimer.fireLocked                  State() == Activating: defer the
-//	                                       tick; else fire only if Usable
+//	activationFor, workerFor          Offer, before the activation is
+//	  (the request that makes it)       published (holdFirst)
+//	StartActivation (a silo alone, a  Registered; the runtime performs
+//	  worker, or the cluster's          StartActivate with start(), and
+//	  registration won)                 ActivateDone(failed) if start fails
+//	StartActivation, silo stopping    Deactivate(DeactivateShutdown, quiet)
+//	Abandon(winner, nil)              RegistrationLost(quiet)
+//	  (the registration lost)
+//	Abandon(_, err)                   RegistrationFailed
+//	  (the registration failed)
+//	submit                            Offer, walking the chain only as
+//	                                    OfferNeeds says
+//	activated (the activate turn's    ActivateDone(failed, Since())
+//	  Done)
+//	finish (a request's Done),        TurnDone(quiet, activity, panicked)
+//	  grainTimer.done (a tick's)        after gate.Finish (ticksRunning--
+//	                                    for an interleaving tick); activity
+//	                                    for a request or a keep-alive tick
+//	RequestDeactivation: turnCtx.     Deactivate(reason, quiet)
+//	  DeactivateOnIdle, Silo.
+//	  Deactivate, DeactivateAll
+//	  (Silo.Stop), cluster.lost
+//	collectIdle                       IdleTick(now, typ.Age, busy)
+//	deactivated (the deactivate       Deactivated
+//	  turn's Done, or its push
+//	  failing)
+//	close (Runtime.Abort)             Close
+//	registerTimer, workerFor          Usable
+//	grainTimer.fireLocked             State() < Active: defer the tick
+//	                                    (FireDueTimers fires it); else fire
+//	                                    only if Usable
 //
-// where quiet is gate.Running() == 0 && ticksRunning == 0, and busy is
-// !gate.Idle() || ticksRunning > 0 || queued > 0.
+// where quiet is gate.Running() == 0 && ticksRunning == 0, busy is
+// !gate.Idle() || ticksRunning > 0 || queued > 0, and times are durations
+// since the runtime's epoch. cluster.lost (a running duplicate) stores
+// Registered false itself, then sends Deactivate(DeactivateOperator): the
+// same as RegistrationLost(quiet) and its DropRegistration. The runtime
+// performs FailQueue with the activate or registration error it holds, or
+// Unavailable for CauseClosed. ActivationRec's exported State and
+// DeactPending fields mirror State and Pending for code outside the
+// package; the runtime reads the Machine.
 package lifecycle

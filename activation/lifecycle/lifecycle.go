@@ -168,9 +168,10 @@ type Machine struct {
 type flag uint8
 
 const (
-	pending flag = 1 << iota // a deactivation was asked for
-	migrate                  // ... by Migrate
-	touched                  // a turn counted as activity since the collector last looked
+	pending    flag = 1 << iota // a deactivation was asked for
+	migrate                     // ... by Migrate
+	touched                     // a turn counted as activity since the collector last looked
+	unanswered                  // Close came before the registration answered
 )
 
 func (m *Machine) is(f flag) bool { return m.flags&f != 0 }
@@ -195,6 +196,14 @@ func (m *Machine) Held() int { return int(m.held) }
 // Active). False once a deactivation is pending.
 func (m *Machine) Usable() bool { return m.state <= Active && !m.is(pending) }
 
+// OfferNeeds reports which of Offer's arguments the machine reads in its
+// present state: inChain while registering or activating, holdsChain while
+// active with a deactivation pending. The runtime may pass false for the
+// other without walking the request's call chain.
+func (m *Machine) OfferNeeds() (inChain, holdsChain bool) {
+	return m.state < Active, m.state == Active && m.is(pending)
+}
+
 // Offer is a request arriving. inChain: its call chain passes through this
 // activation; holdsChain: a request up its chain runs here now.
 func (m *Machine) Offer(inChain, holdsChain bool) Result {
@@ -214,12 +223,18 @@ func (m *Machine) Offer(inChain, holdsChain bool) Result {
 	return Result{Do: Hold}
 }
 
-// Registered is the directory registration won, or there is none.
+// Registered is the directory registration won, or there is none. When
+// it comes after a Close that came before any answer, the activate turn is
+// still queued and the activation stays Dead: see the package comment.
 func (m *Machine) Registered() Result {
-	if m.state != Registering {
+	switch {
+	case m.state == Registering:
+		m.state = Activating
+	case m.state == Dead && m.is(unanswered):
+		m.flags &^= unanswered
+	default:
 		return Result{}
 	}
-	m.state = Activating
 	return Result{Do: StartActivate}
 }
 
@@ -230,6 +245,7 @@ func (m *Machine) RegistrationLost(quiet bool) Result {
 	case Registering:
 		return m.die(ForwardQueue, CauseNone)
 	case Dead:
+		m.flags &^= unanswered // answered: no Registered follows
 		return Result{}
 	}
 	r := m.request(grain.DeactivateOperator, false, quiet)
@@ -240,6 +256,7 @@ func (m *Machine) RegistrationLost(quiet bool) Result {
 // RegistrationFailed is the directory registration failing for good.
 func (m *Machine) RegistrationFailed() Result {
 	if m.state != Registering {
+		m.flags &^= unanswered // answered: no Registered follows
 		return Result{}
 	}
 	return m.die(FailQueue, CauseRegistration)
@@ -339,6 +356,9 @@ func (m *Machine) Close() Result {
 	if m.state == Dead {
 		return Result{}
 	}
+	if m.state == Registering {
+		m.flags |= unanswered
+	}
 	r := m.die(FailQueue, CauseClosed)
 	r.Do |= StopTimers
 	return r
@@ -376,8 +396,8 @@ func (m *Machine) die(queue Action, c Cause) Result {
 }
 
 // String describes the machine as the scenarios check it: the state, then
-// pending=<reason>, migrating, held=<n>, touched, and idle-since=<time>
-// while Active.
+// pending=<reason>, migrating, held=<n>, touched, unanswered, and
+// idle-since=<time> while Active.
 func (m *Machine) String() string {
 	var b strings.Builder
 	b.WriteString(m.state.String())
@@ -392,6 +412,9 @@ func (m *Machine) String() string {
 	}
 	if m.is(touched) {
 		b.WriteString(" touched")
+	}
+	if m.is(unanswered) {
+		b.WriteString(" unanswered")
 	}
 	if m.state == Active {
 		b.WriteString(" idle-since=" + m.idleSince.String())

@@ -45,6 +45,9 @@ type sim struct {
 	fired         bool // FireDueTimers seen
 	migrated      bool
 	wasPendingYet bool
+	// registeredEvent: the event being performed is Registered, which
+	// starts the activate turn even after Close.
+	registeredEvent bool
 }
 
 type req struct {
@@ -128,6 +131,8 @@ func (s *sim) step(c chooser) error {
 			name, r = "regfail", s.m.RegistrationFailed()
 		case s.registering:
 			s.registering = false
+			s.registeredEvent = true
+			defer func() { s.registeredEvent = false }()
 			name, r = "registered", s.m.Registered()
 		case c.intn(3) == 0:
 			name, r = "lost(running)", s.m.RegistrationLost(s.quiet())
@@ -209,8 +214,15 @@ func (s *sim) step(c chooser) error {
 func (s *sim) perform(before lifecycle.State, pendingBefore bool, r lifecycle.Result, offered uint64, kind admission.Kind, holds, idleTick bool) error {
 	after := s.m.State()
 	if before == lifecycle.Dead {
-		if want := (lifecycle.Result{Do: lifecycle.Retry}); offered != 0 && r != want || offered == 0 && r.Do != 0 {
-			return s.fail("dead answered %s", r)
+		want := lifecycle.Result{}
+		switch {
+		case offered != 0:
+			want.Do = lifecycle.Retry
+		case s.registeredEvent: // closed before the registration answered
+			want.Do = lifecycle.StartActivate
+		}
+		if r != want || after != lifecycle.Dead {
+			return s.fail("dead answered %s, and is %s", r, after)
 		}
 	}
 	if bits := r.Do & (lifecycle.Admit | lifecycle.Hold | lifecycle.Retry | lifecycle.FailDeadlock); offered != 0 && (bits == 0 || bits&(bits-1) != 0) {

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/activation/admission"
+	"github.com/granaryio/granary/activation/lifecycle"
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/grainrt"
@@ -17,25 +17,23 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// actState is an activation's lifecycle state. Transitions, each under mu:
+// ActivationRec is one activation of a grain: its group (the turns), its
+// implementation, its lifecycle, its admission gate and its queue of
+// requests that may not start yet.
 //
-//	activating -> valid         the activate turn, when OnActivate succeeded
-//	activating -> dead          the activate turn, when it failed
-//	valid      -> deactivating beginDeactivationLocked, once nothing runs
-//	deactivating -> dead        the deactivate turn, after OnDeactivate
-//	any        -> dead          Close
-type actState uint8
-
-const (
-	activating actState = iota
-	Valid
-	deactivating
-	dead
-)
-
-// activationRec is one activation of a grain: its group (the turns), its
-// implementation, its admission gate and its queue of requests that may not
-// start yet.
+// Its lifecycle is a lifecycle.Machine, under Mu, which holds the rules:
+// the runtime feeds it every event of the activation's life and performs
+// the actions it answers, and keeps no lifecycle state of its own. A
+// request is offered to it (submit: Offer), and then, once admitted, to
+// the gate, which decides when it starts. The activate turn is queued once
+// the registration won (StartActivation: Registered) and its end is
+// ActivateDone (activated); the end of a request's or a timer tick's turn
+// is TurnDone (finish, grainTimer.done); a deactivation asked for is
+// Deactivate (RequestDeactivation), the collector's look IdleTick
+// (collectIdle), the deactivate turn's end Deactivated (deactivated), a
+// lost or failed registration RegistrationLost or RegistrationFailed
+// (Abandon), and the silo closing Close (close). Every answer but Offer's
+// is performed by unlockDo. See the lifecycle package for the wiring.
 type ActivationRec struct {
 	s     *Runtime
 	typ   *GrainType
@@ -52,21 +50,21 @@ type ActivationRec struct {
 	Registered atomic.Bool
 	Retries    uint8 // failed registrations retried; the registration's callbacks only
 
-	Mu    sync.Mutex
-	State actState
-	gate  admission.Gate
-	queue []*Call // requests not started: gate-queued, or held while activating or deactivating
+	Mu   sync.Mutex
+	life lifecycle.Machine
+	// State and DeactPending mirror life's state and whether a
+	// deactivation is pending, for code outside the package: unlockDo
+	// writes them after every event that may change them, and nothing in
+	// the package reads them. Mu held.
+	State        lifecycle.State
+	DeactPending bool
+	gate         admission.Gate
+	queue        []*Call // requests not started: gate-queued, or held by the lifecycle (while registering, activating or deactivating)
 	// qfirst is queue's first backing array: the request that makes an
 	// activation waits in it, and most queues never hold two.
-	qfirst [1]*Call
-	qhead  int
-	seq    uint64
-	// deactivate is the reason for a deactivation asked for while
-	// requests run; set means no new request starts here.
-	deactivate   grain.DeactivationReason
-	DeactPending bool
-	touched      bool      // a request ran since the collector last looked
-	idleSince    time.Time // when the collector last saw it touched
+	qfirst       [1]*Call
+	qhead        int
+	seq          uint64
 	timers       []*grainTimer
 	ticksRunning int // interleaving timer ticks, which bypass the gate
 	// calls counts the requests offered to the activation; sampled is
@@ -74,6 +72,10 @@ type ActivationRec struct {
 	Calls, Sampled uint64
 	log            *zap.Logger
 }
+
+// Valid is the State of an activation that takes requests: OnActivate
+// succeeded and no deactivation began.
+const Valid = lifecycle.Active
 
 func (s *Runtime) newActivation(id grain.ID, typ *GrainType) *ActivationRec {
 	a := &ActivationRec{
@@ -102,7 +104,7 @@ func (a *ActivationRec) logger() *zap.Logger {
 	return a.log
 }
 
-// start queues the activate turn. Called once, by whoever created it.
+// start queues the activate turn: the lifecycle's StartActivate.
 func (a *ActivationRec) start() error {
 	h := a.s.NewCall(1)
 	h.act, h.hook, h.Due = a, hookActivate, a.s.Since()+a.s.Cfg.ResponseTimeout
@@ -121,34 +123,39 @@ func (a *ActivationRec) submit(c *Call) (start, retry bool) {
 	c.act = a
 	a.Mu.Lock()
 	a.Calls++
-	switch {
-	case a.State == dead:
+	inChain, holdsChain := a.life.OfferNeeds()
+	switch a.life.Offer(inChain && a.inChainLocked(c), holdsChain && a.holdsChainLocked(c)).Do {
+	case lifecycle.Admit:
+		d := a.admitLocked(c)
+		a.Mu.Unlock()
+		switch d {
+		case admission.Start:
+			return true, false
+		case admission.Deadlock:
+			a.s.Fail(nil, c, deadlockError(c))
+		}
+	case lifecycle.Hold:
+		// Held for after activation, or for the next activation.
+		a.pushLocked(c)
+		a.Mu.Unlock()
+	case lifecycle.Retry:
 		a.Mu.Unlock()
 		c.act = nil
 		return false, true
-	case a.State == activating && a.inChainLocked(c):
+	default: // FailDeadlock
 		// A call from OnActivate came back: it would wait for the
 		// activation that waits for it.
 		a.Mu.Unlock()
 		a.s.Fail(nil, c, deadlockError(c))
-		return false, false
-	case a.State != Valid || a.DeactPending && !a.holdsChainLocked(c):
-		// Held for after activation, or for the next activation. A
-		// request whose chain holds a request running here is not held:
-		// that request cannot end, nor the deactivation begin, without it.
-		a.pushLocked(c)
-		a.Mu.Unlock()
-		return false, false
-	}
-	d := a.admitLocked(c)
-	a.Mu.Unlock()
-	switch d {
-	case admission.Start:
-		return true, false
-	case admission.Deadlock:
-		a.s.Fail(nil, c, deadlockError(c))
 	}
 	return false, false
+}
+
+// holdFirst holds c, the request that makes the activation, for the
+// lifecycle. The activation is not published yet: no lock needed.
+func (a *ActivationRec) holdFirst(c *Call) {
+	a.life.Offer(false, false) // Registering: Hold
+	a.pushLocked(c)
 }
 
 // admitLocked runs the gate on c, queuing it when it must wait. mu held.
@@ -156,10 +163,7 @@ func (a *ActivationRec) admitLocked(c *Call) admission.Decision {
 	a.seq++
 	c.seq = a.seq
 	d := a.gate.Admit(c.seq, c.kind, a.holdsChainLocked(c))
-	switch d {
-	case admission.Start:
-		a.touched = true
-	case admission.Queue:
+	if d == admission.Queue {
 		a.pushLocked(c)
 	}
 	return d
@@ -226,25 +230,36 @@ func (a *ActivationRec) takeQueueLocked(q []*Call) []*Call {
 	return q
 }
 
-// finish ends request c in the gate; see finishGate.
-func (a *ActivationRec) finish(e *activation.Exec, c *Call) { a.finishGate(e, c.seq, true) }
-
-// finishGate ends the running request (or tick) seq in the gate and starts
-// what may start now, or begins a deactivation that was waiting for the
-// requests to end. touch counts it as activity for idle collection. e is
-// the worker running the turn's Done, or nil.
-func (a *ActivationRec) finishGate(e *activation.Exec, seq uint64, touch bool) {
-	var buf [8]*Call
+// finish ends request c's turn: in the gate, then for the lifecycle (see
+// unlockTurnDone). e is the worker running the turn's Done, or nil.
+func (a *ActivationRec) finish(e *activation.Exec, c *Call, panicked bool) {
 	a.Mu.Lock()
-	a.gate.Finish(seq)
-	if touch {
-		a.touched = true
-	}
-	if a.DeactPending {
-		a.unlockMaybeDeactivate(e)
+	a.gate.Finish(c.seq)
+	a.unlockTurnDone(e, true, panicked)
+}
+
+// unlockTurnDone tells the lifecycle that a turn ended, the gate (or
+// ticksRunning) told already, and performs its answer: it starts what the
+// gate may start now, or begins a deactivation that waited for the turns
+// to end. activity counts the turn against idle collection; panicked says
+// grain code panicked. mu held on entry, not on return.
+func (a *ActivationRec) unlockTurnDone(e *activation.Exec, activity, panicked bool) {
+	r := a.life.TurnDone(a.quietLocked(), activity, panicked)
+	if r.Do != lifecycle.StartQueued {
+		a.unlockDo(e, r, nil, directory.Entry{})
 		return
 	}
-	starts := buf[:0]
+	var buf [8]*Call
+	starts := a.startQueuedLocked(buf[:0])
+	a.Mu.Unlock()
+	for _, n := range starts {
+		a.enqueue(e, n)
+	}
+}
+
+// startQueuedLocked takes from the queue's head the requests the gate
+// starts now, appending them to starts. mu held.
+func (a *ActivationRec) startQueuedLocked(starts []*Call) []*Call {
 	for a.QueuedLocked() > 0 {
 		head := a.queue[a.qhead]
 		if !a.gate.Next(head.seq, head.kind) {
@@ -252,10 +267,13 @@ func (a *ActivationRec) finishGate(e *activation.Exec, seq uint64, touch bool) {
 		}
 		starts = append(starts, a.popLocked())
 	}
-	a.Mu.Unlock()
-	for _, n := range starts {
-		a.enqueue(e, n)
-	}
+	return starts
+}
+
+// quietLocked reports whether the activation runs nothing: no request
+// holds the gate and no interleaving tick runs. mu held.
+func (a *ActivationRec) quietLocked() bool {
+	return a.gate.Running() == 0 && a.ticksRunning == 0
 }
 
 // enqueue queues the turn of an admitted request. If the pool has closed,
@@ -293,50 +311,142 @@ func (a *ActivationRec) push(e *activation.Exec, t activation.Turn, system bool)
 	return a.group.Enqueue(t)
 }
 
-// activated ends the activate turn: the activation becomes valid, or
-// (when err is not nil) dead, failing every request that waited for it.
+// activated ends the activate turn: OnActivate (or reading the grain's
+// states) succeeded, or failed with err (ActivateDone).
 func (a *ActivationRec) activated(e *activation.Exec, err error) {
 	a.Mu.Lock()
+	a.unlockDo(e, a.life.ActivateDone(err != nil, a.s.Since()), err, directory.Entry{})
+}
+
+// RequestDeactivation asks for the activation to end as soon as no request
+// runs; requests queued meanwhile go to the next activation (Deactivate).
+// Any goroutine; a turn's own request counts as running until it ends.
+func (a *ActivationRec) RequestDeactivation(reason grain.DeactivationReason) {
+	a.Mu.Lock()
+	a.unlockDo(nil, a.life.Deactivate(reason, a.quietLocked()), nil, directory.Entry{})
+}
+
+// deactivated ends the deactivate turn (Deactivated): the activation is
+// dead and gone from the catalog, and the requests that arrived meanwhile
+// are routed again, to a new activation.
+func (a *ActivationRec) deactivated(e *activation.Exec) {
+	a.Mu.Lock()
+	a.unlockDo(e, a.life.Deactivated(), nil, directory.Entry{})
+}
+
+// Abandon ends an activation that never started because its directory
+// registration lost to the activation on silo winner
+// (RegistrationLost), or failed with err (RegistrationFailed): the
+// requests it holds go on to the winner, or fail with err.
+func (a *ActivationRec) Abandon(winner directory.Entry, err error) {
+	a.Mu.Lock()
+	if err != nil {
+		a.unlockDo(nil, a.life.RegistrationFailed(), err, directory.Entry{})
+		return
+	}
+	a.unlockDo(nil, a.life.RegistrationLost(a.quietLocked()), nil, winner)
+}
+
+// close ends the activation at once, the silo closing (Close): its timers
+// stop, it leaves the catalog, and the requests it holds fail with
+// Unavailable.
+func (a *ActivationRec) close() {
+	a.Mu.Lock()
+	a.unlockDo(nil, a.life.Close(), nil, directory.Entry{})
+}
+
+// queueActions are the actions that dispose of the queue.
+const queueActions = lifecycle.RerouteQueue | lifecycle.ForwardQueue | lifecycle.MigrateQueue | lifecycle.FailQueue
+
+// unlockDo performs r, the lifecycle's answer to an event, and releases
+// mu (held on entry, not on return): under mu what touches the queue, the
+// gate and the timers, then the rest, in the order of r's bits. err is
+// the error a failed queue gets (FailQueue: the activate or registration
+// error; Unavailable for CauseClosed), winner where a forwarded one goes (ForwardQueue); e is the
+// worker running the event's turn, or nil. Offer's answers are performed
+// by submit, and TurnDone's StartQueued by unlockTurnDone.
+func (a *ActivationRec) unlockDo(e *activation.Exec, r lifecycle.Result, err error, winner directory.Entry) {
+	a.State = a.life.State()
+	_, a.DeactPending = a.life.Pending()
+	if r.Do == 0 {
+		a.Mu.Unlock()
+		return
+	}
 	// Most activations are made by one request: room for a few on the
 	// stack spares every activation two slices.
 	var qbuf, sbuf [4]*Call
-	q := a.takeQueueLocked(qbuf[:0])
-	if a.State == dead && err == nil { // the silo closed meanwhile
-		err = Unavailable(a.s, "it closed")
+	var q, starts, deadlocks []*Call
+	var due []*grainTimer
+	if r.Do&(lifecycle.AdmitHeld|queueActions) != 0 {
+		q = a.takeQueueLocked(qbuf[:0])
 	}
-	if err != nil {
-		a.State = dead
+	if r.Has(lifecycle.AdmitHeld) {
+		starts = sbuf[:0]
+		for _, c := range q {
+			switch a.admitLocked(c) {
+			case admission.Start:
+				starts = append(starts, c)
+			case admission.Deadlock:
+				deadlocks = append(deadlocks, c)
+			}
+		}
+		q = nil
+	}
+	if r.Has(lifecycle.FireDueTimers) {
+		for _, t := range a.timers {
+			if t.dueWhileActivating {
+				t.dueWhileActivating = false
+				due = append(due, t)
+			}
+		}
+	}
+	if r.Has(lifecycle.StartQueued) {
+		starts = a.startQueuedLocked(starts)
+	}
+	if r.Has(lifecycle.StopTimers) {
 		for _, t := range a.timers {
 			t.stopLocked()
 		}
 		a.timers = nil
-		a.Mu.Unlock()
+	}
+	if r.Has(lifecycle.DropRegistration) {
+		a.Registered.Store(false) // the entry is the winner's
+	}
+	a.Mu.Unlock()
+
+	if r.Has(lifecycle.StartActivate) {
+		if a.start() != nil {
+			a.activated(nil, Unavailable(a.s, "its silo is shutting down"))
+		}
+	}
+	if r.Has(lifecycle.BeginDeactivate) {
+		a.queueDeactivation(e, r.Reason)
+	}
+	if r.Has(lifecycle.Remove) {
 		a.s.removeActivation(a)
+	}
+	switch {
+	case r.Do&(lifecycle.RerouteQueue|lifecycle.MigrateQueue) != 0:
+		// No migration protocol yet: a migration's queue is routed again.
 		for _, c := range q {
+			c.act = nil
+			c.inline = false // this is not the caller's turn
+			a.s.Route(e, c)
+		}
+	case r.Has(lifecycle.ForwardQueue):
+		for _, c := range q {
+			c.act = nil
+			a.s.Cl.Forward(winner, c, false)
+		}
+	case r.Has(lifecycle.FailQueue):
+		if r.Cause == lifecycle.CauseClosed && len(q) > 0 {
+			err = Unavailable(a.s, "it closed")
+		}
+		for _, c := range q {
+			c.act = nil
 			a.s.Fail(e, c, err)
 		}
-		return
 	}
-	a.State = Valid
-	a.idleSince = a.s.Clock.Now()
-	starts := sbuf[:0]
-	var deadlocks []*Call
-	for _, c := range q {
-		switch a.admitLocked(c) {
-		case admission.Start:
-			starts = append(starts, c)
-		case admission.Deadlock:
-			deadlocks = append(deadlocks, c)
-		}
-	}
-	var due []*grainTimer
-	for _, t := range a.timers {
-		if t.dueWhileActivating {
-			t.dueWhileActivating = false
-			due = append(due, t)
-		}
-	}
-	a.unlockMaybeDeactivate(e) // begins only if nothing started
 	for _, t := range due {
 		t.fire()
 	}
@@ -348,96 +458,14 @@ func (a *ActivationRec) activated(e *activation.Exec, err error) {
 	}
 }
 
-// requestDeactivation asks for the activation to end as soon as no request
-// runs; requests queued meanwhile go to the next activation. Any
-// goroutine; a turn's own request counts as running until it ends.
-func (a *ActivationRec) RequestDeactivation(reason grain.DeactivationReason) {
-	a.Mu.Lock()
-	if a.State != Valid && a.State != activating || a.DeactPending {
-		a.Mu.Unlock()
-		return
-	}
-	a.DeactPending, a.deactivate = true, reason
-	a.unlockMaybeDeactivate(nil)
-}
-
-// unlockMaybeDeactivate releases mu, first beginning the deactivation that
-// was asked for if nothing runs any more. mu held on entry, not on return.
-func (a *ActivationRec) unlockMaybeDeactivate(e *activation.Exec) {
-	begin := a.DeactPending && a.quietLocked()
-	if begin {
-		a.beginDeactivationLocked()
-	}
-	a.Mu.Unlock()
-	if begin {
-		a.queueDeactivation(e)
-	}
-}
-
-// quietLocked reports whether a valid activation runs nothing, so a
-// deactivation may begin. mu held.
-func (a *ActivationRec) quietLocked() bool {
-	return a.State == Valid && a.gate.Running() == 0 && a.ticksRunning == 0
-}
-
-// beginDeactivationLocked moves a valid, quiet activation to deactivating
-// and stops its timers. The caller then calls queueDeactivation. mu held.
-func (a *ActivationRec) beginDeactivationLocked() {
-	a.State = deactivating
-	for _, t := range a.timers {
-		t.stopLocked()
-	}
-	a.timers = nil
-}
-
-// queueDeactivation queues the deactivate turn.
-func (a *ActivationRec) queueDeactivation(e *activation.Exec) {
+// queueDeactivation queues the deactivate turn, OnDeactivate with reason.
+func (a *ActivationRec) queueDeactivation(e *activation.Exec, reason grain.DeactivationReason) {
 	h := a.s.NewCall(1)
-	h.act, h.hook, h.reason = a, hookDeactivate, a.deactivate
+	h.act, h.hook, h.reason = a, hookDeactivate, reason
 	h.Due = a.s.Since() + a.s.Cfg.StopDeactivationTimeout
 	if err := a.push(e, activation.Turn{Name: "OnDeactivate", Task: h}, true); err != nil {
 		h.Release()
 		a.deactivated(e)
-	}
-}
-
-// end marks the activation dead, stops its timers, takes it out of the
-// catalog and returns the requests it held.
-func (a *ActivationRec) end() []*Call {
-	a.Mu.Lock()
-	a.State = dead
-	for _, t := range a.timers {
-		t.stopLocked()
-	}
-	a.timers = nil
-	q := a.takeQueueLocked(nil)
-	a.Mu.Unlock()
-	a.s.removeActivation(a)
-	return q
-}
-
-// deactivated ends the deactivate turn: the activation is dead and gone
-// from the catalog, and the requests that arrived meanwhile are routed
-// again, to a new activation.
-func (a *ActivationRec) deactivated(e *activation.Exec) {
-	for _, c := range a.end() {
-		c.act = nil
-		c.inline = false // this is a turn's Done, not the caller's turn
-		a.s.Route(e, c)
-	}
-}
-
-// abandon ends an activation that never started because its directory
-// registration lost to the activation on silo winner, or failed with err:
-// the requests it holds go on to the winner, or fail with err.
-func (a *ActivationRec) Abandon(winner directory.Entry, err error) {
-	for _, c := range a.end() {
-		c.act = nil
-		if err != nil {
-			a.s.Fail(nil, c, err)
-			continue
-		}
-		a.s.Cl.Forward(winner, c, false)
 	}
 }
 

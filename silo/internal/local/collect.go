@@ -3,7 +3,7 @@ package local
 import (
 	"time"
 
-	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/directory"
 )
 
 // collect is the idle collector: on each tick it deactivates activations
@@ -48,31 +48,18 @@ func (s *Runtime) collect() {
 	}
 }
 
-// collectIdle deactivates the idle activations of the due types. An
-// activation is idle when no request or tick runs or waits; it is
-// collected once it has stayed idle, with no request between two checks,
-// for its type's age.
+// collectIdle shows the activations of the due types to their lifecycle
+// (IdleTick), which collects those that stayed idle for their type's age.
+// An activation is busy, and never collected, while a request or tick
+// runs or waits.
 func (s *Runtime) collectIdle(now time.Time, due map[*GrainType]bool) {
+	at := now.Sub(s.Epoch)
 	s.ForEachActivation(func(a *ActivationRec) {
 		if !due[a.typ] {
 			return
 		}
 		a.Mu.Lock()
-		switch {
-		case a.State != Valid || a.DeactPending || !a.gate.Idle() || a.ticksRunning > 0 || a.QueuedLocked() > 0:
-			a.Mu.Unlock()
-			return
-		case a.touched:
-			a.touched, a.idleSince = false, now
-			a.Mu.Unlock()
-			return
-		case now.Sub(a.idleSince) < a.typ.Age:
-			a.Mu.Unlock()
-			return
-		}
-		a.DeactPending, a.deactivate = true, grain.DeactivateIdle
-		a.beginDeactivationLocked()
-		a.Mu.Unlock()
-		a.queueDeactivation(nil)
+		busy := !a.gate.Idle() || a.ticksRunning > 0 || a.QueuedLocked() > 0
+		a.unlockDo(nil, a.life.IdleTick(at, a.typ.Age, busy), nil, directory.Entry{})
 	})
 }

@@ -193,11 +193,7 @@ func (s *Runtime) Abort() {
 	// sleepers wake, too: a woken turn that ends while its activation
 	// still lives would start the next queued request, which Close
 	// promises fails.
-	s.ForEachActivation(func(a *ActivationRec) {
-		for _, c := range a.end() {
-			s.Fail(nil, c, Unavailable(s, "it closed"))
-		}
-	})
+	s.ForEachActivation(func(a *ActivationRec) { a.close() })
 	s.CloseNow() // wakes sleeping turns, so the pool's Close need not wait for them
 	if s.Pool != nil {
 		s.Pool.Close()
@@ -329,7 +325,7 @@ func (s *Runtime) activationFor(id grain.ID, t *GrainType, c *Call) (a *Activati
 		s.Placing(id)
 	}
 	a = s.newActivation(id, t)
-	a.pushLocked(c) // a is not published yet: no lock needed
+	a.holdFirst(c)
 	if actual, loaded := t.Acts.loadOrStore(id.Key, a); loaded {
 		s.unreserve()
 		return actual, false, false, nil
@@ -368,14 +364,13 @@ func (s *Runtime) activated(a *ActivationRec) {
 	s.StartActivation(a)
 }
 
-// startActivation queues a new activation's activate turn. If the silo
-// began stopping meanwhile, the activation is asked to deactivate as soon
-// as it is up.
+// StartActivation tells a new activation that its registration won, or
+// that it needs none (Registered): it queues the activate turn. If the
+// silo began stopping meanwhile, the activation is asked to deactivate as
+// soon as it is up.
 func (s *Runtime) StartActivation(a *ActivationRec) {
-	if err := a.start(); err != nil {
-		a.activated(nil, Unavailable(s, "its silo is shutting down"))
-		return
-	}
+	a.Mu.Lock()
+	a.unlockDo(nil, a.life.Registered(), nil, directory.Entry{})
 	if s.Stopping.Load() {
 		a.RequestDeactivation(grain.DeactivateShutdown)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/activation/admission"
+	"github.com/granaryio/granary/activation/lifecycle"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/grainrt"
 	"go.uber.org/zap"
@@ -63,7 +64,7 @@ func (a *ActivationRec) registerTimer(name string, fn grain.TimerFunc, due, peri
 	}
 	a.Mu.Lock()
 	defer a.Mu.Unlock()
-	if a.State != Valid && a.State != activating || a.DeactPending {
+	if !a.life.Usable() {
 		return nil, status.Errorf(codes.FailedPrecondition, "granary: RegisterTimer %q: activation of %s is ending", name, a.Id)
 	}
 	a.s.TimerWheel.link(t, a.s.Since()+due)
@@ -94,12 +95,12 @@ func (t *grainTimer) fire() {
 // silo's time, and e the worker queuing the tick, or nil.
 func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration) {
 	a := t.a
-	if a.State == activating && !t.stopped {
-		t.dueWhileActivating = true // fired by activated
+	if a.life.State() < lifecycle.Active && !t.stopped {
+		t.dueWhileActivating = true // fired by activated (FireDueTimers)
 		a.Mu.Unlock()
 		return
 	}
-	if t.stopped || a.State != Valid || a.DeactPending {
+	if t.stopped || !a.life.Usable() {
 		a.Mu.Unlock()
 		return
 	}
@@ -157,22 +158,13 @@ func (t *grainTimer) done(e *activation.Exec, c *Call, panicked bool) {
 			a.s.TimerWheel.relink(t, a.s.Since()+t.period)
 		}
 	}
-	if t.opts.KeepAlive {
-		a.touched = true
-	}
 	if t.opts.Interleave {
 		a.ticksRunning--
-		a.unlockMaybeDeactivate(e)
 	} else {
-		a.Mu.Unlock()
-		if panicked { // before the gate admits the queue onto this activation
-			a.RequestDeactivation(grain.DeactivatePanic)
-		}
-		a.finishGate(e, c.seq, t.opts.KeepAlive)
+		a.gate.Finish(c.seq)
 	}
-	if panicked && t.opts.Interleave {
-		a.RequestDeactivation(grain.DeactivatePanic)
-	}
+	// A keep-alive timer's tick counts against idle collection.
+	a.unlockTurnDone(e, t.opts.KeepAlive, panicked)
 	c.Release()
 }
 

@@ -78,14 +78,13 @@ func (c *Call) Done(e *activation.Exec, err error) {
 	}
 	resp, rerr := c.result, c.resErr
 	switch {
-	case panicked:
+	case panicked: // the lifecycle deactivates the activation: see finish
 		resp, rerr = nil, errorFromPanic(c, pe)
-		a.RequestDeactivation(grain.DeactivatePanic)
 	case err != nil:
 		resp, rerr = nil, Unavailable(c.s, "its silo is shutting down")
 	}
 	c.result, c.resErr = nil, nil
-	a.finish(e, c)
+	a.finish(e, c, panicked)
 	c.Settle(e, resp, rerr)
 	c.Release()
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/granaryio/granary/activation/admission"
+	"github.com/granaryio/granary/activation/lifecycle"
 	"github.com/granaryio/granary/grain"
 )
 
@@ -34,7 +35,7 @@ func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRe
 	for _, a := range ws.acts {
 		a.Mu.Lock()
 		load := a.gate.Running() + a.QueuedLocked()
-		usable := (a.State == Valid || a.State == activating) && !a.DeactPending && !a.holdsChainLocked(c)
+		usable := a.life.Usable() && !a.holdsChainLocked(c)
 		a.Mu.Unlock()
 		if usable && load < bestLoad {
 			best, bestLoad = a, load
@@ -48,7 +49,7 @@ func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRe
 		} else {
 			fresh = s.newActivation(id, t)
 			fresh.set = ws
-			fresh.pushLocked(c) // queued before it is published: see activationFor
+			fresh.holdFirst(c) // held before it is published: see activationFor
 			c.act = fresh
 			ws.acts = append(ws.acts, fresh)
 			best = fresh
@@ -59,7 +60,7 @@ func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRe
 		// is not dead; submit retries or reports a deadlock.
 		for _, a := range ws.acts {
 			a.Mu.Lock()
-			alive := a.State != dead
+			alive := a.life.State() != lifecycle.Dead
 			a.Mu.Unlock()
 			if alive {
 				best = a
