@@ -45,7 +45,7 @@ type ActivationRec struct {
 	// type's declarations: set by the activate turn; used by turns only.
 	states []grainrt.BoundState
 	set    *WorkerSet // the stateless-worker set it belongs to, or nil
-	// registered: in a cluster, the directory holds this activation's
+	// Registered: in a cluster, the directory holds this activation's
 	// entry, which it unregisters when it ends.
 	Registered atomic.Bool
 	Retries    uint8 // failed registrations retried; the registration's callbacks only
@@ -67,7 +67,7 @@ type ActivationRec struct {
 	seq          uint64
 	timers       []*grainTimer
 	ticksRunning int // interleaving timer ticks, which bypass the gate
-	// calls counts the requests offered to the activation; sampled is
+	// Calls counts the requests offered to the activation; sampled is
 	// calls as HotGrains last saw it (hotMu held too).
 	Calls, Sampled uint64
 	log            *zap.Logger

@@ -38,7 +38,7 @@ type Call struct {
 	Id     grain.ID
 	Method *grain.MethodDesc
 	Req    proto.Message
-	// due is the call's deadline as an offset from the silo's epoch (see
+	// Due is the call's deadline as an offset from the silo's epoch (see
 	// Silo.since).
 	Due time.Duration
 	// exact is the caller's context deadline when it is the call's, kept
@@ -46,7 +46,7 @@ type Call struct {
 	// few nanoseconds off, since wall and monotonic clocks drift apart.
 	exact  time.Time
 	OneWay bool
-	// cancel is the nearest caller context that can be cancelled (an
+	// Cancel is the nearest caller context that can be cancelled (an
 	// outside caller's, or one a grain derived), or nil.
 	Cancel  context.Context
 	Headers any        // the caller's call headers, grainrt.HeaderKey's value
@@ -110,7 +110,7 @@ type Call struct {
 	wnext, wprev *Call
 }
 
-// waiterKind says how settle wakes the caller. A record nobody waits on
+// WaiterKind says how settle wakes the caller. A record nobody waits on
 // (a one-way call, a timer tick, a lifecycle hook) gets no wake-up: a
 // token sent to its channel would stay there and wake the record's next
 // user at once.
@@ -179,7 +179,7 @@ var (
 	LiveCalls  atomic.Int64
 )
 
-// newCall returns a record with refs owners, settled by nobody yet.
+// NewCall returns a record with refs owners, settled by nobody yet.
 func (s *Runtime) NewCall(refs int32) *Call {
 	if TrackCalls {
 		LiveCalls.Add(1)
@@ -190,7 +190,7 @@ func (s *Runtime) NewCall(refs int32) *Call {
 	return c
 }
 
-// release drops one owner; the last returns the record to the pool.
+// Release drops one owner; the last returns the record to the pool.
 func (c *Call) Release() {
 	switch n := c.refs.Add(-1); {
 	case n > 0:
@@ -210,7 +210,7 @@ func (c *Call) Release() {
 	callPool.Put(c)
 }
 
-// settle records the outcome if nobody has yet, and wakes the waiter. It
+// Settle records the outcome if nobody has yet, and wakes the waiter. It
 // returns false when the call was settled already. e is the worker
 // running the settling turn, or nil. Any goroutine.
 func (c *Call) Settle(e *activation.Exec, resp proto.Message, err error) bool {
@@ -319,7 +319,7 @@ func (c *Call) expired() bool {
 // which would overflow the silo's clock arithmetic, are cut to it.
 const MaxCallTimeout = 100 * 365 * 24 * time.Hour
 
-// callTimeout is the time a call is given: d, at most MaxCallTimeout, or
+// CallTimeout is the time a call is given: d, at most MaxCallTimeout, or
 // the silo's ResponseTimeout when d is not positive.
 func (s *Runtime) CallTimeout(d time.Duration) time.Duration {
 	if d <= 0 {
@@ -328,7 +328,7 @@ func (s *Runtime) CallTimeout(d time.Duration) time.Duration {
 	return min(d, MaxCallTimeout)
 }
 
-// deadline is the call's deadline as a time.
+// Deadline is the call's deadline as a time.
 func (c *Call) Deadline() time.Time {
 	if !c.exact.IsZero() {
 		return c.exact

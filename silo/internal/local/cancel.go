@@ -15,21 +15,21 @@ import (
 // that forwards a call watches the call's context and sends CANCEL to
 // the silo it forwarded the call to when it ends.
 
-// remoteCall names one request of one sender, a silo or a client: call
+// RemoteCall names one request of one sender, a silo or a client: call
 // IDs are unique per sending transport.
 type RemoteCall struct {
 	From string
 	ID   uint64
 }
 
-// cancelTable holds what cancels each cancellable request that came from
+// CancelTable holds what cancels each cancellable request that came from
 // elsewhere and is not yet answered.
 type CancelTable struct {
 	mu sync.Mutex
 	m  map[RemoteCall]context.CancelFunc
 }
 
-// add gives c, a request from k.From, a context that the sender may
+// Add gives c, a request from k.From, a context that the sender may
 // cancel. The reply calls forgetCancel.
 func (t *CancelTable) Add(c *Call, k RemoteCall) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -42,7 +42,7 @@ func (t *CancelTable) Add(c *Call, k RemoteCall) {
 	c.Cancel, c.cancels, c.cancelKey = ctx, t, k
 }
 
-// cancel cancels the request k, if it is still unanswered.
+// Cancel cancels the request k, if it is still unanswered.
 func (t *CancelTable) Cancel(k RemoteCall) {
 	t.mu.Lock()
 	cancel := t.m[k]
@@ -53,7 +53,7 @@ func (t *CancelTable) Cancel(k RemoteCall) {
 	}
 }
 
-// cancelAll cancels every request: the silo is closing.
+// CancelAll cancels every request: the silo is closing.
 func (t *CancelTable) CancelAll() {
 	t.mu.Lock()
 	m := t.m
@@ -64,7 +64,7 @@ func (t *CancelTable) CancelAll() {
 	}
 }
 
-// forgetCancel drops what cancels c, answered now, and releases its
+// ForgetCancel drops what cancels c, answered now, and releases its
 // context (cancelling it: nothing runs under it any more).
 func (c *Call) ForgetCancel() {
 	if c.cancels != nil {
@@ -72,7 +72,7 @@ func (c *Call) ForgetCancel() {
 	}
 }
 
-// cancelWatch sends CANCEL for a forwarded call when its context ends,
+// CancelWatch sends CANCEL for a forwarded call when its context ends,
 // until the reply stops it.
 type CancelWatch struct {
 	mu      sync.Mutex
@@ -80,7 +80,7 @@ type CancelWatch struct {
 	stop    func() bool
 }
 
-// watch has the forwarded request id cancelled where it went when ctx
+// Watch has the forwarded request id cancelled where it went when ctx
 // ends, by a CANCEL that send sends, unless the reply (done) came first.
 func (w *CancelWatch) Watch(ctx context.Context, id uint64, send func(*granaryv1.Envelope, time.Time) error) {
 	w.mu.Lock()
@@ -93,7 +93,7 @@ func (w *CancelWatch) Watch(ctx context.Context, id uint64, send func(*granaryv1
 	})
 }
 
-// done stops the watch: the reply came.
+// Done stops the watch: the reply came.
 func (w *CancelWatch) Done() {
 	w.mu.Lock()
 	defer w.mu.Unlock()

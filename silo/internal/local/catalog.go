@@ -32,7 +32,7 @@ func (c *catalog) shard(key string) *catalogShard {
 	return &c.shards[maphash.String(catalogSeed, key)%catalogShards]
 }
 
-// load returns the activation of key, if any.
+// Load returns the activation of key, if any.
 func (c *catalog) Load(key string) (*ActivationRec, bool) {
 	sh := c.shard(key)
 	sh.mu.RLock()

@@ -15,8 +15,8 @@ const wheelSlots = 512
 // a hashed timing wheel: a call is linked into the slot of the tick it is
 // due in, and a sweeper goroutine visits one slot per tick. A call costs
 // two uncontended slot locks (link, unlink), where a runtime timer per call
-// cost a heap insertion, a deletion and two clock reads: on the local-call
-// benchmark about a tenth of the whole call.
+// would cost a heap insertion, a deletion and two clock reads on every
+// call (docs/benchmarks.md#the-timeout-wheel).
 //
 // The price is precision: a call expires up to one Resolution after its
 // deadline. The sweeper's ticks also keep a coarse clock (now), which

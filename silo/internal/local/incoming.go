@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// method returns the method of t that env names, or the error that
+// Method returns the method of t that env names, or the error that
 // refuses the call: missing, for a method t does not have, or
 // InvalidArgument, for a key not of t's kind.
 func (t *GrainType) Method(id grain.ID, env *granaryv1.Envelope, missing codes.Code) (*grain.MethodDesc, error) {
@@ -25,7 +25,7 @@ func (t *GrainType) Method(id grain.ID, env *granaryv1.Envelope, missing codes.C
 	return &t.Desc.Methods[idx], nil
 }
 
-// incoming makes the call record of a request or one-way call that came
+// Incoming makes the call record of a request or one-way call that came
 // from another process (a silo, or a client through the gateway): its
 // request stays encoded for its turn to decode; a request is answered
 // through r by waiter, counted in inflight, and, when its sender may

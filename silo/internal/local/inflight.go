@@ -18,7 +18,7 @@ type InflightCount struct {
 func (c *InflightCount) Add()        { c.n.Add(1) }
 func (c *InflightCount) Load() int64 { return c.n.Load() }
 
-// done counts one request as answered.
+// Done counts one request as answered.
 func (c *InflightCount) Done() {
 	if c.n.Add(-1) != 0 {
 		return
@@ -31,7 +31,7 @@ func (c *InflightCount) Done() {
 	c.mu.Unlock()
 }
 
-// drain waits until no request is in flight, or ctx ends; what names the
+// Drain waits until no request is in flight, or ctx ends; what names the
 // requests in the error.
 func (c *InflightCount) Drain(ctx context.Context, what string) error {
 	c.mu.Lock()

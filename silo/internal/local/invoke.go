@@ -186,7 +186,7 @@ func (s *Runtime) send(c *Call) *activation.Exec {
 	return e
 }
 
-// route delivers c to its activation and queues its turn if admitted.
+// Route delivers c to its activation and queues its turn if admitted.
 // Failures settle it. e is the running turn's worker, or nil.
 func (s *Runtime) Route(e *activation.Exec, c *Call) {
 	c.kind = kindOf(c.Method)
@@ -248,7 +248,7 @@ func (s *Runtime) startTurn(e *activation.Exec, a *ActivationRec, c *Call) {
 	a.enqueue(e, c)
 }
 
-// fail settles a call with err on the callee's behalf and drops the
+// Fail settles a call with err on the callee's behalf and drops the
 // callee's ownership: for a call that reached no activation, or that its
 // activation refused or dropped. e is the worker running the settling
 // turn, or nil.

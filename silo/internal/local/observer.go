@@ -23,10 +23,10 @@ import (
 // clientGrainID(c) names the silo whose gateway is client c's home.
 const clientType = "granary.v1.Client"
 
-// clientGrainID is the directory ID of a client.
+// ClientGrainID is the directory ID of a client.
 func ClientGrainID(client string) grain.ID { return grain.ID{Type: clientType, Key: client} }
 
-// dirID is the ID under which the directory knows where the call goes:
+// DirID is the ID under which the directory knows where the call goes:
 // its grain's, or for a call to an observer, its client's.
 func (c *Call) DirID() grain.ID {
 	if c.Method.Observe != nil {
@@ -37,13 +37,13 @@ func (c *Call) DirID() grain.ID {
 	return c.Id
 }
 
-// observerGone is the error of a call to an observer whose client is not
+// ObserverGone is the error of a call to an observer whose client is not
 // connected any more.
 func ObserverGone(id grain.ID) error {
 	return status.Errorf(codes.NotFound, "granary: observer %s is gone: its client is not connected", id)
 }
 
-// routeObserver routes a call to an observer: to its client, when this
+// RouteObserver routes a call to an observer: to its client, when this
 // silo's gateway is the client's home, else to the home the directory
 // names.
 func (s *Runtime) RouteObserver(c *Call) {
@@ -59,7 +59,7 @@ func (s *Runtime) RouteObserver(c *Call) {
 	}
 }
 
-// relayKey names a method of a type this silo does not host.
+// RelayKey names a method of a type this silo does not host.
 type RelayKey struct {
 	Type, Method string
 	Index        uint32
@@ -76,7 +76,7 @@ func relayObserve(any, context.Context, proto.Message) (proto.Message, error) {
 	return nil, status.Error(codes.Internal, "granary: an observer runs in its client, not in a silo")
 }
 
-// relayMethod returns a descriptor for a method of a grain type this
+// RelayMethod returns a descriptor for a method of a grain type this
 // silo does not host, or of an observer: its request and response decode
 // as Empty, which keeps every field as unknown and encodes it back
 // unchanged, so the call passes through as it came. The silo that runs

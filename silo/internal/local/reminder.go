@@ -69,7 +69,7 @@ type reminderService struct {
 	ranges []storage.HashRange // the latest ranges, held until live; nil until the first
 }
 
-// startReminders starts the reminder service, when configured. Start,
+// StartReminders starts the reminder service, when configured. Start,
 // before the cluster: the service owns nothing until the silo has a ring.
 func (s *Runtime) StartReminders() error {
 	rc := s.Cfg.Reminders
@@ -122,7 +122,7 @@ func (r *reminderService) goLive() {
 	}
 }
 
-// ringChanged gives the service the ranges the silo owns on ring.
+// RingChanged gives the service the ranges the silo owns on ring.
 func (r *reminderService) RingChanged(ring *directory.Ring, self string) {
 	arcs := ring.Arcs(self)
 	ranges := make([]storage.HashRange, len(arcs))

@@ -19,32 +19,34 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// A Silo hosts grain activations: it activates a grain on its first call,
-// runs its requests on the scheduler under Orleans' admission rules, and
-// collects it when it goes idle. A *Silo is a grain.Caller for code that
-// is not a grain; grains call through their Context.
+// Runtime is a silo's local runtime: it activates a grain on its first
+// call, runs its requests on the scheduler under Orleans' admission rules,
+// and collects it when it goes idle. Its fields are set by New and Open,
+// and by the silo before Start (the test hooks Collected and Placing) or
+// while it starts (Cl and Gw); after that the runtime owns them. A
+// *Runtime is a grain.Caller for code that is not a grain.
 type Runtime struct {
 	Cfg   Config
 	Log   *zap.Logger
 	Clock clockwork.Clock
 	Epoch time.Time // the clock's time at New; deadlines are offsets from it
-	// realClock: the clock is the real one, so since may read the
+	// RealClock: the clock is the real one, so since may read the
 	// monotonic clock directly.
 	RealClock bool
 	Pool      *activation.Pool
 
 	wheel timeoutWheel
-	// timerWheel drives grain timers. Started and halted with wheel.
+	// TimerWheel drives grain timers. Started and halted with wheel.
 	TimerWheel TimerWheel
 
-	// cl is the silo's membership of a cluster, or nil for a silo alone.
+	// Cl is the silo's membership of a cluster, or nil for a silo alone.
 	// Set by Start.
 	Cl Cluster
-	// gw serves external clients, or is nil. Set by Start.
+	// Gw serves external clients, or is nil. Set by Start.
 	Gw Gateway
 
 	Types map[string]*GrainType // written before Start only
-	// byMethod finds a type from the address of one of its registered
+	// ByMethod finds a type from the address of one of its registered
 	// method descriptors, which generated references pass: a pointer
 	// hashes faster than a type name. Written before Start only.
 	ByMethod map[*grain.MethodDesc]*GrainType
@@ -55,7 +57,7 @@ type Runtime struct {
 	relays     sync.Map // relayKey -> *grain.MethodDesc
 	relayCount atomic.Int32
 
-	// providers are the storage providers by name, resolved by Start;
+	// Providers are the storage providers by name, resolved by Start;
 	// embedded is the store the silo opened itself (DataDir), which it
 	// closes. reminderTable keeps reminders, and rem fires them; both nil
 	// when reminders are off.
@@ -67,10 +69,10 @@ type Runtime struct {
 	NextActID atomic.Uint64
 	Live      atomic.Int64 // activations in the catalog
 
-	// filterChain is the chain of Config.IncomingFilters, or nil for none.
+	// FilterChain is the chain of Config.IncomingFilters, or nil for none.
 	FilterChain grain.Invocation
 
-	// closed ends when the silo closes; sleeping turns watch it.
+	// Closed ends when the silo closes; sleeping turns watch it.
 	Closed   context.Context
 	CloseNow context.CancelFunc
 
@@ -85,10 +87,10 @@ type Runtime struct {
 	Emptyc    chan struct{} // closed when live reaches 0 while stopping
 	emptyOnce sync.Once
 
-	// collected, when set before Start, is told the clock's time when
+	// Collected, when set before Start, is told the clock's time when
 	// the collector starts and after each of its ticks. Tests only.
 	Collected func(now time.Time)
-	// placing, when set before Start, is called when a call is about to
+	// Placing, when set before Start, is called when a call is about to
 	// make an activation, after the stopping check. Tests only.
 	Placing func(id grain.ID)
 }
@@ -109,7 +111,7 @@ func New(cfg Config) *Runtime {
 	return s
 }
 
-// grainType is a registered grain type.
+// GrainType is a registered grain type.
 type GrainType struct {
 	Desc     *grain.ServiceDesc
 	Factory  grain.Factory
@@ -119,15 +121,15 @@ type GrainType struct {
 	Workers  int // stateless worker bound
 
 	// The catalog of this type's activations, keyed by grain key: a
-	// string key hashes several times faster than a grain.ID.
+	// string hashes in one pass, a grain.ID in one per field.
 	Acts catalog
 	Sets sync.Map // key -> *workerSet, for a stateless worker
-	// live counts the type's activations from their start to their
+	// Live counts the type's activations from their start to their
 	// removal from the catalog.
 	Live atomic.Int64
 }
 
-// beginStop marks the silo stopping and stops the collector; it reports
+// BeginStop marks the silo stopping and stops the collector; it reports
 // whether this call did so.
 func (s *Runtime) BeginStop() bool {
 	s.Stopping.Store(true)
@@ -160,7 +162,7 @@ func (s *Runtime) Open() error {
 	return nil
 }
 
-// goLive takes outside calls and starts firing reminders.
+// GoLive takes outside calls and starts firing reminders.
 func (s *Runtime) GoLive() {
 	s.ready.Store(true)
 	if s.Rem != nil {
@@ -168,7 +170,7 @@ func (s *Runtime) GoLive() {
 	}
 }
 
-// stopReminders fires no new reminder ticks; those in flight end as
+// StopReminders fires no new reminder ticks; those in flight end as
 // calls do.
 func (s *Runtime) StopReminders() {
 	if s.Rem != nil {
@@ -176,7 +178,7 @@ func (s *Runtime) StopReminders() {
 	}
 }
 
-// deactivateAll asks every activation to deactivate for shutdown and
+// DeactivateAll asks every activation to deactivate for shutdown and
 // returns a channel closed when the catalog is empty.
 func (s *Runtime) DeactivateAll() <-chan struct{} {
 	s.ForEachActivation(func(a *ActivationRec) { a.RequestDeactivation(grain.DeactivateShutdown) })
@@ -184,7 +186,7 @@ func (s *Runtime) DeactivateAll() <-chan struct{} {
 	return s.Emptyc
 }
 
-// abort fails every queued request with Unavailable, wakes sleeping
+// Abort fails every queued request with Unavailable, wakes sleeping
 // turns and closes the pool, which waits for the running turns.
 func (s *Runtime) Abort() {
 	s.StopReminders()
@@ -200,7 +202,7 @@ func (s *Runtime) Abort() {
 	}
 }
 
-// release is the end of the runtime, after its pool stopped or closed:
+// Release is the end of the runtime, after its pool stopped or closed:
 // it waits for the reminder service, closes storage and halts the wheels.
 func (s *Runtime) Release() {
 	defer s.haltWheel()
@@ -223,7 +225,7 @@ func (s *Runtime) haltWheel() {
 	})
 }
 
-// forEachActivation calls fn for every activation in the catalog.
+// ForEachActivation calls fn for every activation in the catalog.
 func (s *Runtime) ForEachActivation(fn func(a *ActivationRec)) {
 	for _, t := range s.Types {
 		t.Acts.each(func(a *ActivationRec) bool {
@@ -239,7 +241,7 @@ func (s *Runtime) ForEachActivation(fn func(a *ActivationRec)) {
 	}
 }
 
-// since returns the time since the silo's epoch. With the real clock it
+// Since returns the time since the silo's epoch. With the real clock it
 // reads only the monotonic clock: a call's one clock read, and on some
 // virtual machines a full time.Now costs as much as a channel operation.
 func (s *Runtime) Since() time.Duration {
@@ -249,7 +251,7 @@ func (s *Runtime) Since() time.Duration {
 	return s.Clock.Since(s.Epoch)
 }
 
-// callNow is the time a call starts at, for its deadline: the timeout
+// CallNow is the time a call starts at, for its deadline: the timeout
 // wheel's coarse clock with the real clock, which costs no clock read, and
 // the exact time with a fake one, which tests move in jumps far larger
 // than a tick.
@@ -335,7 +337,7 @@ func (s *Runtime) activationFor(id grain.ID, t *GrainType, c *Call) (a *Activati
 	return a, false, true, nil
 }
 
-// activationByID returns activation actID of grain id if it is in the
+// ActivationByID returns activation actID of grain id if it is in the
 // catalog, else nil.
 func (s *Runtime) ActivationByID(id grain.ID, actID uint64) *ActivationRec {
 	if t := s.Types[id.Type]; t != nil {
@@ -376,12 +378,12 @@ func (s *Runtime) StartActivation(a *ActivationRec) {
 	}
 }
 
-// unknownType is the error for a call to a type no silo hosts.
+// UnknownType is the error for a call to a type no silo hosts.
 func UnknownType(id grain.ID) error {
 	return status.Errorf(codes.NotFound, "granary: unknown grain type %q (calling %s): no silo registered it", id.Type, id)
 }
 
-// hostedTypes lists the registered grain types.
+// HostedTypes lists the registered grain types.
 func (s *Runtime) HostedTypes() []string {
 	ts := make([]string, 0, len(s.Types))
 	for name := range s.Types {
@@ -391,7 +393,7 @@ func (s *Runtime) HostedTypes() []string {
 	return ts
 }
 
-// registeredActivations yields this silo's activations that hold their
+// RegisteredActivations yields this silo's activations that hold their
 // directory entry, and the entries of the clients whose home is its
 // gateway, for the directory to register again where their owner
 // changed.

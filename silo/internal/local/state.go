@@ -91,7 +91,7 @@ func (s *Runtime) closeStorage(err error) error {
 	return err
 }
 
-// checkStates checks a type's state declarations at registration.
+// CheckStates checks a type's state declarations at registration.
 func CheckStates(typ string, decls []grain.StateDecl) error {
 	for i, d := range decls {
 		if d == nil || d.StateName() == "" {

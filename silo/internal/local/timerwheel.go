@@ -25,7 +25,7 @@ const TimerBatchMax = 512
 // wheel's armed time when no clock timer is set.
 const Never = time.Duration(math.MaxInt64)
 
-// timerWheel drives the silo's grain timers. It is a hashed timing wheel:
+// TimerWheel drives the silo's grain timers. It is a hashed timing wheel:
 // a timer is linked into the slot of the tick (TimerResolution) it is due
 // in, and a sweeper goroutine, woken by one clock timer, collects every
 // timer due by then from the slots of the ticks that passed and hands
@@ -195,7 +195,7 @@ func (w *TimerWheel) unlinkLocked(sl *timerSlot, t *grainTimer, i uint64) {
 	}
 }
 
-// wakeAt is when the sweeper should wake for a timer due at due.
+// WakeAt is when the sweeper should wake for a timer due at due.
 func (w *TimerWheel) WakeAt(due time.Duration) time.Duration {
 	if w.Exact {
 		return due

@@ -97,7 +97,7 @@ func (s *Runtime) dispatch(ctx *turnCtx, c *Call) (proto.Message, error) {
 	return s.FilterChain(ctx, c.Req)
 }
 
-// chainIncoming builds the incoming filters' chain once, so a call
+// ChainIncoming builds the incoming filters' chain once, so a call
 // through it allocates nothing: each link finds the call it runs for from
 // the Context it is handed, the turn's own or a filter's wrapper of it.
 func ChainIncoming(filters []grain.IncomingFilter) grain.Invocation {

@@ -9,7 +9,7 @@ import (
 	"github.com/granaryio/granary/grain"
 )
 
-// workerSet holds the local activations of one stateless-worker grain ID.
+// WorkerSet holds the local activations of one stateless-worker grain ID.
 // Sets are never removed from the catalog: removing one could orphan an
 // activation another goroutine is adding to it, and a set is small.
 type WorkerSet struct {
