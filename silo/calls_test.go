@@ -2,6 +2,7 @@ package silo
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/internal/local"
 	"google.golang.org/grpc/codes"
@@ -20,6 +22,8 @@ import (
 // call queued behind it that expired is never executed; and once the long
 // method ends, no call is left pending.
 func TestTimeout(t *testing.T) {
+	// Not parallel: it counts the process's live call records
+	// (local.LiveCalls), and bounds the timeout in real time.
 	h := newHarness(t, harnessOpt{})
 	calls0 := local.LiveCalls.Load()
 	release := h.hold("long")
@@ -53,12 +57,13 @@ func TestTimeout(t *testing.T) {
 			t.Fatal("an expired call was executed")
 		}
 	}
-	waitFor(t, "no calls pending", func() bool { return local.LiveCalls.Load() == calls0 })
+	testwait.For(t, defaultTestTimeout, "no calls pending", func() bool { return local.LiveCalls.Load() == calls0 })
 }
 
 // TestCancelPropagates: cancelling the caller's context cancels the
 // callee's, and the caller gets Canceled at once.
 func TestCancelPropagates(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	after := h.gate()
 	h.script("watch", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -86,6 +91,7 @@ func TestCancelPropagates(t *testing.T) {
 // TestDeadlinePropagates: the callee's context carries the caller's
 // deadline, through a grain-to-grain hop.
 func TestDeadlinePropagates(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	var seen atomic.Int64
 	h.script("deadline", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -110,6 +116,7 @@ func TestDeadlinePropagates(t *testing.T) {
 // TestStatelessWorkersParallel: a stateless worker with at most two local
 // activations runs two requests at once, never three.
 func TestStatelessWorkersParallel(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	var running, most atomic.Int32
 	release := h.gate()
@@ -154,6 +161,7 @@ func TestStatelessWorkersParallel(t *testing.T) {
 // TestFilters: incoming and outgoing filters run in order around calls,
 // and a header set by an outgoing filter reaches the callee.
 func TestFilters(t *testing.T) {
+	t.Parallel()
 	var (
 		log   []string
 		logMu sync.Mutex
@@ -190,6 +198,7 @@ func TestFilters(t *testing.T) {
 // TestOneWay: a one-way call returns before the grain runs it, and it
 // runs.
 func TestOneWay(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	release := h.gate()
 	h.script("tell", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -204,22 +213,10 @@ func TestOneWay(t *testing.T) {
 	h.waitEvent("told")
 }
 
-// waitFor polls cond until it holds, failing after defaultTestTimeout.
-// For conditions no event announces, such as counters settling.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestCloseWakesSleepers: Close does not wait out a grain's Sleep, nor a
 // call queued behind it; both callers get Unavailable.
 func TestCloseWakesSleepers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	h.script("nap", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		h.event("napping")
@@ -233,11 +230,7 @@ func TestCloseWakesSleepers(t *testing.T) {
 	queued := ref.CallAsync(context.Background(), &probe.Request{}, grain.WithTimeout(2*time.Hour))
 	closed := make(chan struct{})
 	go func() { _ = h.s.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(defaultTestTimeout):
-		t.Fatal("Close waited for a sleeping grain")
-	}
+	testwait.Recv(t, closed, defaultTestTimeout, "Close, which must not wait for a sleeping grain")
 	for _, f := range []grain.Future[*probe.Reply]{nap, queued} {
 		if _, err := f.Await(testCtx(t)); grain.Code(err) != codes.Unavailable {
 			t.Fatalf("got %v, want Unavailable", err)
@@ -251,6 +244,7 @@ func TestCloseWakesSleepers(t *testing.T) {
 // misattributed to whatever call reuses the first one's record, when
 // used with an unrelated context.
 func TestKeptReferenceServesLaterCalls(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	var kept probe.ProbeRef
 	h.script("keep", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -279,5 +273,220 @@ func TestKeptReferenceServesLaterCalls(t *testing.T) {
 	}
 	if _, err := h.probe("holder").Call(testCtx(t), &probe.Request{Tag: "use-background"}); grain.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("a kept reference with an unrelated context: %v, want FailedPrecondition", err)
+	}
+}
+
+// TestAsyncCallReturnsWhileCalleeWaits: InvokeAsync returns without
+// waiting for the callee's turn, even when the caller is a turn and the
+// callee is idle: a fan-out of async calls to grains whose turns wait
+// starts them all, and the caller goes on while they wait.
+func TestAsyncCallReturnsWhileCalleeWaits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	hold := h.gate()
+	keys := []string{"fb1", "fb2", "fb3"}
+	for _, k := range keys { // activate them: a fresh grain is not run inline
+		if _, err := h.probe(k).Call(testCtx(t), &probe.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.script("fanhold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		h.event("fan start %s", ctx.ID().Key)
+		hold.wait(ctx, g)
+		return &probe.Reply{}, nil
+	})
+	h.script("fan", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		var fs []grain.Waiter
+		for _, k := range keys {
+			fs = append(fs, probe.NewProbeRef(ctx.Caller(), k).CallAsync(ctx, &probe.Request{Tag: "fanhold"}))
+		}
+		h.event("fanned")
+		var err error
+		g.pause(func() { err = grain.AwaitAll(ctx, fs...) })
+		return &probe.Reply{}, err
+	})
+	f := h.probe("fa").CallAsync(context.Background(), &probe.Request{Tag: "fan"})
+	testwait.Until(t, h.eventc, 3*time.Second, "InvokeAsync to return while its callees wait",
+		func(e string) bool { return e == "fanned" })
+	hold.open()
+	_ = f.Wait(testCtx(t))
+}
+
+// TestTurnCallerAcceptsAnyContextWithFilters: a grain's Caller calls on
+// behalf of the turn whatever context the grain passes, context.Background
+// included, with outgoing filters as without.
+func TestTurnCallerAcceptsAnyContextWithFilters(t *testing.T) {
+	t.Parallel()
+	pass := func(ctx context.Context, target grain.ID, m *grain.MethodDesc, req proto.Message, next grain.Send) grain.Pending {
+		return next(ctx, req)
+	}
+	h := newHarness(t, harnessOpt{cfg: func(c *Config) { c.OutgoingFilters = []grain.OutgoingFilter{pass} }})
+	h.script("bg", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		id, _ := grain.ParseID(probeID("bgt"))
+		var err error
+		g.pause(func() {
+			_, err = ctx.Caller().Invoke(context.Background(), id, &probe.Probe_ServiceDesc.Methods[0], &probe.Request{})
+		})
+		return &probe.Reply{}, err
+	})
+	if _, err := h.probe("bgc").Call(testCtx(t), &probe.Request{Tag: "bg"}); err != nil {
+		t.Fatalf("call through the turn's Caller with context.Background and a filter: %v", err)
+	}
+}
+
+// TestSleepEndsAtCallDeadline: grain.Context.Sleep waits for d or until
+// the context ends, and the context carries the call's deadline: a
+// request sleeps (and holds its non-reentrant grain) no longer than its
+// deadline.
+func TestSleepEndsAtCallDeadline(t *testing.T) {
+	// Not parallel: it bounds, in real time, how late Sleep ends.
+	h := newHarness(t, harnessOpt{})
+	h.script("sleepy", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		var err error
+		g.pause(func() { err = ctx.Sleep(3 * time.Second) })
+		h.event("woke")
+		return &probe.Reply{}, err
+	})
+	_, err := h.probe("sl").Call(context.Background(), &probe.Request{Tag: "sleepy"}, grain.WithTimeout(200*time.Millisecond))
+	if err == nil {
+		t.Fatal("no timeout")
+	}
+	testwait.Until(t, h.eventc, time.Second, "Sleep to end within a second of the call's deadline",
+		func(e string) bool { return e == "woke" })
+}
+
+// TestCallInsideBlockingCompletes: a call (or Sleep) that grain code
+// makes inside ctx.Blocking, on a goroutine that holds neither the
+// activation's turn nor a processor, gets its reply there; when the
+// blocking function returns the turn goes on, and Stop and Close, which
+// wait for every turn, return. Runs in a subprocess: a turn that never
+// resumes would hang the test binary's Stop for good.
+func TestCallInsideBlockingCompletes(t *testing.T) {
+	t.Parallel()
+	if !inChild() {
+		runInChild(t, "TestCallInsideBlockingCompletes", 16*time.Second) // killed: hung in Stop
+		return
+	}
+	h := newHarness(t, harnessOpt{})
+	h.script("nested", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		var err error
+		g.pause(func() {
+			ctx.Blocking(func() {
+				id, _ := grain.ParseID(probeID("nb"))
+				_, err = ctx.Caller().Invoke(ctx, id, &probe.Probe_ServiceDesc.Methods[0], &probe.Request{})
+			})
+		})
+		return &probe.Reply{}, err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := h.probe("na").Call(ctx, &probe.Request{Tag: "nested"}); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestCancelRacingReplyLeavesReleasedCallAlone: when a caller's context
+// is cancelled while the reply is on its way, nothing that the
+// cancellation started (context.AfterFunc's goroutine) touches the call's
+// record after the caller released it: it neither reads it back from the
+// pool nor settles, with Canceled, another call that reuses it. Run with
+// -race. Runs in a subprocess: a late touch of a reset record can
+// dereference nil and kill the process.
+func TestCancelRacingReplyLeavesReleasedCallAlone(t *testing.T) {
+	t.Parallel()
+	if !inChild() {
+		runInChild(t, "TestCancelRacingReplyLeavesReleasedCallAlone", 60*time.Second)
+		return
+	}
+	h := newHarness(t, harnessOpt{})
+	var mu sync.Mutex
+	var cancelB context.CancelFunc
+	h.script("caller", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		// A cancellable context that does not derive from the grain's (to
+		// keep derived contexts out of this test).
+		cctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		mu.Lock()
+		cancelB = cancel
+		mu.Unlock()
+		id, _ := grain.ParseID(probeID("ub"))
+		var err error
+		g.pause(func() {
+			_, err = ctx.Caller().Invoke(cctx, id, &probe.Probe_ServiceDesc.Methods[0], &probe.Request{Tag: "cancelme"})
+		})
+		if err != nil && grain.Code(err) != codes.Canceled {
+			return nil, err
+		}
+		return &probe.Reply{}, nil
+	})
+	h.script("cancelme", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		mu.Lock()
+		cancelB()
+		mu.Unlock()
+		return &probe.Reply{}, nil
+	})
+	for i := range 30 {
+		hold := h.gate()
+		h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+			h.event("hold start %d", i)
+			hold.wait(ctx, g)
+			return &probe.Reply{}, nil
+		})
+		fb := h.probe("ub").CallAsync(testCtx(t), &probe.Request{Tag: "hold"})
+		h.waitEvent(fmt.Sprintf("hold start %d", i))
+		fa := h.probe("ua").CallAsync(testCtx(t), &probe.Request{Tag: "caller"})
+		b := actOf(h, probe.ProbeGrainType, "ub")
+		testwait.For(t, defaultTestTimeout, "A's call queued on B", func() bool {
+			b.Mu.Lock()
+			defer b.Mu.Unlock()
+			return b.QueuedLocked() == 1
+		})
+		hold.open()
+		if err := fb.Wait(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := fa.Wait(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAwaitFromTwoGoroutines: grain.Pending's Await may be called more
+// than once and from any goroutine: two goroutines awaiting one outside
+// future both get its reply, and neither disturbs the call records of
+// later calls. Runs in a subprocess: a second awaiter that touched a
+// recycled record could dereference nil and kill the process.
+func TestAwaitFromTwoGoroutines(t *testing.T) {
+	t.Parallel()
+	if !inChild() {
+		runInChild(t, "TestAwaitFromTwoGoroutines", 30*time.Second)
+		return
+	}
+	h := newHarness(t, harnessOpt{})
+	hold := h.gate()
+	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		h.event("hold start")
+		hold.wait(ctx, g)
+		return &probe.Reply{Text: "ok"}, nil
+	})
+	f := h.probe("ca").CallAsync(context.Background(), &probe.Request{Tag: "hold"}, grain.WithTimeout(time.Hour))
+	h.waitEvent("hold start")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			r, err := f.Await(ctx)
+			if err == nil && r.GetText() != "ok" {
+				err = fmt.Errorf("reply %v", r)
+			}
+			errs <- err
+		}()
+	}
+	hold.open()
+	for range 2 {
+		if err := testwait.Recv(t, errs, 5*time.Second, "both Awaits to return"); err != nil {
+			t.Errorf("concurrent Await: %v", err)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -231,7 +232,7 @@ func (cl *chaosLogger) tweak(cfg *Config) {
 // choice among them is replayed.
 func (tc *testCluster) sortedLive() []*Silo {
 	ss := tc.live()
-	slices.SortFunc(ss, func(a, b *Silo) int { return cmp.Compare(a.rt.Cfg.Name, b.rt.Cfg.Name) })
+	slices.SortFunc(ss, func(a, b *Silo) int { return cmp.Compare(a.cfg.Name, b.cfg.Name) })
 	return ss
 }
 
@@ -264,7 +265,7 @@ func runChaosCaller(tc *testCluster, rng *rand.Rand, ks []string, t0 time.Time, 
 		case err == nil:
 			ct.ok++
 			ct.answered(key, where(r), start, end)
-		case via.rt.Stopping.Load():
+		case via.Ready() != nil: // stopping, or stopped
 			ct.fail(ct.gone, err, end)
 		default:
 			ct.fail(ct.failed, err, end)
@@ -401,8 +402,8 @@ func chaosRound(ctx context.Context, tc *testCluster, ks []string) []string {
 		}
 		var held []string
 		for _, s := range ss {
-			if v, ok := s.rt.Types[probe.ProbeGrainType].Acts.Load(k); ok {
-				held = append(held, fmt.Sprintf("%s#%d", s.cfg.Name, v.ActID))
+			if a := localActivation(s, probe.ProbeGrainType, k); a != nil {
+				held = append(held, fmt.Sprintf("%s#%d", s.cfg.Name, a.ActID))
 			}
 		}
 		single := len(seen) == 1
@@ -427,6 +428,7 @@ func chaosRound(ctx context.Context, tc *testCluster, ks []string) []string {
 // only the departure of silos failed calls and that every grain answers
 // from one activation once the cluster converged.
 func TestClusterChaos(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("chaos test: skipped with -short")
 	}
@@ -482,7 +484,7 @@ func TestClusterChaos(t *testing.T) {
 	}
 	var dir directory.Stats
 	for _, s := range all {
-		st := s.cl.Dir.Stats()
+		st := s.Stats().Cluster.Directory
 		dir.Forwarded += st.Forwarded
 		dir.Refused += st.Refused
 		dir.HandedOff += st.HandedOff
@@ -618,22 +620,24 @@ func logChaosSummary(t *testing.T, ct *chaosTally, dups []chaosDuplicate, action
 	t.Log(b.String())
 }
 
-// TestClusterReregistrationDroppedByStaleOwner is the duplicate the
-// chaos test found after a kill. Silo X owns grain g's directory entry;
-// g's activation A lives on silo S1; without X, silo O owns the entry. X
-// dies. S1 installs the view without X first and registers A again at O
-// (a handoff); O, whose view still has X, passes the item on to X, and
-// the send fails. Before handoffs reported such items back (Unplaced),
-// O dropped the item and answered S1 with a success, so nothing
-// registered A again until g's owner next changed: once O installed the
-// new view it owned g with no entry, calls through any silo but S1 made
-// a second activation B, and calls through S1 still reached A, in its
-// catalog. Both answered for as long as they were called.
-func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
+// TestClusterReregistrationThroughStaleOwnerKeepsOneActivation: a
+// registration that a silo sends again after a kill, and that the new
+// owner cannot place yet because its own view is stale, is reported back
+// (Unplaced) and sent again until it lands, so the grain keeps its one
+// activation, named by its entry at the new owner.
+//
+// Silo X owns grain g's directory entry; g's activation A lives on silo
+// S1; without X, silo O owns the entry. X dies. S1 installs the view
+// without X first and registers A again at O (a handoff); O, whose view
+// still has X, passes the item on to X, and the send fails. Once O
+// installs the new view it owns g: calls through every silo must reach
+// A, and O's entry must name it.
+func TestClusterReregistrationThroughStaleOwnerKeepsOneActivation(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, []string{"a", "b", "c", "d"}, clusterOpt{})
 	byMember := map[string]*Silo{}
 	for _, s := range tc.live() {
-		byMember[s.cl.SelfID] = s
+		byMember[s.Member()] = s
 	}
 	home := map[string]*Silo{} // key → the silo its activation is on
 	for _, k := range keys("o", 100) {
@@ -643,14 +647,14 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 		}
 		home[k] = tc.silo(r.Text)
 	}
-	ring := tc.silo("a").cl.Dir.Ring()
+	ring := ringOf(tc.silo("a"))
 	var key string
 	var x, s1, o *Silo
 	for _, k := range keys("o", 100) {
 		id := grain.NewID(probe.ProbeGrainType, k)
 		owner := ring.OwnerOf(id)
 		after := ring.Without(owner).OwnerOf(id)
-		if owner != home[k].cl.SelfID && after != home[k].cl.SelfID {
+		if owner != home[k].Member() && after != home[k].Member() {
 			key, x, s1, o = k, byMember[owner], home[k], byMember[after]
 			break
 		}
@@ -658,19 +662,19 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 	if key == "" {
 		t.Fatal("no grain whose activation, owner and next owner are on three silos")
 	}
-	t.Logf("%s: activation on %s, entry on %s, next owner %s", key, s1.rt.Cfg.Name, x.rt.Cfg.Name, o.rt.Cfg.Name)
+	t.Logf("%s: activation on %s, entry on %s, next owner %s", key, s1.cfg.Name, x.cfg.Name, o.cfg.Name)
 
 	// Only S1 learns of X's death at first, so that what O drops is S1's.
 	var held []string
 	for _, s := range tc.live() {
 		if s != s1 && s != x {
-			held = append(held, s.cl.SelfID)
-			tc.hub.Hold(s.cl.SelfID)
+			held = append(held, s.Member())
+			tc.hub.Hold(s.Member())
 		}
 	}
-	dropped := o.cl.Dir.Stats().Dropped
-	tc.kill(x.rt.Cfg.Name)
-	waitFor(t, "O to drop the handoff of S1", func() bool { return o.cl.Dir.Stats().Dropped > dropped })
+	dropped := o.Stats().Cluster.Directory.Dropped
+	tc.kill(x.cfg.Name)
+	testwait.For(t, defaultTestTimeout, "O to drop the handoff of S1", func() bool { return o.Stats().Cluster.Directory.Dropped > dropped })
 	for _, id := range held {
 		tc.hub.Release(id)
 	}
@@ -681,28 +685,28 @@ func TestClusterReregistrationDroppedByStaleOwner(t *testing.T) {
 	// every call that finds no entry, and A answers them all; so the
 	// entry at O must name the activation too.)
 	id := grain.NewID(probe.ProbeGrainType, key)
-	deadline := time.Now().Add(chaosResolveTimeout)
-	for {
-		seen := map[string][]string{} // activation → the silos that reached it
+	var seen map[string][]string // activation → the silos that reached it
+	entry := "none"
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s answered last from %v; its entry at %s: %s", key, seen, o.cfg.Name, entry)
+		}
+	})
+	testwait.For(t, chaosResolveTimeout, key+" to answer from the one activation its entry at O names", func() bool {
+		seen = map[string][]string{}
 		for _, via := range tc.sortedLive() {
 			r, err := tc.call(via, key, nil)
 			if err != nil {
-				t.Fatalf("calling %s through %s: %v", key, via.rt.Cfg.Name, err)
+				t.Fatalf("calling %s through %s: %v", key, via.cfg.Name, err)
 			}
-			seen[where(r)] = append(seen[where(r)], via.rt.Cfg.Name)
+			seen[where(r)] = append(seen[where(r)], via.cfg.Name)
 		}
-		entry := "none"
-		for _, it := range o.cl.Dir.Entries() {
+		entry = "none"
+		for _, it := range entriesOf(o) {
 			if it.ID == id {
-				entry = fmt.Sprintf("%s#%d", byMember[it.Entry.Silo].rt.Cfg.Name, it.Entry.Activation)
+				entry = fmt.Sprintf("%s#%d", byMember[it.Entry.Silo].cfg.Name, it.Entry.Activation)
 			}
 		}
-		if len(seen) == 1 && len(seen[entry]) > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s, %v after the cluster converged, answers from %v; its entry at %s: %s",
-				key, chaosResolveTimeout, seen, o.rt.Cfg.Name, entry)
-		}
-	}
+		return len(seen) == 1 && len(seen[entry]) > 0
+	})
 }

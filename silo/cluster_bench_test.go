@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/membership"
 	"google.golang.org/grpc"
@@ -63,7 +64,10 @@ func grpcSiloWith(tb testing.TB, name string, seeds []string, register func(*Sil
 }
 
 // gossipAddr is the address other silos join s through.
-func gossipAddr(s *Silo) string { return s.cl.Mship.Local().GossipAddr }
+func gossipAddr(s *Silo) string {
+	gossip, _ := s.ClusterAddrs()
+	return gossip
+}
 
 // tally counts one-way calls and signals reached when it has counted
 // want of them.
@@ -109,8 +113,8 @@ func benchPairWith(b *testing.B, tweak func(name string) func(*Config)) (caller 
 		}
 	}, tweak("callee"))
 	caller = grpcSiloWith(b, "caller", []string{gossipAddr(callee)}, nil, tweak("caller"))
-	waitFor(b, "the caller to see the callee host probes", func() bool {
-		return len(caller.cl.View.Load().Hosts[probe.ProbeGrainType]) == 1
+	testwait.For(b, defaultTestTimeout, "the caller to see the callee host probes", func() bool {
+		return hostsOf(caller, probe.ProbeGrainType) == 1
 	})
 	return caller, told
 }

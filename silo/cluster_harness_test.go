@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/membership"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -157,14 +160,14 @@ func (tc *testCluster) live() []*Silo {
 // exactly the running silos.
 func (tc *testCluster) waitConverged() {
 	tc.t.Helper()
-	waitFor(tc.t, "the silos to agree on the ring", func() bool {
+	testwait.For(tc.t, defaultTestTimeout, "the silos to agree on the ring", func() bool {
 		ss := tc.live()
 		for _, s := range ss {
-			if s.cl.Dir.Ring().Len() != len(ss) {
+			if ringLen(s) != len(ss) {
 				return false
 			}
 			for _, o := range ss {
-				if !s.cl.Dir.Ring().Contains(o.cl.SelfID) {
+				if !onRing(s, o.Member()) {
 					return false
 				}
 			}
@@ -190,7 +193,7 @@ func (tc *testCluster) kill(name string) {
 	tc.t.Helper()
 	s := tc.remove(name)
 	tc.net.Down(addrOf(name), true)
-	tc.hub.Kill(s.cl.SelfID)
+	tc.hub.Kill(s.Member())
 	s.Close()
 }
 
@@ -286,6 +289,52 @@ func keys(prefix string, n int) []string {
 		ks[i] = fmt.Sprintf("%s%d", prefix, i)
 	}
 	return ks
+}
+
+// probeGrainID is the grain ID of probe key.
+func probeGrainID(key string) grain.ID { return grain.ID{Type: probe.ProbeGrainType, Key: key} }
+
+// ringLen is the number of silos on s's directory ring: the active
+// members as s sees them.
+func ringLen(s *Silo) int { return s.Stats().Cluster.Active }
+
+// The views of a silo that no public API gives, each read in one place.
+
+// ringOf is s's directory ring: the members it takes for active, and
+// which owns each grain's entry.
+func ringOf(s *Silo) *directory.Ring { return s.cl.Dir.Ring() }
+
+// onRing reports whether member is on s's directory ring.
+func onRing(s *Silo, member string) bool { return ringOf(s).Contains(member) }
+
+// ownerOf is the member whose directory partition holds id's entry, in
+// s's view.
+func ownerOf(s *Silo, id grain.ID) string { return ringOf(s).OwnerOf(id) }
+
+// entriesOf returns the entries in s's directory partition.
+func entriesOf(s *Silo) []directory.Item { return s.cl.Dir.Entries() }
+
+// hostsOf is the number of silos s would place a grain of typ on: the
+// admitted members, itself included, that host it.
+func hostsOf(s *Silo, typ string) int { return len(s.cl.View.Load().Hosts[typ]) }
+
+// localActivation returns the (non-worker) activation of typ/key in s's
+// catalog, or nil: what s holds, whatever the directory says.
+func localActivation(s *Silo, typ, key string) *local.ActivationRec {
+	a, _ := s.rt.Types[typ].Acts.Load(key)
+	return a
+}
+
+// holders returns the names of the silos whose catalog holds an
+// activation of probe key.
+func holders(ss []*Silo, key string) []string {
+	var out []string
+	for _, s := range ss {
+		if localActivation(s, probe.ProbeGrainType, key) != nil {
+			out = append(out, s.cfg.Name)
+		}
+	}
+	return out
 }
 
 // joinErrs renders errors for a failure message.

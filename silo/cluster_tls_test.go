@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/security/certs"
@@ -111,6 +112,7 @@ func registerBenchProbe(t testing.TB) func(*Silo) {
 // the cluster places nothing on it, it sends and receives no envelope, and
 // both sides log why.
 func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
+	t.Parallel()
 	cluster, other := newTestCA(t, "cluster"), newTestCA(t, "other")
 	var aLogs, xLogs *observer.ObservedLogs
 	a := grpcSiloWith(t, "a", nil, registerBenchProbe(t), withClusterTLS(t, cluster.siloFiles("a"), &aLogs, nil))
@@ -140,29 +142,29 @@ func TestClusterRefusesASiloOfAnotherCA(t *testing.T) {
 	if viewAtActive != 1 {
 		t.Errorf("b turned active knowing %d other silos, want a", viewAtActive)
 	}
-	waitFor(t, "a and b to admit each other", func() bool {
-		return len(a.cl.View.Load().Hosts[probe.ProbeGrainType]) == 2 && len(b.cl.View.Load().Hosts[probe.ProbeGrainType]) == 2
+	testwait.For(t, defaultTestTimeout, "a and b to admit each other", func() bool {
+		return hostsOf(a, probe.ProbeGrainType) == 2 && hostsOf(b, probe.ProbeGrainType) == 2
 	})
 	// The stranger trusts the cluster's CA too: only its own certificate
 	// is wrong.
 	x := grpcSiloWith(t, "x", []string{gossipAddr(a)}, registerBenchProbe(t), withClusterTLS(t, other.siloFiles("x", other, cluster), &xLogs, nil))
-	waitFor(t, "the gossip to carry x to a", func() bool { return len(a.cl.Mship.Members()) == 3 })
-	waitFor(t, "a to refuse x's certificate", func() bool {
+	testwait.For(t, defaultTestTimeout, "the gossip to carry x to a", func() bool { return len(a.cl.Mship.Members()) == 3 })
+	testwait.For(t, defaultTestTimeout, "a to refuse x's certificate", func() bool {
 		return a.Rejections().Count(security.ListenerSilo, security.ReasonUnknownCA) > 0
 	})
-	waitFor(t, "x to learn its certificate was refused", func() bool {
+	testwait.For(t, defaultTestTimeout, "x to learn its certificate was refused", func() bool {
 		return x.Rejections().Count(security.ListenerDial, security.ReasonBadCertificate)+
 			x.Rejections().Count(security.ListenerDial, security.ReasonUnknownCA) > 0
 	})
 	for _, s := range []*Silo{a, b} {
-		if n := len(s.cl.View.Load().Hosts[probe.ProbeGrainType]); n != 2 {
+		if n := hostsOf(s, probe.ProbeGrainType); n != 2 {
 			t.Errorf("%s places probes on %d silos, want 2: x was admitted", s.cfg.Name, n)
 		}
 	}
 	if n := len(a.Members()); n != 2 {
 		t.Errorf("a lists %d members, want a and b: x is no member (the admin server forwards to members)", n)
 	}
-	if n := len(x.cl.View.Load().Hosts[probe.ProbeGrainType]); n != 1 {
+	if n := hostsOf(x, probe.ProbeGrainType); n != 1 {
 		t.Errorf("x places probes on %d silos, want only itself", n)
 	}
 	// Calls through a and b reach only a and b.
@@ -207,6 +209,7 @@ func (o *onActive) Update(fn func(*membership.Member)) error {
 // new CA alone joins at the end, which proves the others serve and accept
 // the new certificates. No call fails.
 func TestClusterCertificateRotationUnderLoadFailsNoCall(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a cluster on loopback")
 	}
@@ -225,9 +228,9 @@ func TestClusterCertificateRotationUnderLoadFailsNoCall(t *testing.T) {
 		}
 		silos = append(silos, grpcSiloWith(t, name, seeds, registerBenchProbe(t), withClusterTLS(t, files[name], nil, srcs[name])))
 	}
-	waitFor(t, "three silos to admit each other", func() bool {
+	testwait.For(t, defaultTestTimeout, "three silos to admit each other", func() bool {
 		for _, s := range silos {
-			if len(s.cl.View.Load().Hosts[probe.ProbeGrainType]) != 3 {
+			if hostsOf(s, probe.ProbeGrainType) != 3 {
 				return false
 			}
 		}
@@ -278,7 +281,7 @@ func TestClusterCertificateRotationUnderLoadFailsNoCall(t *testing.T) {
 		}
 		// Let calls run on the new material for a while.
 		n := calls.Load()
-		waitFor(t, "calls after "+step, func() bool { return calls.Load() > n+200 })
+		testwait.For(t, defaultTestTimeout, "calls after "+step, func() bool { return calls.Load() > n+200 })
 	}
 
 	for _, name := range names {
@@ -315,14 +318,14 @@ func TestClusterCertificateRotationUnderLoadFailsNoCall(t *testing.T) {
 		conn.Close()
 	}
 	d := grpcSiloWith(t, "d", []string{gossipAddr(silos[0])}, registerBenchProbe(t), withClusterTLS(t, newCA.siloFiles("d"), nil, nil))
-	waitFor(t, "the cluster to admit a silo of the new CA", func() bool {
+	testwait.For(t, defaultTestTimeout, "the cluster to admit a silo of the new CA", func() bool {
 		for _, s := range append(silos, d) {
-			if len(s.cl.View.Load().Hosts[probe.ProbeGrainType]) != 4 {
+			if hostsOf(s, probe.ProbeGrainType) != 4 {
 				return false
 			}
 		}
 		return true
 	})
 	n := calls.Load()
-	waitFor(t, "calls with d in the cluster", func() bool { return calls.Load() > n+200 })
+	testwait.For(t, defaultTestTimeout, "calls with d in the cluster", func() bool { return calls.Load() > n+200 })
 }

@@ -3,6 +3,7 @@ package silo
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
@@ -16,6 +17,7 @@ import (
 // package finds no way to hook a value context over a turn) that reads
 // the turn's context after the turn ended and its record was reused.
 func TestCallWithValueDerivedContext(t *testing.T) {
+	t.Parallel()
 	pass := func(ctx context.Context, target grain.ID, m *grain.MethodDesc, req proto.Message, next grain.Send) grain.Pending {
 		return next(ctx, req)
 	}
@@ -35,6 +37,33 @@ func TestCallWithValueDerivedContext(t *testing.T) {
 	})
 	for range 50 {
 		if _, err := h.probe("caller").Call(testCtx(t), &probe.Request{Tag: "derived"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCancelDerivedContextOutlivesTurn: a grain may derive a cancellable
+// context from its grain.Context (context.WithCancel(ctx), the usual
+// idiom). The goroutine the context package starts to watch it never
+// reads the turn's context after the method returned and the runtime
+// reset its record for another call. Run with -race. Runs in a
+// subprocess: a late read of a reset record can dereference nil and kill
+// the process.
+func TestCancelDerivedContextOutlivesTurn(t *testing.T) {
+	t.Parallel()
+	if !inChild() {
+		runInChild(t, "TestCancelDerivedContextOutlivesTurn", 60*time.Second)
+		return
+	}
+	h := newHarness(t, harnessOpt{})
+	h.script("derive", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		_ = cctx
+		return &probe.Reply{}, nil
+	})
+	for range 50 {
+		if _, err := h.probe("dc").Call(testCtx(t), &probe.Request{Tag: "derive"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,38 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/granaryio/granary/internal/proctest"
 	"github.com/granaryio/granary/security/auth"
 	"github.com/granaryio/granary/security/certs"
 	"github.com/granaryio/granary/security/tlsfiles"
 )
-
-// grpcurlBin returns the grpcurl binary: $GRANARY_GRPCURL (make race sets
-// it), else the repository's bin/grpcurl (make bin/grpcurl installs it).
-// Without either the test is skipped: the silo package's other tests
-// should not need a tool outside Go.
-func grpcurlBin(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("GRANARY_GRPCURL"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("GRANARY_GRPCURL=%s: %v", p, err)
-		}
-		return p
-	}
-	p, err := filepath.Abs(filepath.Join("..", "bin", "grpcurl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("grpcurl not found: GRANARY_GRPCURL is not set and %s does not exist; run `make bin/grpcurl`", p)
-	}
-	return p
-}
 
 // runGrpcurl runs grpcurl with args, for at most defaultTestTimeout, and
 // returns its output and whether it exited 0.
@@ -57,13 +34,15 @@ func runGrpcurl(t *testing.T, bin string, args ...string) (stdout, stderr string
 	return out.String(), errb.String(), err == nil
 }
 
-// TestGatewayAuthGrpcurlMTLS: grpcurl, with nothing but the CA and a
-// client certificate, lists the services of an mtls gateway by
-// reflection and calls a grain, which sees the certificate's common name
-// as its principal. Without a certificate, or in plaintext, it gets
-// nowhere.
-func TestGatewayAuthGrpcurlMTLS(t *testing.T) {
-	bin := grpcurlBin(t)
+// TestGRPCurlReachesMTLSGatewayOnlyWithClientCert: grpcurl, with nothing
+// but the CA and a client certificate, lists the services of an mtls
+// gateway by reflection and calls a grain, which sees the certificate's
+// common name as its principal. Without a certificate, or in plaintext,
+// it gets nowhere. Without grpcurl (see proctest.Grpcurl) the test is
+// skipped, or fails when GRANARY_TEST_GRPCURL_REQUIRED=1.
+func TestGRPCurlReachesMTLSGatewayOnlyWithClientCert(t *testing.T) {
+	t.Parallel()
+	bin := proctest.Grpcurl(t)
 	pki := newTestPKI(t)
 	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.MTLS), auth.ClientCert())
 	cert, key := pki.issue("alice", certs.ClientAuth)

@@ -200,6 +200,7 @@ func callProbe(ctx context.Context, c grain.Caller, key string, req *probe.Reque
 // plaintext client and a TLS client without a certificate, at the
 // handshake, before any call.
 func TestGatewayAuthMTLSRefusesPlaintextAndCertlessClients(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.MTLS), auth.ClientCert())
 
@@ -229,6 +230,7 @@ func TestGatewayAuthMTLSRefusesPlaintextAndCertlessClients(t *testing.T) {
 // authenticates by client certificate lets a client without one finish
 // the handshake, then refuses its calls with Unauthenticated, counted.
 func TestGatewayAuthCertlessClientUnauthenticated(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.ClientCert())
 	before := gw.Rejections().Count(security.ListenerGateway, security.ReasonUnauthenticated)
@@ -252,6 +254,7 @@ func TestGatewayAuthCertlessClientUnauthenticated(t *testing.T) {
 // is refused within the file's check interval, on the stream a client
 // already has open and to a new client, with Unauthenticated.
 func TestGatewayAuthRevokedTokenRefused(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	clock := clockwork.NewFakeClock()
 	tf, path := tokenFile(t, clock)
@@ -288,6 +291,8 @@ func TestGatewayAuthRevokedTokenRefused(t *testing.T) {
 // TestGatewayAuthRevokedTokenRefusedInRealTime: with the real clock and
 // the default check interval, a revoked token is refused within 5 s.
 func TestGatewayAuthRevokedTokenRefusedInRealTime(t *testing.T) {
+	// Not parallel: it bounds, in real time, how soon a revoked token is
+	// refused.
 	pki := newTestPKI(t)
 	tf, path := tokenFile(t, nil)
 	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.Bearer(tf))
@@ -310,6 +315,7 @@ func TestGatewayAuthRevokedTokenRefusedInRealTime(t *testing.T) {
 // on the gateway's silo and on another one, and flows on with the calls
 // the grain makes.
 func TestGatewayAuthPrincipalReachesGrain(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	tf, _ := tokenFile(t, nil)
 	tc, gw := authGateway(t, []string{"gw", "b"}, pki.serverCreds(tlsfiles.TLS), auth.Chain(auth.ClientCert(), auth.Bearer(tf)))
@@ -363,12 +369,14 @@ func TestGatewayAuthPrincipalReachesGrain(t *testing.T) {
 // plain gRPC, never reaches the grain: it sees the principal the gateway
 // verified, or none on a gateway without an authenticator.
 func TestGatewayAuthClientPrincipalHeaderIgnored(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	tf, _ := tokenFile(t, nil)
 	forged := grain.WithPrincipal(grain.WithHeader(context.Background(), "trace", "t1"), "root")
 	forgedMD := []string{grain.PrincipalHeader, "root"}
 
 	t.Run("authenticated", func(t *testing.T) {
+		t.Parallel()
 		_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.Bearer(tf))
 		c, err := dialGateway(t, gw, client.WithTLSFiles(pki.caFile, "", ""), client.WithToken(aliceToken))
 		if err != nil {
@@ -389,6 +397,7 @@ func TestGatewayAuthClientPrincipalHeaderIgnored(t *testing.T) {
 		}
 	})
 	t.Run("anonymous", func(t *testing.T) {
+		t.Parallel()
 		_, gw := authGateway(t, []string{"gw"}, nil, nil)
 		c, err := dialGateway(t, gw)
 		if err != nil {
@@ -410,6 +419,7 @@ func TestGatewayAuthClientPrincipalHeaderIgnored(t *testing.T) {
 // with PermissionDenied reaches the client with that code and is counted
 // by the gateway silo's Rejections, from the Go client and plain gRPC.
 func TestGatewayAuthFilterRefusalsCounted(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	tf, _ := tokenFile(t, nil)
 	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.Bearer(tf))
@@ -448,13 +458,14 @@ func TestGatewayAuthFilterRefusalsCounted(t *testing.T) {
 // ID of another principal's open stream is refused, so its calls are
 // never credited to that principal; the first stream keeps working.
 func TestGatewayAuthClientIDBoundToPrincipal(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	tf, _ := tokenFile(t, nil)
 	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.Bearer(tf))
 	// Alice's ID carries her principal's prefix, which every gateway
 	// derives alike: no other principal can use it, at this gateway or
 	// any other.
-	id := gateway.ClientIDPrefix("alice") + "shared"
+	id := ClientIDPrefix("alice") + "shared"
 	alice := dialRawAuthed(t, gw, pki, id, aliceToken)
 	mallory := dialRawAuthed(t, gw, pki, id, bobToken)
 
@@ -569,6 +580,7 @@ func grpcCtx(t *testing.T, key string) context.Context {
 // TestGatewayConfigAuthenticatorNeedsTLS: an Authenticator on a plaintext
 // gateway is a configuration error naming the field.
 func TestGatewayConfigAuthenticatorNeedsTLS(t *testing.T) {
+	t.Parallel()
 	for _, creds := range []credentials.TransportCredentials{nil, insecure.NewCredentials()} {
 		g := DefaultGatewayConfig()
 		g.Authenticator = auth.Anonymous()
@@ -589,6 +601,7 @@ func TestGatewayConfigAuthenticatorNeedsTLS(t *testing.T) {
 // TestWithPrincipalStripsClientHeaders checks the filter the gateway runs
 // over every envelope's headers.
 func TestWithPrincipalStripsClientHeaders(t *testing.T) {
+	t.Parallel()
 	h := func(kv ...string) []*granaryv1.Header {
 		var out []*granaryv1.Header
 		for i := 0; i < len(kv); i += 2 {
@@ -626,6 +639,7 @@ func TestWithPrincipalStripsClientHeaders(t *testing.T) {
 // TestGatewayAuthHealthCheckOpenWatchNot: load balancers' Check needs no
 // credentials; Watch, which holds a stream and so its connection, does.
 func TestGatewayAuthHealthCheckOpenWatchNot(t *testing.T) {
+	t.Parallel()
 	pki := newTestPKI(t)
 	tf, _ := tokenFile(t, nil)
 	_, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.Bearer(tf))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/proto/probe"
@@ -77,6 +78,7 @@ func sleepRequest(key string, d time.Duration) *granaryv1.Envelope {
 // when the gateway forwarded the call to another silo, which the gateway
 // tells with a CANCEL of its own.
 func TestGatewayCancelReachesRemoteGrain(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, nil, clusterOpt{})
 	gw := tc.startNoWait("gw", func(cfg *Config) {
 		g := DefaultGatewayConfig()
@@ -108,6 +110,7 @@ func TestGatewayCancelReachesRemoteGrain(t *testing.T) {
 // as the silo begins to stop, and does not keep the gateway's server from
 // stopping: Stop succeeds well within its context.
 func TestGatewayStopWithHealthWatch(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, nil, clusterOpt{})
 	gw := tc.startNoWait("gw", func(cfg *Config) {
 		g := DefaultGatewayConfig()
@@ -145,6 +148,7 @@ func TestGatewayStopWithHealthWatch(t *testing.T) {
 // TestGatewayBadEnvelopes: malformed client envelopes each get an answer
 // with a fitting code, and none panics the silo.
 func TestGatewayBadEnvelopes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{cfg: func(c *Config) {
 		g := DefaultGatewayConfig()
 		g.Listen = "127.0.0.1:0"
@@ -169,13 +173,9 @@ func TestGatewayBadEnvelopes(t *testing.T) {
 		{"nil header", &granaryv1.Envelope{Kind: R, GrainType: "probe.Probe", GrainKey: "k", Method: "Call", Headers: []*granaryv1.Header{{}, nil}}, []codes.Code{codes.OK}},
 	} {
 		_, ans := rc.call(tc.env)
-		select {
-		case r := <-ans:
-			if got := codes.Code(r.Code); !slices.Contains(tc.want, got) {
-				t.Errorf("%s: got %v %q, want one of %v", tc.name, got, r.Message, tc.want)
-			}
-		case <-time.After(defaultTestTimeout):
-			t.Fatalf("%s: no answer", tc.name)
+		r := testwait.Recv(t, ans, defaultTestTimeout, "the answer to "+tc.name)
+		if got := codes.Code(r.Code); !slices.Contains(tc.want, got) {
+			t.Errorf("%s: got %v %q, want one of %v", tc.name, got, r.Message, tc.want)
 		}
 	}
 }
@@ -194,6 +194,7 @@ func (g *intProbe) Call(grain.Context, *probe.Request) (*probe.Reply, error) {
 // of a type another silo hosts serves it over plain gRPC, and the call
 // runs on that silo; a listed type no silo hosts fails with NotFound.
 func TestGatewayServesTypesHostedElsewhere(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, nil, clusterOpt{})
 	gw := tc.startNoWait("gw", func(cfg *Config) {
 		g := DefaultGatewayConfig()
@@ -228,8 +229,8 @@ func TestGatewayServesTypesHostedElsewhere(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "the gateway's silo to see IntProbe hosted", func() bool {
-		return len(gw.cl.View.Load().Hosts[probe.IntProbeGrainType]) == 1
+	testwait.For(t, defaultTestTimeout, "the gateway's silo to see IntProbe hosted", func() bool {
+		return hostsOf(gw, probe.IntProbeGrainType) == 1
 	})
 	cconn, err := grpc.NewClient(gw.GatewayAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

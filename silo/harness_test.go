@@ -4,11 +4,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/jonboulle/clockwork"
@@ -56,6 +61,11 @@ type harnessOpt struct {
 func newHarness(t *testing.T, o harnessOpt) *harness {
 	t.Helper()
 	h := &harness{t: t, scripts: map[string]behaviour{}, eventc: make(chan string, 1024)}
+	t.Cleanup(func() { // last: the events include the deactivations of Stop
+		if t.Failed() {
+			t.Logf("events: %q", h.eventLog())
+		}
+	})
 	cfg := DefaultConfig()
 	if o.fake {
 		h.clock = clockwork.NewFakeClock()
@@ -84,12 +94,8 @@ func newHarness(t *testing.T, o harnessOpt) *harness {
 	must(probe.RegisterWorkerProbeGrain(s, func(id grain.ID) probe.WorkerProbeGrain { return factory(id) }, o.register[probe.WorkerProbeGrainType]...))
 	must(probe.RegisterIntProbeGrain(s, func(id grain.ID) probe.IntProbeGrain { return factory(id) }))
 	must(s.Start(context.Background()))
-	if o.fake {
-		select {
-		case <-h.collected: // the collector is waiting on the fake clock
-		case <-time.After(defaultTestTimeout):
-			t.Fatal("collector did not start")
-		}
+	if o.fake { // the collector is waiting on the fake clock
+		testwait.Recv(t, h.collected, defaultTestTimeout, "the collector to start")
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
@@ -121,49 +127,28 @@ func (h *harness) event(format string, args ...any) {
 	}
 }
 
-// waitEvent waits for the event want, failing after defaultTestTimeout.
+// waitEvent waits for the event want, failing after defaultTestTimeout
+// (a failed test logs the events so far: see newHarness).
 func (h *harness) waitEvent(want string) {
 	h.t.Helper()
-	if !h.waitEventWithin(defaultTestTimeout, want) {
-		h.t.Fatalf("timed out waiting for event %q; events so far: %q", want, h.eventLog())
-	}
+	testwait.Until(h.t, h.eventc, defaultTestTimeout, fmt.Sprintf("event %q", want), func(e string) bool { return e == want })
 }
 
-// waitEventWithin waits up to d for the event want and reports whether
-// it came: a short bound suits tests whose failure is "never happens".
-func (h *harness) waitEventWithin(d time.Duration, want string) bool {
-	h.t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case e := <-h.eventc:
-			if e == want {
-				return true
-			}
-		case <-deadline:
-			return false
-		}
-	}
-}
-
-// advanceUntil moves the fake clock on by step at a time until the event
-// want happens: for timers re-armed by a turn, whose arming the test
-// cannot see.
+// advanceUntil moves the fake clock on by step at a time, giving each
+// step 20 ms to bring an event, until the event want happens: for timers
+// re-armed by a turn, whose arming the test cannot see.
 func (h *harness) advanceUntil(step time.Duration, want string) {
 	h.t.Helper()
-	deadline := time.After(defaultTestTimeout)
-	for {
+	what := fmt.Sprintf("event %q as the clock moves on by %v at a time", want, step)
+	testwait.For(h.t, defaultTestTimeout, what, func() bool {
 		h.clock.Advance(step)
 		select {
 		case e := <-h.eventc:
-			if e == want {
-				return
-			}
+			return e == want
 		case <-time.After(20 * time.Millisecond):
-		case <-deadline:
-			h.t.Fatalf("timed out advancing the clock until %q; events so far: %q", want, h.eventLog())
+			return false
 		}
-	}
+	})
 }
 
 func (h *harness) eventLog() []string {
@@ -266,12 +251,7 @@ func (g *probeGrain) Tell(ctx grain.Context, req *probe.Request) (*emptypb.Empty
 // time. It is cancelled rather than given a deadline because a deadline
 // is a point in time, and tests on a fake clock move the silo's time far
 // from the real one.
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	stop := time.AfterFunc(defaultTestTimeout, cancel)
-	t.Cleanup(func() { stop.Stop(); cancel() })
-	return ctx
-}
+func testCtx(t *testing.T) context.Context { return testwait.Context(t, defaultTestTimeout) }
 
 // gate is a test latch: grain code blocks on it (through Blocking) until
 // the test opens it. A failed test's cleanup opens every gate before it
@@ -304,4 +284,42 @@ func (g gate) open() { g.once.Do(func() { close(g.c) }) }
 
 func (g gate) wait(ctx grain.Context, pg *probeGrain) {
 	pg.pause(func() { ctx.Blocking(func() { <-g.c }) })
+}
+
+// actOf returns the (non-worker) activation of typ/key in the harness
+// silo's catalog, or nil.
+func actOf(h *harness, typ, key string) *local.ActivationRec { return localActivation(h.s, typ, key) }
+
+// waitNoGoroutineIn waits until no goroutine's stack mentions fn: for
+// clock callbacks started with `go`, whose end nothing announces.
+func waitNoGoroutineIn(t *testing.T, fn string) {
+	t.Helper()
+	testwait.For(t, defaultTestTimeout, "no goroutine in "+fn, func() bool {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		return !strings.Contains(string(buf[:n]), fn)
+	})
+}
+
+// inChild reports whether this process is the subprocess runInChild
+// started.
+func inChild() bool { return os.Getenv("GRANARY_TEST_CHILD") == "1" }
+
+// runInChild re-runs test name in a subprocess (GRANARY_TEST_CHILD=1), for
+// reproductions that crash or hang the process, and fails with its output
+// if the subprocess fails or runs past d.
+func runInChild(t *testing.T, name string, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+name+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GRANARY_TEST_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		s := string(out)
+		if i := strings.Index(s, "panic:"); i > 0 {
+			s = s[i:]
+		}
+		t.Fatalf("child failed (%v):\n%.2500s", err, s)
+	}
 }

@@ -6,12 +6,14 @@ import (
 	"testing"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 func TestInfoAndReadyFollowTheLifecycle(t *testing.T) {
+	t.Parallel()
 	s, err := New(func() Config { c := DefaultConfig(); c.Name = "alone"; c.AdminAddr = "127.0.0.1:8080"; return c }())
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +60,7 @@ func TestInfoAndReadyFollowTheLifecycle(t *testing.T) {
 }
 
 func TestAdminAddrMustBeHostPort(t *testing.T) {
+	t.Parallel()
 	for _, addr := range []string{"nowhere", ":8080"} {
 		cfg := DefaultConfig()
 		cfg.AdminAddr = addr
@@ -69,6 +72,7 @@ func TestAdminAddrMustBeHostPort(t *testing.T) {
 }
 
 func TestTypeStatsLookupDeactivateAlone(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	ctx := testCtx(t)
 	for _, k := range []string{"a", "b"} {
@@ -109,14 +113,14 @@ func TestTypeStatsLookupDeactivateAlone(t *testing.T) {
 	if ok, err := h.s.Deactivate(ctx, id); err != nil || !ok {
 		t.Fatalf("Deactivate(%v) = %v, %v; want true", id, ok, err)
 	}
-	waitFor(t, "the deactivated grain to leave the catalog", func() bool {
+	testwait.For(t, defaultTestTimeout, "the deactivated grain to leave the catalog", func() bool {
 		_, found, _ := h.s.Lookup(ctx, id)
 		return !found
 	})
 	if ok, err := h.s.Deactivate(ctx, id); err != nil || ok {
 		t.Errorf("Deactivate of a grain not active = %v, %v; want false", ok, err)
 	}
-	waitFor(t, "the type's count to drop", func() bool {
+	testwait.For(t, defaultTestTimeout, "the type's count to drop", func() bool {
 		for _, ts := range h.s.TypeStats() {
 			if ts.Type == probe.ProbeGrainType {
 				return ts.Activations == 1
@@ -127,6 +131,7 @@ func TestTypeStatsLookupDeactivateAlone(t *testing.T) {
 }
 
 func TestHotGrainsRanksTheLastInterval(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	ctx := testCtx(t)
 	call := func(key string, n int) {
@@ -156,6 +161,7 @@ func TestHotGrainsRanksTheLastInterval(t *testing.T) {
 }
 
 func TestIntrospectionInACluster(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{tweak: func(c *Config) { c.AdminAddr = c.Name + ":8080" }})
 	a := tc.silo("a")
 	ms := a.Members()
@@ -179,7 +185,7 @@ func TestIntrospectionInACluster(t *testing.T) {
 		for _, via := range tc.live() {
 			m, found, err := via.Lookup(ctx, id)
 			if err != nil || !found || m != host.Member() {
-				t.Errorf("%s: Lookup(%v) = %q, %v, %v; want %q", via.rt.Cfg.Name, id, m, found, err, host.Member())
+				t.Errorf("%s: Lookup(%v) = %q, %v, %v; want %q", via.cfg.Name, id, m, found, err, host.Member())
 			}
 		}
 		if in := host.Info(); in.Member != host.Member() || in.GRPCAddr == "" || in.Status != StatusActive {
@@ -191,6 +197,7 @@ func TestIntrospectionInACluster(t *testing.T) {
 // Info gives the gateway address clients are told to dial, not the one
 // the listener is bound to.
 func TestInfoGivesTheAdvertisedGateway(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{cfg: func(c *Config) {
 		gc := DefaultGatewayConfig()
 		gc.Listen, gc.Advertise = "127.0.0.1:0", "gw.example:30000"

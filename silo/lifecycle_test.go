@@ -3,11 +3,14 @@ package silo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/membership"
 	"google.golang.org/grpc/codes"
@@ -34,23 +37,15 @@ func (h *harness) advance(d time.Duration) {
 
 func (h *harness) waitCollected(want time.Time) {
 	h.t.Helper()
-	timeout := time.After(defaultTestTimeout)
-	for {
-		select {
-		case now := <-h.collected:
-			if !now.Before(want) {
-				return
-			}
-		case <-timeout:
-			h.t.Fatalf("collector did not tick at %v", want)
-		}
-	}
+	testwait.Until(h.t, h.collected, defaultTestTimeout, fmt.Sprintf("the collector's tick at %v", want),
+		func(now time.Time) bool { return !now.Before(want) })
 }
 
 // TestIdleCollection: an idle grain is collected after its age, OnDeactivate
 // runs with reason idle, and the next call makes a new activation. A busy
 // grain is not collected however long it runs.
 func TestIdleCollection(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{fake: true, cfg: collectTestConfig})
 	ref := h.probe("idle")
 	r1, err := ref.Call(testCtx(t), &probe.Request{})
@@ -89,6 +84,7 @@ func TestIdleCollection(t *testing.T) {
 // TestDeactivateOnIdle: a grain that asks to deactivate does so after its
 // request, and the next call re-activates it.
 func TestDeactivateOnIdle(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	h.script("bye", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		ctx.DeactivateOnIdle()
@@ -112,6 +108,7 @@ func TestDeactivateOnIdle(t *testing.T) {
 // TestActivationFailure: an OnActivate error reaches the caller with its
 // code and leaves no activation; the next call activates afresh.
 func TestActivationFailure(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	fails := 1
 	h.script("activate:flaky", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -137,6 +134,7 @@ func TestActivationFailure(t *testing.T) {
 // TestErrorsKeepCode: an application error keeps its code and message; a
 // plain error arrives as Unknown with its message.
 func TestErrorsKeepCode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	h.script("denied", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
 		return nil, status.Error(codes.PermissionDenied, "no entry")
@@ -158,6 +156,7 @@ func TestErrorsKeepCode(t *testing.T) {
 // TestPanicDeactivates: a panic returns Internal, deactivates the
 // activation, and the grain re-activates on its next call.
 func TestPanicDeactivates(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	h.script("boom", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
 		panic("boom")
@@ -184,14 +183,15 @@ func TestPanicDeactivates(t *testing.T) {
 // TestUnknownTypeMethodKey: calls to an unregistered type, a method the
 // type lacks, and a key of the wrong kind fail with clear codes.
 func TestUnknownTypeMethodKey(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
-	_, err := h.s.rt.Invoke(testCtx(t), grain.NewID("nope.Missing", "x"), &probe.Probe_ServiceDesc.Methods[0], &probe.Request{})
+	_, err := h.s.Invoke(testCtx(t), grain.NewID("nope.Missing", "x"), &probe.Probe_ServiceDesc.Methods[0], &probe.Request{})
 	if grain.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "nope.Missing") {
 		t.Fatalf("unknown type: %v", err)
 	}
 	bogus := probe.Probe_ServiceDesc.Methods[0]
 	bogus.Name, bogus.Index = "Bogus", 99
-	_, err = h.s.rt.Invoke(testCtx(t), grain.NewID(probe.ProbeGrainType, "x"), &bogus, &probe.Request{})
+	_, err = h.s.Invoke(testCtx(t), grain.NewID(probe.ProbeGrainType, "x"), &bogus, &probe.Request{})
 	if grain.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "Bogus") {
 		t.Fatalf("unknown method: %v", err)
 	}
@@ -207,6 +207,7 @@ func TestUnknownTypeMethodKey(t *testing.T) {
 // TestStopDeactivatesAll: Stop runs every activation's OnDeactivate with
 // reason shutdown, and calls afterwards get Unavailable.
 func TestStopDeactivatesAll(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := h.probe(k).Call(testCtx(t), &probe.Request{}); err != nil {
@@ -232,6 +233,7 @@ func TestStopDeactivatesAll(t *testing.T) {
 
 // TestConfigErrorsNameField: bad configuration is refused naming the field.
 func TestConfigErrorsNameField(t *testing.T) {
+	t.Parallel()
 	for field, mutate := range map[string]func(*Config){
 		"ResponseTimeout":                 func(c *Config) { c.ResponseTimeout = 0 },
 		"CollectionAge":                   func(c *Config) { c.CollectionAge = -time.Second },
@@ -266,6 +268,7 @@ func TestConfigErrorsNameField(t *testing.T) {
 // deadlock, refused at once with Aborted; the activation fails with that
 // error and the next call, which does not call back, succeeds.
 func TestActivateCallsBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	first := true
 	h.script("activate:loop", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -293,6 +296,7 @@ func TestActivateCallsBack(t *testing.T) {
 // memberlist refuses fails Start with the reason, and stops what Start
 // began, without a panic.
 func TestStartWithABadMembershipConfigFails(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cc := DefaultClusterConfig()
 	cc.Membership = membership.DefaultLocalConfig()
@@ -308,5 +312,65 @@ func TestStartWithABadMembershipConfigFails(t *testing.T) {
 	defer cancel()
 	if err := s.Start(ctx); err == nil || !strings.Contains(err.Error(), "ProbeTimeout") {
 		t.Fatalf("Start = %v, want the membership's config error", err)
+	}
+}
+
+// TestStopDeactivatesActivationCreatedDuringStop: an activation that a
+// call creates while Stop begins (the call passed the stopping check
+// before Stop, and is placed after Stop listed the activations) is
+// Stop's to deactivate too: Stop returns within its context, with the
+// catalog empty.
+func TestStopDeactivatesActivationCreatedDuringStop(t *testing.T) {
+	t.Parallel()
+	placing, proceed := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(proceed) })
+	h := newHarness(t, harnessOpt{})
+	t.Cleanup(release) // before the harness's Stop, which would wait on the held call
+	h.s.rt.Placing = func(id grain.ID) {
+		if id.Key == "late" { // held after the stopping check
+			close(placing)
+			<-proceed
+		}
+	}
+	hold := h.gate()
+	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		h.event("hold start")
+		hold.wait(ctx, g)
+		return &probe.Reply{}, nil
+	})
+	fx := h.probe("x").CallAsync(context.Background(), &probe.Request{Tag: "hold"})
+	h.waitEvent("hold start")
+
+	lateErr := make(chan error, 1)
+	go func() {
+		_, err := h.probe("late").Call(context.Background(), &probe.Request{})
+		lateErr <- err
+	}()
+	select { // the call to "late" passes the stopping check
+	case <-placing:
+	case err := <-lateErr:
+		t.Fatalf("the call to late ended before placement: %v", err)
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("the call to late never reached placement")
+	}
+
+	stopErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		stopErr <- h.s.Stop(ctx)
+	}()
+	x := actOf(h, probe.ProbeGrainType, "x")
+	testwait.For(t, defaultTestTimeout, "Stop to ask x to deactivate", func() bool {
+		x.Mu.Lock()
+		defer x.Mu.Unlock()
+		return x.DeactPending
+	})
+	release()
+	<-lateErr
+	hold.open()
+	_ = fx.Wait(context.Background())
+	if err := <-stopErr; err != nil {
+		t.Fatalf("Stop: %v (activations left: %d)", err, h.s.Stats().Activations)
 	}
 }

@@ -11,10 +11,9 @@ import (
 	"github.com/granaryio/granary/silo/storage"
 )
 
-// Regression tests of the linearizability checks themselves: each runs a
-// check once over a broken provider, and fails unless porcupine rejects
-// the history, i.e. if the check could not tell the broken system from
-// a correct one.
+// Tests of the linearizability checks themselves: each runs a check once
+// over a broken provider, and fails unless porcupine rejects the history,
+// i.e. if the check could not tell the broken system from a correct one.
 
 // requireRejected fails t unless porcupine found r's history not
 // linearizable.
@@ -57,6 +56,7 @@ func (p *amnesiacProvider) WriteState(ctx context.Context, id grain.ID, name str
 // final deactivations make later activations read the store, and see
 // an older value than the writes acknowledged before.
 func TestLinearizabilityCatchesLostWrites(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a check of the check; -short")
 	}
@@ -99,6 +99,7 @@ func (p etagBlindProvider) ClearState(ctx context.Context, id grain.ID, name str
 // through, so the duplicate activations of a register each go on
 // serving, and writing back, a value of their own.
 func TestLinearizabilityCatchesETagBlindStore(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a check of the check; -short")
 	}

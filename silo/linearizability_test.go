@@ -19,6 +19,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/pgtest"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/granaryio/granary/silo/storage/pgstore"
@@ -70,18 +71,22 @@ const (
 )
 
 func TestLinearizableRegisterMemory(t *testing.T) {
+	t.Parallel()
 	requireLinearizable(t, runKillAndChurn(t, storage.NewMemory(0)))
 }
 
 func TestLinearizableRegisterPostgres(t *testing.T) {
+	t.Parallel()
 	requireLinearizable(t, runKillAndChurn(t, openTestPgStore(t)))
 }
 
 func TestLinearizableRegisterDuplicatesMemory(t *testing.T) {
+	t.Parallel()
 	requireFencedLinearizable(t, runDuplicates(t, storage.NewMemory(0)))
 }
 
 func TestLinearizableRegisterDuplicatesPostgres(t *testing.T) {
+	t.Parallel()
 	requireFencedLinearizable(t, runDuplicates(t, openTestPgStore(t)))
 }
 
@@ -352,10 +357,9 @@ func churn(ss []*Silo, keys []string, seed uint64, stop <-chan struct{}) int {
 			return n
 		case <-tick.C:
 		}
-		key := keys[rng.IntN(len(keys))]
+		id := grain.NewID(probe.RegisterGrainType, keys[rng.IntN(len(keys))])
 		for _, s := range ss {
-			if v, ok := s.rt.Types[probe.RegisterGrainType].Acts.Load(key); ok {
-				v.RequestDeactivation(grain.DeactivateRequested)
+			if ok, _ := s.Deactivate(context.Background(), id); ok {
 				n++
 			}
 		}
@@ -368,15 +372,15 @@ func deactivateAll(t *testing.T, ss []*Silo, keys []string) {
 	t.Helper()
 	for _, s := range ss {
 		for _, key := range keys {
-			if v, ok := s.rt.Types[probe.RegisterGrainType].Acts.Load(key); ok {
-				v.RequestDeactivation(grain.DeactivateRequested)
+			if _, err := s.Deactivate(testCtx(t), grain.NewID(probe.RegisterGrainType, key)); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
-	waitFor(t, "the registers to deactivate", func() bool {
+	testwait.For(t, defaultTestTimeout, "the registers to deactivate", func() bool {
 		for _, s := range ss {
 			for _, key := range keys {
-				if _, ok := s.rt.Types[probe.RegisterGrainType].Acts.Load(key); ok {
+				if localActivation(s, probe.RegisterGrainType, key) != nil {
 					return false
 				}
 			}
@@ -502,7 +506,7 @@ func runKillAndChurn(t *testing.T, provider storage.Provider) linRun {
 					break
 				}
 				if ctx.Err() != nil {
-					t.Fatalf("final read of %s through %s: %v", key, via.rt.Cfg.Name, err)
+					t.Fatalf("final read of %s through %s: %v", key, via.cfg.Name, err)
 				}
 			}
 		}

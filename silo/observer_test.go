@@ -9,6 +9,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/internal/transport"
 	"github.com/granaryio/granary/silo/internal/gateway"
 	"github.com/granaryio/granary/silo/internal/local"
@@ -21,10 +22,10 @@ import (
 
 // TestObserverEnvelopeToGrainTypeIsRefused: an envelope marked Observer
 // that names a grain type this silo hosts is bad input (observers run in
-// clients): it is routed as an observer call and refused, and no grain
-// code runs (route once found the hosted type first and ran the relay
-// descriptor's nil Handler).
+// clients): it is routed as an observer call, not to the hosted type, and
+// refused, and no grain code runs.
 func TestObserverEnvelopeToGrainTypeIsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{cfg: func(c *Config) {
 		g := DefaultGatewayConfig()
 		g.Listen = "127.0.0.1:0"
@@ -36,14 +37,10 @@ func TestObserverEnvelopeToGrainTypeIsRefused(t *testing.T) {
 		Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, GrainType: probe.ProbeGrainType, GrainKey: "victim",
 		Method: "Call", MethodIndex: 0, Payload: payload, Observer: true, TimeoutNanos: int64(5 * time.Second),
 	})
-	select {
-	case r := <-ans:
-		if code := codes.Code(r.Code); code != codes.InvalidArgument {
-			t.Errorf("an observer envelope to grain type %s with key %q got %v %q; want InvalidArgument (not an observer's ID) before any grain runs",
-				probe.ProbeGrainType, "victim", code, r.Message)
-		}
-	case <-time.After(defaultTestTimeout):
-		t.Fatal("no answer")
+	r := testwait.Recv(t, ans, defaultTestTimeout, "the answer to the observer envelope")
+	if code := codes.Code(r.Code); code != codes.InvalidArgument {
+		t.Errorf("an observer envelope to grain type %s with key %q got %v %q; want InvalidArgument (not an observer's ID) before any grain runs",
+			probe.ProbeGrainType, "victim", code, r.Message)
 	}
 	for _, e := range h.eventLog() {
 		if e == "activate "+probe.ProbeGrainType+"/victim" {
@@ -123,13 +120,8 @@ func (o *obsClient) home(t *testing.T, name string) {
 		}
 		done <- proto.Clone(resp).(*granaryv1.Envelope)
 	})
-	select {
-	case r := <-done:
-		if r.Code != 0 {
-			t.Fatalf("HOME at %s: %v %s", name, codes.Code(r.Code), r.Message)
-		}
-	case <-time.After(defaultTestTimeout):
-		t.Fatalf("no answer to HOME at %s", name)
+	if r := testwait.Recv(t, done, defaultTestTimeout, "the answer to HOME at "+name); r.Code != 0 {
+		t.Fatalf("HOME at %s: %v %s", name, codes.Code(r.Code), r.Message)
 	}
 }
 
@@ -138,7 +130,7 @@ func clientOwnedBy(t *testing.T, s *Silo, prefix string) string {
 	t.Helper()
 	for i := range 1000 {
 		id := fmt.Sprintf("%s-%d", prefix, i)
-		if s.cl.Dir.Owner(local.ClientGrainID(id)) == s.cl.SelfID {
+		if ownerOf(s, local.ClientGrainID(id)) == s.Member() {
 			return id
 		}
 	}
@@ -172,6 +164,7 @@ func ask(t *testing.T, from *Silo, o *obsClient) error {
 // NotFound while the client, connected to its home, never learns it
 // should move.
 func TestStaleHomeRegistrationDoesNotStealEntry(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, nil, clusterOpt{tweak: gatewayTweak})
 	a := tc.startNoWait("a", nil)
 	b := tc.startNoWait("b", nil)
@@ -184,7 +177,7 @@ func TestStaleHomeRegistrationDoesNotStealEntry(t *testing.T) {
 	}
 	// What a's retry timer runs: a HOME a took earlier, whose Register
 	// failed, after StreamsEnded dropped the client from a's homes.
-	eA := directory.Entry{Silo: a.cl.SelfID, Activation: a.rt.NextActID.Add(1)}
+	eA := directory.Entry{Silo: a.Member(), Activation: a.rt.NextActID.Add(1)}
 	a.gw.RegisterHome(id, eA, transport.Responder{}, 1, 0)
 	if err := ask(t, a, o); err != nil {
 		e, _ := a.cl.Dir.CachedLookup(local.ClientGrainID(id))
@@ -201,6 +194,7 @@ func TestStaleHomeRegistrationDoesNotStealEntry(t *testing.T) {
 // be home here but unknown to the directory, and calls from other silos
 // would fail with NotFound while the client never learns to move).
 func TestObserverCallRacingHomeKeepsEntry(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, nil, clusterOpt{tweak: gatewayTweak})
 	a := tc.startNoWait("a", nil)
 	b := tc.startNoWait("b", nil)
@@ -230,6 +224,7 @@ func TestObserverCallRacingHomeKeepsEntry(t *testing.T) {
 // calls wait for a directory lookup by message; later ones queue behind
 // it rather than find the entry cached and overtake them.
 func TestObserverOneWayCallsKeepOrder(t *testing.T) {
+	t.Parallel()
 	tc := newTestCluster(t, nil, clusterOpt{tweak: gatewayTweak})
 	a := tc.startNoWait("a", nil)
 	b := tc.startNoWait("b", nil)
@@ -247,15 +242,15 @@ func TestObserverOneWayCallsKeepOrder(t *testing.T) {
 		}
 	}
 	var got []int64
-	deadline := time.After(defaultTestTimeout)
-	for len(got) < n {
-		select {
-		case v := <-o.notes:
-			got = append(got, v)
-		case <-deadline:
-			t.Fatalf("%d of %d notifications arrived", len(got), n)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%d of %d notifications arrived", len(got), n)
 		}
-	}
+	})
+	testwait.Until(t, o.notes, defaultTestTimeout, fmt.Sprintf("%d notifications", n), func(v int64) bool {
+		got = append(got, v)
+		return len(got) == n
+	})
 	for i, v := range got {
 		if v != int64(i+1) {
 			t.Fatalf("notification %d carried %d: out of order (%v)", i+1, v, got[max(0, i-3):min(len(got), i+4)])

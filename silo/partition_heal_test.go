@@ -9,6 +9,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -40,8 +41,10 @@ const partitionHealTimeout = 5 * time.Second
 // registrations must be sent again until they land (they were dropped
 // once), and so must the resync request.
 func TestClusterPartitionHealLeavesOneActivation(t *testing.T) {
+	t.Parallel()
 	for _, heal := range []string{"together", "first message lost"} {
 		t.Run(heal, func(t *testing.T) {
+			t.Parallel()
 			testPartitionHeal(t, heal)
 		})
 	}
@@ -68,13 +71,13 @@ func testPartitionHeal(t *testing.T, heal string) {
 
 	tc.hub.Partition([]string{c.Member()}, []string{a.Member(), b.Member()})
 	tc.net.Partition([]string{addrOf("c")}, []string{addrOf("a"), addrOf("b")})
-	waitFor(t, "both sides to see the partition", func() bool {
-		return a.cl.Dir.Ring().Len() == 2 && b.cl.Dir.Ring().Len() == 2 && c.cl.Dir.Ring().Len() == 1
+	testwait.For(t, defaultTestTimeout, "both sides to see the partition", func() bool {
+		return ringLen(a) == 2 && ringLen(b) == 2 && ringLen(c) == 1
 	})
 	for _, via := range silos {
 		for _, k := range ks {
 			if _, err := tc.call(via, k, nil); err != nil {
-				t.Fatalf("calling %s through %s during the partition: %v", k, via.rt.Cfg.Name, err)
+				t.Fatalf("calling %s through %s during the partition: %v", k, via.cfg.Name, err)
 			}
 		}
 	}
@@ -95,17 +98,17 @@ func testPartitionHeal(t *testing.T, heal string) {
 		tc.net.Heal()
 	case "first message lost":
 		tc.hub.Hold(a.Member())
-		dropped := a.cl.Dir.Stats().Dropped
+		dropped := a.Stats().Cluster.Directory.Dropped
 		tc.hub.Heal()
 		tc.net.Heal()
-		waitFor(t, "a to send c's registrations back while it takes c for dead", func() bool {
-			return b.cl.Dir.Ring().Len() == 3 && c.cl.Dir.Ring().Len() == 3 &&
-				a.cl.Dir.Stats().Dropped > dropped
+		testwait.For(t, defaultTestTimeout, "a to send c's registrations back while it takes c for dead", func() bool {
+			return ringLen(b) == 3 && ringLen(c) == 3 &&
+				a.Stats().Cluster.Directory.Dropped > dropped
 		})
 		// The link from a to c fails once more while a hears of c.
 		tc.net.Partition([]string{addrOf("c")}, []string{addrOf("a")})
 		tc.hub.Release(a.Member())
-		waitFor(t, "a's request that c register again to fail", func() bool {
+		testwait.For(t, defaultTestTimeout, "a's request that c register again to fail", func() bool {
 			return logs["a"].FilterMessageSnippet("asking a silo to register again failed").Len() > 0
 		})
 		tc.net.Heal()
@@ -113,29 +116,26 @@ func testPartitionHeal(t *testing.T, heal string) {
 	tc.waitConverged()
 	if heal == "first message lost" {
 		// The request that failed is asked again, and arrives.
-		waitFor(t, "c to hear a's request to register again", func() bool {
+		testwait.For(t, defaultTestTimeout, "c to hear a's request to register again", func() bool {
 			return logs["c"].FilterMessageSnippet("another silo took this one for dead").
 				FilterField(zap.String("from", a.Member())).Len() > 0
 		})
 	}
 
 	var problems []string
-	deadline := time.Now().Add(partitionHealTimeout)
-	for {
-		if problems = singleActivationProblems(silos, ks); len(problems) == 0 {
-			return
+	t.Cleanup(func() {
+		if t.Failed() && len(problems) > 0 {
+			slices.Sort(problems)
+			if n := len(problems); n > 10 {
+				problems = append(problems[:10], fmt.Sprintf("... and %d more", n-10))
+			}
+			t.Logf("what was wrong last:\n\t%s", strings.Join(problems, "\n\t"))
 		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline, not waiting for an event
-	}
-	slices.Sort(problems)
-	if n := len(problems); n > 10 {
-		problems = append(problems[:10], fmt.Sprintf("... and %d more", n-10))
-	}
-	t.Fatalf("%v after the membership converged, the cluster is not back to one activation per grain:\n\t%s",
-		partitionHealTimeout, strings.Join(problems, "\n\t"))
+	})
+	testwait.For(t, partitionHealTimeout, "the cluster to be back to one activation per grain after the membership converged", func() bool {
+		problems = singleActivationProblems(silos, ks)
+		return len(problems) == 0
+	})
 }
 
 // singleActivationProblems checks, for each probe key, that at most one
@@ -145,9 +145,9 @@ func singleActivationProblems(silos []*Silo, ks []string) []string {
 	names := map[string]string{} // member ID → silo name
 	entries := map[grain.ID]directory.Entry{}
 	for _, s := range silos {
-		names[s.cl.SelfID] = s.cfg.Name
-		for _, it := range s.cl.Dir.Entries() {
-			if s.cl.Dir.Owner(it.ID) == s.cl.SelfID {
+		names[s.Member()] = s.cfg.Name
+		for _, it := range entriesOf(s) {
+			if ownerOf(s, it.ID) == s.Member() {
 				entries[it.ID] = it.Entry
 			}
 		}
@@ -157,13 +157,12 @@ func singleActivationProblems(silos []*Silo, ks []string) []string {
 		var acts []string
 		var held directory.Entry
 		for _, s := range silos {
-			if v, ok := s.rt.Types[probe.ProbeGrainType].Acts.Load(k); ok {
-				a := v
+			if a := localActivation(s, probe.ProbeGrainType, k); a != nil {
 				acts = append(acts, fmt.Sprintf("%s#%d", s.cfg.Name, a.ActID))
-				held = directory.Entry{Silo: s.cl.SelfID, Activation: a.ActID}
+				held = directory.Entry{Silo: s.Member(), Activation: a.ActID}
 			}
 		}
-		e, ok := entries[reviewProbeID(k)]
+		e, ok := entries[probeGrainID(k)]
 		entry := "none"
 		if ok {
 			entry = fmt.Sprintf("%s#%d", names[e.Silo], e.Activation)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/pgtest"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/granaryio/granary/silo/storage/pgstore"
@@ -16,14 +17,16 @@ import (
 // TestStatePostgresQueuedWriteOutlivesTurn: a state write queued in
 // pgstore's group commit whose caller gives up returns at once, and the
 // grain's turn ends, after which the runtime reuses the turn's Context. The
-// write must not touch that Context when it is sent later (it once did: a
-// nil dereference that crashed the silo, or a race with the record's next
-// use); it is left out of the batch, or sent under its own deadline.
+// write never touches that Context when it is sent later (that would be a
+// nil dereference that crashes the silo, or a race with the record's next
+// use): it is left out of the batch, or sent under its own deadline.
 //
 // Here: MaxConns 1; grain "x"'s write holds the only connection, blocked
 // on a row lock the test holds; grain "y"'s write queues behind it and its
 // caller's deadline passes; y's call ends; then the lock goes.
 func TestStatePostgresQueuedWriteOutlivesTurn(t *testing.T) {
+	// Not parallel: it waits for a lock wait anywhere on the server
+	// (pg_locks), which another test's could be.
 	dsn := pgtest.DSN(t)
 	service := pgtest.ServiceID(t)
 	ctx := testCtx(t)
@@ -59,7 +62,7 @@ func TestStatePostgresQueuedWriteOutlivesTurn(t *testing.T) {
 		_, err := reg(s, "x").Set(ctx, &probe.RegisterOp{Value: 2})
 		xdone <- err
 	}()
-	waitFor(t, "x's write to wait for the row lock", func() bool {
+	testwait.For(t, defaultTestTimeout, "x's write to wait for the row lock", func() bool {
 		var n int
 		_ = lock.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&n)
 		return n > 0
@@ -71,9 +74,9 @@ func TestStatePostgresQueuedWriteOutlivesTurn(t *testing.T) {
 	wantCode(t, err, 4 /* DeadlineExceeded */, "y's queued write past its deadline")
 	// y's Set deactivates y after its failed write: once y is gone its
 	// call's record has been released.
-	waitFor(t, "y's activation to end", func() bool {
-		_, ok := s.rt.Types[probe.RegisterGrainType].Acts.Load("y")
-		return !ok
+	testwait.For(t, defaultTestTimeout, "y's activation to end", func() bool {
+		_, found, err := s.Lookup(ctx, grain.NewID(probe.RegisterGrainType, "y"))
+		return err == nil && !found
 	})
 	// Let x's write go: its connection frees, and the committer sends y's
 	// queued write with y's turn Context.

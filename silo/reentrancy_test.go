@@ -4,18 +4,23 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
 	"google.golang.org/grpc/codes"
 )
 
-func probeID(key string) string { return probe.ProbeGrainType + "/" + key }
+// probeID and reentrantID are the grain IDs, as strings, of probe key
+// and reentrant probe key.
+func probeID(key string) string     { return probe.ProbeGrainType + "/" + key }
+func reentrantID(key string) string { return probe.ReentrantProbeGrainType + "/" + key }
 
 // TestDeadlockFailsFast: on non-reentrant grains a call chain that comes
 // back to a grain it holds fails at once with Aborted naming the chain; with
 // call-chain reentrancy the same chains succeed.
 func TestDeadlockFailsFast(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		start string
@@ -28,6 +33,7 @@ func TestDeadlockFailsFast(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, harnessOpt{})
 			_, err := h.probe(tc.start).Call(testCtx(t), &probe.Request{Path: tc.path})
 			if grain.Code(err) != codes.Aborted || !strings.Contains(err.Error(), tc.chain) {
@@ -39,6 +45,7 @@ func TestDeadlockFailsFast(t *testing.T) {
 			}
 		})
 		t.Run(tc.name+"/chain-reentrant", func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, harnessOpt{register: map[string][]grain.RegisterOption{
 				probe.ProbeGrainType: {grain.WithCallChainReentrancy()},
 			}})
@@ -56,6 +63,7 @@ func TestDeadlockFailsFast(t *testing.T) {
 // TestNonReentrantAcrossAwaits: a non-reentrant grain whose request waits
 // (without its processor) starts no other request until it ends.
 func TestNonReentrantAcrossAwaits(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	hold := h.hold("hold")
 	h.script("second", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -85,6 +93,7 @@ func TestNonReentrantAcrossAwaits(t *testing.T) {
 // request while the first waits, and never runs two turns at once (the
 // probe fails the test if it does).
 func TestReentrantInterleavesAtAwaits(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	hold := h.hold("hold")
 	h.script("second", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -110,6 +119,7 @@ func TestReentrantInterleavesAtAwaits(t *testing.T) {
 // TestReadOnlyTogether: read-only requests run together (each waits for
 // the other to start), and a writer waits until they are done.
 func TestReadOnlyTogether(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	var started atomic.Int32
 	both := h.gate()
@@ -141,6 +151,7 @@ func TestReadOnlyTogether(t *testing.T) {
 // TestAlwaysInterleave: an always-interleave method runs while a
 // non-reentrant grain's request waits.
 func TestAlwaysInterleave(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	hold := h.hold("hold")
 	ref := h.probe("ai")
@@ -153,5 +164,32 @@ func TestAlwaysInterleave(t *testing.T) {
 	hold.open()
 	if err := first.Wait(testCtx(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestChainReentryAdmittedDuringPendingDeactivation: a reentrant grain
+// that asked to deactivate (as every grain is asked during Stop) still
+// admits a request whose call chain holds a running request there:
+// A -> B -> A completes rather than waiting, queued behind the
+// deactivation, until the call times out.
+func TestChainReentryAdmittedDuringPendingDeactivation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	h.script("loop", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		if len(req.Path) == 0 {
+			return &probe.Reply{}, nil
+		}
+		if ctx.ID().Type == probe.ReentrantProbeGrainType {
+			ctx.DeactivateOnIdle()
+		}
+		return g.forward(ctx, req)
+	})
+	// Without DeactivateOnIdle the same chain works on a reentrant grain
+	// (see TestDeadlockFailsFast for chain reentrancy).
+	ref := probe.NewReentrantProbeRef(h.s, "rr")
+	_, err := ref.Call(testCtx(t), &probe.Request{Tag: "loop", Path: []string{probeID("rb"), reentrantID("rr")}},
+		grain.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatalf("A -> B -> A on a reentrant grain that asked to deactivate: %v", err)
 	}
 }

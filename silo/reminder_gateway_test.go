@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/testwait"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/internal/local"
@@ -17,6 +18,7 @@ import (
 // calls on by method name; it must refuse the runtime's reminder method
 // rather than relay a forged tick to the silo that hosts the grain.
 func TestReminderTickRefusedFromClients(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	tc := newTestCluster(t, nil, clusterOpt{
 		tweak: memoryStore(storage.NewMemory(0)),
@@ -33,8 +35,8 @@ func TestReminderTickRefusedFromClients(t *testing.T) {
 	})
 	tc.startNoWait("b", nil)
 	tc.waitConverged()
-	waitFor(t, "the gateway's silo to see Register hosted", func() bool {
-		return len(gw.cl.View.Load().Hosts[probe.RegisterGrainType]) == 1
+	testwait.For(t, defaultTestTimeout, "the gateway's silo to see Register hosted", func() bool {
+		return hostsOf(gw, probe.RegisterGrainType) == 1
 	})
 
 	forged := &granaryv1.ReminderTick{Name: "forged", PeriodNanos: int64(time.Minute)}
@@ -47,12 +49,7 @@ func TestReminderTickRefusedFromClients(t *testing.T) {
 		Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST, GrainType: probe.RegisterGrainType, GrainKey: "victim",
 		Method: local.ReminderMethodName, MethodIndex: 0, Payload: payload, TimeoutNanos: int64(5 * time.Second),
 	})
-	var resp *granaryv1.Envelope
-	select {
-	case resp = <-answer:
-	case <-time.After(defaultTestTimeout):
-		t.Fatal("no answer")
-	}
+	resp := testwait.Recv(t, answer, defaultTestTimeout, "the gateway's answer")
 	select {
 	case tk := <-w.ticks:
 		t.Fatalf("a client's envelope through the gateway delivered a reminder tick %q to %s on %s (answer code %v)",

@@ -7,6 +7,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/storage"
 	"go.uber.org/zap"
@@ -16,10 +17,11 @@ import (
 
 // TestReminderNoticeReachesOwner: RegisterReminder on a silo that does not
 // own the grain's ring position sends the owner a REMINDER envelope, which
-// the owner's transport must take (it once dropped the kind, leaving the
-// reminder to the owner's next refresh). The owner's RefreshInterval is an
-// hour here, so only the notice can schedule the reminder.
+// the owner's transport takes and the owner schedules at once, without
+// waiting for its next refresh. The owner's RefreshInterval is an hour
+// here, so only the notice can schedule the reminder.
 func TestReminderNoticeReachesOwner(t *testing.T) {
+	t.Parallel()
 	core, logs := observer.New(zapcore.WarnLevel)
 	w := newRegisterWorld()
 	m := storage.NewMemory(0)
@@ -31,7 +33,7 @@ func TestReminderNoticeReachesOwner(t *testing.T) {
 		},
 		register: func(s *Silo, name string) { w.register(t, s, name) },
 	})
-	ring := tc.silo("a").cl.Dir.Ring()
+	ring := ringOf(tc.silo("a"))
 	var key, host string
 	var owner *Silo
 	for _, k := range keys("n", 200) {
@@ -40,10 +42,10 @@ func TestReminderNoticeReachesOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := ring.Owner(directory.Position(grain.NewID(probe.RegisterGrainType, k)))
-		if tc.silo(r.Silo).cl.SelfID != o {
+		if tc.silo(r.Silo).Member() != o {
 			key, host = k, r.Silo
 			for _, s := range tc.live() {
-				if s.cl.SelfID == o {
+				if s.Member() == o {
 					owner = s
 				}
 			}
@@ -62,14 +64,14 @@ func TestReminderNoticeReachesOwner(t *testing.T) {
 		}
 		return false
 	}
-	waitFor(t, "the owner to schedule the reminder, or drop the notice", func() bool {
+	testwait.For(t, defaultTestTimeout, "the owner to schedule the reminder, or drop the notice", func() bool {
 		return owner.Stats().Reminders.Owned == 1 || dropped()
 	})
 	if owner.Stats().Reminders.Owned != 1 {
 		for _, e := range logs.All() {
 			t.Logf("%s: %s %v", e.Level, e.Message, e.ContextMap())
 		}
-		t.Fatalf("%s's reminder, registered on %s, is not scheduled by its owner %s: the REMINDER notice was dropped by the transport",
-			key, host, owner.rt.Cfg.Name)
+		t.Fatalf("%s's reminder, registered on %s, is not scheduled by its owner %s: the transport dropped the REMINDER notice",
+			key, host, owner.cfg.Name)
 	}
 }

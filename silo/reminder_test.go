@@ -7,6 +7,7 @@ import (
 
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/jonboulle/clockwork"
@@ -34,6 +35,7 @@ func remind(t *testing.T, c grain.Caller, key, name string, due, period time.Dur
 }
 
 func TestReminderFiresOnSchedule(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	s := newStateSilo(t, w, withReminders(storage.NewMemory(0)))
 	before := time.Now()
@@ -69,6 +71,7 @@ func TestReminderFiresOnSchedule(t *testing.T) {
 // A reminder wakes its grain when it is not active, and stops when it is
 // unregistered.
 func TestReminderActivatesAndUnregisters(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	s := newStateSilo(t, w, withReminders(storage.NewMemory(0)))
 	remind(t, s, "sleepy", "wake", time.Hour, testReminderPeriod) // registers, then changes the schedule below
@@ -82,7 +85,7 @@ func TestReminderActivatesAndUnregisters(t *testing.T) {
 	if _, err := reg(s, "sleepy").Remind(testCtx(t), &probe.RegisterOp{Name: "wake", Remove: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the reminder to be dropped", func() bool { return s.Stats().Reminders.Owned == 0 })
+	testwait.For(t, defaultTestTimeout, "the reminder to be dropped", func() bool { return s.Stats().Reminders.Owned == 0 })
 	w.drainTicks() // one may have been on its way
 	select {
 	case tk := <-w.ticks:
@@ -92,6 +95,7 @@ func TestReminderActivatesAndUnregisters(t *testing.T) {
 }
 
 func TestReminderSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w := newRegisterWorld()
 	cfg := func(c *Config) {
@@ -117,6 +121,7 @@ func TestReminderSurvivesRestart(t *testing.T) {
 // silo takes calls: not while it starts, where the call would fail and the
 // tick be lost until the next period.
 func TestReminderDueAtRestart(t *testing.T) {
+	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	m := storage.NewMemory(0)
 	w := newRegisterWorld()
@@ -152,6 +157,7 @@ func (notRemindable) Remind(ctx grain.Context, req *probe.RegisterOp) (*probe.Re
 }
 
 func TestReminderErrors(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	off := newStateSilo(t, w, memoryStore(storage.NewMemory(0)))
 	_, err := reg(off, "a").Remind(testCtx(t), &probe.RegisterOp{Name: "r", PeriodMs: 1000})
@@ -205,6 +211,7 @@ func TestReminderErrors(t *testing.T) {
 // ring position; when that silo is killed, a survivor takes the position
 // and the reminder goes on firing.
 func TestReminderOwnerKilled(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	m := storage.NewMemory(0)
 	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{
@@ -213,7 +220,7 @@ func TestReminderOwnerKilled(t *testing.T) {
 	})
 	// Keys owned by each silo, so the one killed owns one.
 	owners := map[string]string{}
-	ring := tc.silo("a").cl.Dir.Ring()
+	ring := ringOf(tc.silo("a"))
 	for _, key := range keys("k", 200) {
 		if len(owners) == 3 {
 			break
@@ -223,7 +230,7 @@ func TestReminderOwnerKilled(t *testing.T) {
 			owners[owner] = key
 		}
 	}
-	victim := tc.silo("b").cl.SelfID
+	victim := tc.silo("b").Member()
 	key := owners[victim]
 	remind(t, tc.silo("a"), key, "r", 0, testReminderPeriod)
 	w.waitTicks(t, key, "r", 2)
@@ -231,8 +238,8 @@ func TestReminderOwnerKilled(t *testing.T) {
 		t.Fatalf("the owner of %s owns %d reminders, want 1", key, n)
 	}
 	tc.kill("b")
-	waitFor(t, "the survivors to drop b from the ring", func() bool {
-		return !tc.silo("a").cl.Dir.Ring().Contains(victim) && !tc.silo("c").cl.Dir.Ring().Contains(victim)
+	testwait.For(t, defaultTestTimeout, "the survivors to drop b from the ring", func() bool {
+		return !onRing(tc.silo("a"), victim) && !onRing(tc.silo("c"), victim)
 	})
 	killed := time.Now()
 	w.drainTicks()
@@ -241,10 +248,10 @@ func TestReminderOwnerKilled(t *testing.T) {
 		t.Fatalf("tick %+v after the kill", last)
 	}
 	newOwner := directory.Position(grain.NewID(probe.RegisterGrainType, key))
-	owner := tc.silo("a").cl.Dir.Ring().Owner(newOwner)
+	owner := ringOf(tc.silo("a")).Owner(newOwner)
 	var ownerSilo *Silo
 	for _, s := range tc.live() {
-		if s.cl.SelfID == owner {
+		if s.Member() == owner {
 			ownerSilo = s
 		}
 	}

@@ -15,6 +15,7 @@ import (
 // links with no local activation; its Context's CallChain names them
 // instead of dereferencing a nil activation.
 func TestCallChainWithRemoteLinks(t *testing.T) {
+	t.Parallel()
 	c := &local.Call{}
 	c.Ctx.C = c
 	c.Chain = &local.ChainLink{Remote: &granaryv1.ChainLink{Silo: "s-1", Grain: "bank.Account/alice"}}
@@ -28,6 +29,7 @@ func TestCallChainWithRemoteLinks(t *testing.T) {
 // back with its code and its message once, not wrapped in a second
 // "rpc error" prefix.
 func TestStatusThroughEnvelope(t *testing.T) {
+	t.Parallel()
 	err := status.Errorf(codes.NotFound, "granary: grain type x has no method %q", "Y")
 	got := transport.StatusOf(transport.SetStatus(&granaryv1.Envelope{}, err))
 	if status.Code(got) != codes.NotFound || got.Error() != err.Error() || strings.Count(got.Error(), "rpc error") != 1 {

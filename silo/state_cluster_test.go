@@ -9,6 +9,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/pgtest"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/granaryio/granary/silo/storage/pgstore"
@@ -33,6 +34,7 @@ func openPostgres(t *testing.T) *pgstore.Store {
 // A grain's state survives the kill of the silo it was active on: it
 // activates again on a survivor, which reads what was acknowledged.
 func TestStateSurvivesSiloKillPostgres(t *testing.T) {
+	t.Parallel()
 	st := openPostgres(t)
 	w := newRegisterWorld()
 	tc := newTestCluster(t, []string{"a", "b", "c"}, clusterOpt{
@@ -60,7 +62,7 @@ func TestStateSurvivesSiloKillPostgres(t *testing.T) {
 	tc.kill("b")
 	for _, key := range slices.Sorted(maps.Keys(want)) {
 		var r *probe.RegisterReply
-		waitFor(t, key+" to answer from a survivor", func() bool {
+		testwait.For(t, defaultTestTimeout, key+" to answer from a survivor", func() bool {
 			c, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			var err error

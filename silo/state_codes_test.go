@@ -13,6 +13,7 @@ import (
 // columns cannot hold (a NUL byte) fails with InvalidArgument, not with
 // Unavailable, which would tell the caller to retry what never succeeds.
 func TestStatePostgresUnstorableKey(t *testing.T) {
+	t.Parallel()
 	st := openPostgres(t)
 	w := newRegisterWorld()
 	s := newStateSilo(t, w, func(c *Config) { c.Storage = map[string]storage.Provider{"default": st} })

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -140,17 +141,12 @@ func (g *registerGrain) ReceiveReminder(ctx grain.Context, name string, st grain
 func (w *registerWorld) waitTicks(t testing.TB, key, name string, n int) []tick {
 	t.Helper()
 	var got []tick
-	deadline := time.After(defaultTestTimeout)
-	for len(got) < n {
-		select {
-		case tk := <-w.ticks:
-			if tk.key == key && tk.name == name {
-				got = append(got, tk)
-			}
-		case <-deadline:
-			t.Fatalf("got %d of %d ticks of %s/%s", len(got), n, key, name)
+	testwait.Until(t, w.ticks, defaultTestTimeout, fmt.Sprintf("%d ticks of %s/%s", n, key, name), func(tk tick) bool {
+		if tk.key == key && tk.name == name {
+			got = append(got, tk)
 		}
-	}
+		return len(got) == n
+	})
 	return got
 }
 

@@ -12,6 +12,7 @@ import (
 )
 
 func TestStateStatsCountOperations(t *testing.T) {
+	t.Parallel()
 	idle, err := New(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +57,7 @@ func TestStateStatsCountOperations(t *testing.T) {
 }
 
 func TestCountingProviderClears(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cp := &local.CountingProvider{Provider: storage.NewMemory(0)}
 	id := grain.NewID("t", "k")
@@ -81,6 +83,7 @@ func TestCountingProviderClears(t *testing.T) {
 // The reminder table is found on the provider itself, not on the counter
 // in front of it.
 func TestStateStatsKeepReminderTable(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	m := storage.NewMemory(0)
 	s := newStateSilo(t, w, func(c *Config) {

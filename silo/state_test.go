@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/storage"
@@ -18,19 +19,23 @@ func memoryStore(m *storage.Memory) func(*Config) {
 	return func(c *Config) { c.Storage = map[string]storage.Provider{grain.DefaultStorage: m} }
 }
 
-// deactivate deactivates key's activation on s and waits until it is gone.
+// deactivate deactivates Register key's activation on s, a silo alone,
+// and waits until it is gone.
 func deactivate(t *testing.T, s *Silo, key string) {
 	t.Helper()
-	typ := s.rt.Types[probe.RegisterGrainType]
-	v, ok := typ.Acts.Load(key)
-	if !ok {
-		t.Fatalf("%s is not active on %s", key, s.cfg.Name)
+	ctx := testCtx(t)
+	id := grain.NewID(probe.RegisterGrainType, key)
+	if ok, err := s.Deactivate(ctx, id); err != nil || !ok {
+		t.Fatalf("Deactivate(%v) on %s = %v, %v: want it active there", id, s.cfg.Name, ok, err)
 	}
-	v.RequestDeactivation(grain.DeactivateRequested)
-	waitFor(t, key+" to deactivate", func() bool { _, ok := typ.Acts.Load(key); return !ok })
+	testwait.For(t, defaultTestTimeout, key+" to deactivate", func() bool {
+		_, found, err := s.Lookup(ctx, id)
+		return err == nil && !found
+	})
 }
 
 func TestStateReadBeforeActivateAndAfterDeactivation(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	m := storage.NewMemory(0)
 	s := newStateSilo(t, w, memoryStore(m))
@@ -54,6 +59,7 @@ func TestStateReadBeforeActivateAndAfterDeactivation(t *testing.T) {
 }
 
 func TestStateSurvivesRestartEmbedded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w := newRegisterWorld()
 	withDir := func(c *Config) { c.DataDir = dir }
@@ -86,6 +92,7 @@ func TestStateSurvivesRestartEmbedded(t *testing.T) {
 }
 
 func TestStateEmbeddedFileLocked(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w := newRegisterWorld()
 	newStateSilo(t, w, func(c *Config) { c.DataDir = dir })
@@ -97,6 +104,7 @@ func TestStateEmbeddedFileLocked(t *testing.T) {
 }
 
 func TestStateMissingProvider(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	_, err := startStateSilo(t, w, nil)
 	var ce *ConfigError
@@ -118,6 +126,7 @@ func TestStateMissingProvider(t *testing.T) {
 // A method using a state its type did not declare fails with Internal,
 // naming the state; the silo goes on.
 func TestStateUndeclared(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	s := newStateSilo(t, w, memoryStore(storage.NewMemory(0)), func(o *grain.TypeOptions) { o.States = nil })
 	_, err := reg(s, "a").Get(testCtx(t), &probe.RegisterOp{})
@@ -131,6 +140,7 @@ func TestStateUndeclared(t *testing.T) {
 // same record write at once: exactly one wins, and the other fails with
 // FailedPrecondition, leaving the winner's value stored.
 func TestStateConcurrentActivationsOneWins(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	m := storage.NewMemory(0)
 	s := newStateSilo(t, w, memoryStore(m), grain.WithStatelessWorker(2))
@@ -176,6 +186,7 @@ func TestStateConcurrentActivationsOneWins(t *testing.T) {
 // activation that cannot read its state, and a write. When it returns,
 // they succeed, and nothing acknowledged was lost.
 func TestStateStoreDown(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	m := storage.NewMemory(0)
 	s := newStateSilo(t, w, memoryStore(m))
@@ -201,6 +212,7 @@ func TestStateStoreDown(t *testing.T) {
 }
 
 func TestStateSizeLimit(t *testing.T) {
+	t.Parallel()
 	w := newRegisterWorld()
 	const limit = 64 << 10
 	s := newStateSilo(t, w, memoryStore(storage.NewMemory(limit)))
@@ -222,6 +234,7 @@ func TestStateSizeLimit(t *testing.T) {
 // A silo in a cluster refuses DataDir: an activation may move to any
 // silo, so a store of its own would split the grains' state and reminders.
 func TestStateDataDirRefusedInCluster(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cc := DefaultClusterConfig()
 	cc.Membership.ClusterID = "test"

@@ -10,10 +10,11 @@ import (
 
 // TestQueuedTickDroppedOnDeactivation: a timer tick queued behind a
 // request when the activation deactivates is dropped with it, not routed
-// as a call; and the record it used wakes nobody later (a stray wake-up
-// left in a pooled record once made the next call return at once with no
-// reply).
+// as a call; and the record it used wakes nobody later: no stray wake-up
+// left in a pooled record makes a later call return at once with no
+// reply.
 func TestQueuedTickDroppedOnDeactivation(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{fake: true})
 	hold := h.hold("hold")
 	h.script("setup", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {

@@ -1,17 +1,21 @@
 package silo
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 )
 
 // TestTimerSerialisedWithCalls: a timer tick does not run while a request
 // of a non-reentrant grain waits; it runs after the request ends.
 func TestTimerSerialisedWithCalls(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{fake: true})
 	hold := h.gate()
 	h.script("setup", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -53,6 +57,7 @@ func TestTimerSerialisedWithCalls(t *testing.T) {
 // TestTimerInterleaves: an interleaving timer's tick runs while a request
 // waits, and a periodic timer ticks again after each tick, until stopped.
 func TestTimerInterleaves(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{fake: true})
 	hold := h.gate()
 	var timer grain.Timer
@@ -88,4 +93,82 @@ func TestTimerInterleaves(t *testing.T) {
 	if err := f.Wait(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestTimerRegisteredInOnActivateTicks: a periodic timer registered in
+// OnActivate ticks once the activation serves, even when its first tick
+// came due while OnActivate still ran: that tick is put off, not lost, and
+// the timer stays armed.
+func TestTimerRegisteredInOnActivateTicks(t *testing.T) {
+	// Not parallel: waitNoGoroutineIn looks at every goroutine of the
+	// process, and other tests' timers fire too.
+	h := newHarness(t, harnessOpt{fake: true})
+	hold := h.gate()
+	h.script("activate:ta", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		_, err := ctx.RegisterTimer("t", func(ctx grain.Context) error {
+			h.event("tick ta")
+			return nil
+		}, time.Minute, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		h.event("registered")
+		ctx.Blocking(func() { <-hold.c })
+		return nil, nil
+	})
+	f := h.probe("ta").CallAsync(testCtx(t), &probe.Request{}, grain.WithTimeout(time.Hour))
+	h.waitEvent("registered")
+	h.clock.Advance(time.Minute) // due while OnActivate still runs
+	waitNoGoroutineIn(t, "grainTimer).fire")
+	hold.open()
+	if err := f.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	h.advanceUntil(time.Minute, "tick ta")
+}
+
+// noopTask is a scheduler task that does nothing.
+type noopTask struct{}
+
+func (noopTask) Run(*activation.Exec)         {}
+func (noopTask) Done(*activation.Exec, error) {}
+
+// TestInterleavedTickDroppedDuringClose: an interleaving timer's tick that
+// fires after Close has closed the scheduler's pool, and before Close
+// stops the timers, is dropped: it does not panic the clock's goroutine
+// (and the process). Runs in a subprocess, for that panic.
+func TestInterleavedTickDroppedDuringClose(t *testing.T) {
+	t.Parallel()
+	if !inChild() {
+		runInChild(t, "TestInterleavedTickDroppedDuringClose", 30*time.Second)
+		return
+	}
+	h := newHarness(t, harnessOpt{fake: true})
+	hold := h.gate()
+	h.script("setup", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		_, err := ctx.RegisterTimer("t", func(grain.Context) error { return nil }, time.Minute, 0, grain.Interleave())
+		return &probe.Reply{}, err
+	})
+	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		h.event("hold start")
+		hold.wait(ctx, g)
+		return &probe.Reply{}, nil
+	})
+	ref := h.probe("tc")
+	if _, err := ref.Call(testCtx(t), &probe.Request{Tag: "setup"}); err != nil {
+		t.Fatal(err)
+	}
+	f := h.probe("blk").CallAsync(context.Background(), &probe.Request{Tag: "hold"}, grain.WithTimeout(time.Hour))
+	h.waitEvent("hold start")
+	closed := make(chan struct{})
+	go func() { h.s.Close(); close(closed) }()
+	probeGroup := h.s.rt.Pool.NewGroup("probe-group")
+	testwait.For(t, defaultTestTimeout, "the pool to close", func() bool {
+		return probeGroup.Enqueue(activation.Turn{Task: noopTask{}}) == activation.ErrClosed
+	})
+	h.clock.Advance(time.Minute) // the tick fires; the timer is not stopped yet
+	waitNoGoroutineIn(t, "grainTimer).fire")
+	hold.open()
+	<-closed
+	_ = f.Wait(context.Background())
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/internal/local"
 )
@@ -105,21 +106,19 @@ func (w *wheelHarness) expect(at time.Duration, names ...string) {
 	for _, n := range names {
 		want[n] = true
 	}
-	deadline := time.After(defaultTestTimeout)
-	for len(want) > 0 {
-		select {
-		case tk := <-w.ticks:
-			switch {
-			case !want[tk.name]:
-				w.t.Fatalf("timer %q ticked at %v; waiting at %v for %v", tk.name, tk.at, at, sortedKeys(want))
-			case tk.at != at:
-				w.t.Fatalf("timer %q ticked at %v, want %v", tk.name, tk.at, at)
-			}
-			delete(want, tk.name)
-		case <-deadline:
-			w.t.Fatalf("at %v: timers %v did not tick", at, sortedKeys(want))
-		}
+	if len(want) == 0 {
+		return
 	}
+	testwait.Until(w.t, w.ticks, defaultTestTimeout, fmt.Sprintf("timers %v to tick at %v", sortedKeys(want), at), func(tk wheelTick) bool {
+		switch {
+		case !want[tk.name]:
+			w.t.Fatalf("timer %q ticked at %v; waiting at %v for %v", tk.name, tk.at, at, sortedKeys(want))
+		case tk.at != at:
+			w.t.Fatalf("timer %q ticked at %v, want %v", tk.name, tk.at, at)
+		}
+		delete(want, tk.name)
+		return len(want) == 0
+	})
 }
 
 // armed is when the wheel's clock timer fires, after the test's start,
@@ -136,7 +135,7 @@ func (w *wheelHarness) armed() time.Duration {
 // sweeper swept, fired what was due and re-armed.
 func (w *wheelHarness) waitArmed(at time.Duration) {
 	w.t.Helper()
-	waitFor(w.t, fmt.Sprintf("the timer wheel armed for %v", at), func() bool { return w.armed() == at })
+	testwait.For(w.t, defaultTestTimeout, fmt.Sprintf("the timer wheel armed for %v", at), func() bool { return w.armed() == at })
 }
 
 // barrier waits until the ticks queued on the grains keys have ended,
@@ -179,6 +178,7 @@ func sortedKeys(m map[string]bool) []string {
 // between two resolution ticks, some on the wheel's span: each ticks once,
 // when the clock is advanced to exactly its due time and not before.
 func TestTimerWheelFiresEachOnceWhenDue(t *testing.T) {
+	t.Parallel()
 	w := newWheelHarness(t)
 	if a := w.armed(); a != local.Never {
 		t.Fatalf("an idle silo's timer wheel is armed for %v", a)
@@ -218,6 +218,7 @@ func TestTimerWheelFiresEachOnceWhenDue(t *testing.T) {
 // TestTimerWheelBurst: more timers due together than one batch turn
 // queues tick once each, periodic ones again a period later.
 func TestTimerWheelBurst(t *testing.T) {
+	t.Parallel()
 	w := newWheelHarness(t)
 	var grains, names []string
 	for g := range 12 {
@@ -252,6 +253,7 @@ const timerWheelBatchTest = 3*local.TimerBatchMax - 12
 // when due, and one in the same slot a turn later waits its turn; a
 // periodic timer of such a period ticks again a period later.
 func TestTimerWheelFarFuture(t *testing.T) {
+	t.Parallel()
 	w := newWheelHarness(t)
 	const far = 10 * time.Minute
 	span := local.TimerWheelSlots * DefaultConfig().TimerResolution
@@ -282,6 +284,7 @@ func TestTimerWheelFarFuture(t *testing.T) {
 // ticks, nor does stopping it disturb another timer of its slot or
 // grain. Stop is idempotent.
 func TestTimerWheelStopBeforeDue(t *testing.T) {
+	t.Parallel()
 	w := newWheelHarness(t)
 	w.register("s1", wheelTimer{name: "stopped", due: time.Second, period: time.Second}, wheelTimer{name: "later", due: 2 * time.Second})
 	w.register("s2", wheelTimer{name: "stopped2", due: time.Second}, wheelTimer{name: "kept", due: time.Second})
@@ -303,6 +306,7 @@ func TestTimerWheelStopBeforeDue(t *testing.T) {
 // and sets its period; Change(0, ...) during a tick ticks again as soon as
 // the tick ends.
 func TestTimerWheelChange(t *testing.T) {
+	t.Parallel()
 	w := newWheelHarness(t)
 	w.register("c", wheelTimer{name: "later", due: time.Second}, wheelTimer{name: "sooner", due: 10 * time.Second, period: 0})
 	if err := w.timer("later").Change(3*time.Second, 0); err != nil {
@@ -330,6 +334,7 @@ func TestTimerWheelChange(t *testing.T) {
 // makes it tick again right after, at the same time; Change to a later
 // due time during a tick of a one-shot timer ticks it then, once.
 func TestTimerWheelChangeDuringTick(t *testing.T) {
+	t.Parallel()
 	w := newWheelHarness(t)
 	holds := map[int]gate{1: w.gate(), 3: w.gate()}
 	started := make(chan int, 16)
@@ -355,13 +360,8 @@ func TestTimerWheelChangeDuringTick(t *testing.T) {
 	}
 	waitStarted := func(want int) {
 		t.Helper()
-		select {
-		case k := <-started:
-			if k != want {
-				t.Fatalf("tick %d started, want %d", k, want)
-			}
-		case <-time.After(defaultTestTimeout):
-			t.Fatalf("tick %d did not start", want)
+		if k := testwait.Recv(t, started, defaultTestTimeout, fmt.Sprintf("tick %d to start", want)); k != want {
+			t.Fatalf("tick %d started, want %d", k, want)
 		}
 	}
 	w.advanceTo(time.Second)
@@ -397,6 +397,7 @@ func TestTimerWheelChangeDuringTick(t *testing.T) {
 // a timer is linked: after the last timer's tick, and after the last
 // timer stops, an idle silo does not wake for timers.
 func TestTimerWheelIdleNotArmed(t *testing.T) {
+	t.Parallel()
 	w := newWheelHarness(t)
 	if a := w.armed(); a != local.Never {
 		t.Fatalf("an idle silo's timer wheel is armed for %v", a)
@@ -416,6 +417,7 @@ func TestTimerWheelIdleNotArmed(t *testing.T) {
 // TestTimerWheelHaltsWithSilo: stopping the silo ends its activations'
 // timers and the wheel's sweeper, and the clock timer is disarmed.
 func TestTimerWheelHaltsWithSilo(t *testing.T) {
+	t.Parallel()
 	w := newWheelHarness(t)
 	w.register("h", wheelTimer{name: "p", due: time.Second, period: time.Second})
 	w.advanceTo(time.Second)
@@ -449,6 +451,7 @@ func TestTimerWheelHaltsWithSilo(t *testing.T) {
 // TestTimerWheelRealClock: on the real clock, timers registered together
 // tick once each, none before it is due.
 func TestTimerWheelRealClock(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, harnessOpt{})
 	type tick struct {
 		name  string
@@ -479,22 +482,17 @@ func TestTimerWheelRealClock(t *testing.T) {
 		}
 	}
 	seen := map[string]bool{}
-	deadline := time.After(defaultTestTimeout)
-	for len(seen) < 8*25 {
-		select {
-		case tk := <-ticks:
-			if seen[tk.name] {
-				t.Fatalf("timer %s ticked twice", tk.name)
-			}
-			if tk.early > 0 {
-				t.Fatalf("timer %s ticked %v before it was due", tk.name, tk.early)
-			}
-			seen[tk.name] = true
-		case <-deadline:
-			t.Fatalf("%d of %d timers ticked", len(seen), 8*25)
+	testwait.Until(t, ticks, defaultTestTimeout, fmt.Sprintf("%d timers to tick", 8*25), func(tk tick) bool {
+		if seen[tk.name] {
+			t.Fatalf("timer %s ticked twice", tk.name)
 		}
-	}
-	waitFor(t, "the timer wheel idle", func() bool { return time.Duration(h.s.rt.TimerWheel.Armed.Load()) == local.Never })
+		if tk.early > 0 {
+			t.Fatalf("timer %s ticked %v before it was due", tk.name, tk.early)
+		}
+		seen[tk.name] = true
+		return len(seen) == 8*25
+	})
+	testwait.For(t, defaultTestTimeout, "the timer wheel idle", func() bool { return time.Duration(h.s.rt.TimerWheel.Armed.Load()) == local.Never })
 	for _, k := range grains {
 		if _, err := h.probe(k).Call(testCtx(t), &probe.Request{}); err != nil {
 			t.Fatal(err)
@@ -511,6 +509,7 @@ func TestTimerWheelRealClock(t *testing.T) {
 // the end of its resolution tick, so the timers due in one tick are
 // collected together, none early; with a fake clock it is exact.
 func TestTimerWheelWakeAt(t *testing.T) {
+	t.Parallel()
 	w := &local.TimerWheel{Res: time.Millisecond}
 	for _, c := range []struct{ due, want time.Duration }{
 		{0, 0},
@@ -532,6 +531,7 @@ func TestTimerWheelWakeAt(t *testing.T) {
 // TestTimerResolutionValidated: TimerResolution must be positive, and the
 // error names it.
 func TestTimerResolutionValidated(t *testing.T) {
+	t.Parallel()
 	for _, res := range []time.Duration{0, -time.Millisecond} {
 		cfg := DefaultConfig()
 		cfg.TimerResolution = res
