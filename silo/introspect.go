@@ -288,7 +288,7 @@ func (s *Silo) HotGrains(n int) []GrainLoad {
 			return
 		}
 		i, _ := slices.BinarySearchFunc(top, d, func(g GrainLoad, d uint64) int { return cmp.Compare(d, g.Calls) })
-		top = slices.Insert(top, i, GrainLoad{ID: a.Id, Calls: d})
+		top = slices.Insert(top, i, GrainLoad{ID: a.ID, Calls: d})
 		if len(top) > n {
 			top = top[:n]
 		}

@@ -203,7 +203,7 @@ func TestObserverCallRacingHomeKeepsEntry(t *testing.T) {
 	o := dialObs(t, id, a, b)
 	o.home(t, "a") // lands between routeObserver's isHome and the lookup
 	c := a.rt.NewCall(2)
-	c.Id, c.Method, c.Req = o.observer(), &probe.ProbeObserver_ServiceDesc.Methods[1], &probe.Request{Text: "hi"}
+	c.ID, c.Method, c.Req = o.observer(), &probe.ProbeObserver_ServiceDesc.Methods[1], &probe.Request{Text: "hi"}
 	c.Due, c.Waiter = a.rt.CallNow()+defaultTestTimeout, local.OutsideWaiter
 	a.cl.ResolveObserver(c, id)
 	<-c.Donec

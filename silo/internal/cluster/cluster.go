@@ -435,12 +435,12 @@ func (cl *Cluster) lost(id grain.ID, loser, winner directory.Entry) {
 // found missing or stale; if it loses, it deactivates.
 func (cl *Cluster) reregister(a *local.ActivationRec) {
 	mine := directory.Entry{Silo: cl.SelfID, Activation: a.ActID}
-	cl.Dir.Register(a.Id, mine, func(winner directory.Entry, err error) {
+	cl.Dir.Register(a.ID, mine, func(winner directory.Entry, err error) {
 		switch {
 		case err != nil:
-			cl.log.Debug("registering again failed", zap.Stringer("grain", a.Id), zap.Error(err))
+			cl.log.Debug("registering again failed", zap.Stringer("grain", a.ID), zap.Error(err))
 		case winner != mine && winner.Silo != cl.SelfID:
-			cl.lost(a.Id, mine, winner)
+			cl.lost(a.ID, mine, winner)
 		}
 	})
 }
@@ -586,5 +586,5 @@ func (cl *Cluster) Self() string { return cl.SelfID }
 
 // Unregister removes a dead activation's directory entry.
 func (cl *Cluster) Unregister(a *local.ActivationRec) {
-	cl.Dir.Unregister(a.Id, directory.Entry{Silo: cl.SelfID, Activation: a.ActID})
+	cl.Dir.Unregister(a.ID, directory.Entry{Silo: cl.SelfID, Activation: a.ActID})
 }

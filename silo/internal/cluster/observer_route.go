@@ -62,9 +62,9 @@ func (cl *Cluster) routeToHome(c *local.Call, client string, e directory.Entry, 
 	switch {
 	case err != nil && cl.retryLater(c, func() { cl.s.RouteObserver(c) }):
 	case err != nil:
-		cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.Id, status.Convert(err).Message()))
+		cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating the client of %s: %v", c.ID, status.Convert(err).Message()))
 	case !found:
-		cl.s.Fail(nil, c, local.ObserverGone(c.Id))
+		cl.s.Fail(nil, c, local.ObserverGone(c.ID))
 	case e.Silo != cl.SelfID:
 		cl.Forward(e, c, false)
 	case cl.s.Gw != nil && cl.s.Gw.DeliverObserver(client, c):
@@ -74,6 +74,6 @@ func (cl *Cluster) routeToHome(c *local.Call, client string, e directory.Entry, 
 		// client: left over from a connection that ended.
 		cl.Dir.Invalidate(id, e)
 		cl.Dir.Unregister(id, e)
-		cl.s.Fail(nil, c, local.ObserverGone(c.Id))
+		cl.s.Fail(nil, c, local.ObserverGone(c.ID))
 	}
 }

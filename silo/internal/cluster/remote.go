@@ -39,18 +39,18 @@ func (cl *Cluster) Resolve(c *local.Call, t *local.GrainType) {
 	lookup := cl.Dir.Lookup
 	if c.Hops > 0 {
 		lookup = cl.Dir.LookupOwner
-	} else if e, ok := cl.Dir.CachedLookup(c.Id); ok && e.Silo != cl.SelfID {
+	} else if e, ok := cl.Dir.CachedLookup(c.ID); ok && e.Silo != cl.SelfID {
 		cl.Forward(e, c, false)
 		return
 	}
-	lookup(c.Id, func(e directory.Entry, found bool, err error) {
+	lookup(c.ID, func(e directory.Entry, found bool, err error) {
 		switch {
 		case err != nil && cl.retryLater(c, func() { cl.Resolve(c, t) }):
 		case err != nil:
-			cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating %s: %v", c.Id, status.Convert(err).Message()))
+			cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating %s: %v", c.ID, status.Convert(err).Message()))
 		case found && e.Silo != cl.SelfID:
 			cl.Forward(e, c, false)
-		case found && cl.s.ActivationByID(c.Id, e.Activation) != nil:
+		case found && cl.s.ActivationByID(c.ID, e.Activation) != nil:
 			// Made here since the call missed the catalog.
 			c.PlacedHere = true
 			cl.s.Route(nil, c)
@@ -59,8 +59,8 @@ func (cl *Cluster) Resolve(c *local.Call, t *local.GrainType) {
 				// The entry names an activation of this silo that is
 				// gone: its unregistration is late or was lost. (An
 				// activation is in the catalog before it registers.)
-				cl.Dir.Invalidate(c.Id, e)
-				cl.Dir.Unregister(c.Id, e)
+				cl.Dir.Invalidate(c.ID, e)
+				cl.Dir.Unregister(c.ID, e)
 			}
 			cl.place(c, t)
 		}
@@ -100,7 +100,7 @@ func (cl *Cluster) retryLater(c *local.Call, retry func()) bool {
 // sends the call there, or activates the grain here.
 func (cl *Cluster) place(c *local.Call, t *local.GrainType) {
 	v := cl.View.Load()
-	req := placement.Request{Grain: c.Id, Local: cl.SelfID, Candidates: v.Hosts[c.Id.Type]}
+	req := placement.Request{Grain: c.ID, Local: cl.SelfID, Candidates: v.Hosts[c.ID.Type]}
 	stopping := cl.s.Stopping.Load()
 	if stopping {
 		// This silo activates nothing any more, whatever its view says.
@@ -123,7 +123,7 @@ func (cl *Cluster) place(c *local.Call, t *local.GrainType) {
 	to, err := cl.placer.Place(req)
 	if err != nil {
 		if status.Code(err) == codes.Unavailable && len(req.Candidates) == 0 && t == nil {
-			err = local.UnknownType(c.Id)
+			err = local.UnknownType(c.ID)
 		}
 		cl.s.Fail(nil, c, err)
 		return
@@ -158,7 +158,7 @@ func (cl *Cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 	to := via.Silo
 	if c.Hops > maxForwards {
 		cl.s.Fail(nil, c, status.Errorf(codes.Unavailable,
-			"granary: %s: the call was passed between silos %d times without finding the activation (the cluster is changing; retry)", c.Id, c.Hops))
+			"granary: %s: the call was passed between silos %d times without finding the activation (the cluster is changing; retry)", c.ID, c.Hops))
 		return
 	}
 	o := NewOutgoing()
@@ -169,7 +169,7 @@ func (cl *Cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 	}
 	if c.OneWay {
 		if err := cl.Tport.Send(to, o.Env, c.Deadline()); err != nil {
-			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.Id), zap.String("to", to), zap.Error(err))
+			cl.log.Debug("a one-way call was not sent", zap.Stringer("grain", c.ID), zap.String("to", to), zap.Error(err))
 			cl.notSent(c, via, err)
 			return
 		}
@@ -203,7 +203,7 @@ func (cl *Cluster) Forward(via directory.Entry, c *local.Call, placed bool) {
 		}
 		out := c.Method.NewResponse()
 		if err := proto.Unmarshal(resp.Payload, out); err != nil {
-			cl.s.Fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of %s.%s from silo %s does not decode: %v", c.Id, c.Method.Name, to, err))
+			cl.s.Fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of %s.%s from silo %s does not decode: %v", c.ID, c.Method.Name, to, err))
 			return
 		}
 		c.Settle(nil, out, nil)
@@ -280,7 +280,7 @@ func (cl *Cluster) envelope(c *local.Call, placed bool, o Outgoing) error {
 	if c.OneWay {
 		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
 	}
-	env.GrainType, env.GrainKey = c.Id.Type, c.Id.Key
+	env.GrainType, env.GrainKey = c.ID.Type, c.ID.Key
 	env.Method, env.MethodIndex = c.Method.Name, uint32(c.Method.Index)
 	env.Observer = c.Method.Observe != nil
 	env.Hops, env.Placed = c.Hops, placed
@@ -289,7 +289,7 @@ func (cl *Cluster) envelope(c *local.Call, placed bool, o Outgoing) error {
 		env.Payload = c.Raw // relayed as it came
 	case c.Req != nil:
 		if err := o.Encode(c.Req); err != nil {
-			return status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.Id, c.Method.Name, err)
+			return status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.ID, c.Method.Name, err)
 		}
 	}
 	left := c.Due - cl.s.CallNow()
@@ -309,7 +309,7 @@ func (cl *Cluster) envelope(c *local.Call, placed bool, o Outgoing) error {
 			env.Chain = append(env.Chain, l.Remote)
 			continue
 		}
-		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.SelfID, Activation: l.Act.ActID, Seq: l.Seq, Grain: l.Act.Id.String()})
+		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.SelfID, Activation: l.Act.ActID, Seq: l.Seq, Grain: l.Act.ID.String()})
 	}
 	return nil
 }
@@ -545,14 +545,14 @@ func entryToProto(id grain.ID, e directory.Entry) *granaryv1.DirectoryEntry {
 // never runs, and sends the requests it holds to the winner.
 func (cl *Cluster) Register(a *local.ActivationRec) {
 	mine := directory.Entry{Silo: cl.SelfID, Activation: a.ActID}
-	cl.Dir.Register(a.Id, mine, func(winner directory.Entry, err error) {
+	cl.Dir.Register(a.ID, mine, func(winner directory.Entry, err error) {
 		switch {
 		case err != nil && a.Retries < MaxDirectoryRetries && !cl.s.Stopping.Load() && !cl.Closed.Load():
 			d := RetryBackoff(a.Retries)
 			a.Retries++
 			cl.s.Clock.AfterFunc(d, func() { cl.Register(a) })
 		case err != nil:
-			a.Abandon(directory.Entry{}, status.Errorf(codes.Unavailable, "granary: registering %s in the directory: %s", a.Id, status.Convert(err).Message()))
+			a.Abandon(directory.Entry{}, status.Errorf(codes.Unavailable, "granary: registering %s in the directory: %s", a.ID, status.Convert(err).Message()))
 		case winner == mine:
 			a.Registered.Store(true)
 			cl.s.StartActivation(a)

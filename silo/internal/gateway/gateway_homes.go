@@ -184,14 +184,14 @@ func (g *Gateway) DeliverObserver(client string, c *local.Call) bool {
 	if c.OneWay {
 		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
 	}
-	env.GrainType, env.GrainKey, env.Observer = c.Id.Type, c.Id.Key, true
+	env.GrainType, env.GrainKey, env.Observer = c.ID.Type, c.ID.Key, true
 	env.Method, env.MethodIndex = c.Method.Name, uint32(c.Method.Index)
 	switch {
 	case c.Raw != nil:
 		env.Payload = c.Raw
 	case c.Req != nil:
 		if err := o.Encode(c.Req); err != nil {
-			s.Fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.Id, c.Method.Name, err))
+			s.Fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", c.ID, c.Method.Name, err))
 			return true
 		}
 	}
@@ -204,7 +204,7 @@ func (g *Gateway) DeliverObserver(client string, c *local.Call) bool {
 	deadline := s.Epoch.Add(c.Due)
 	if c.OneWay {
 		if err := g.tport.SendAccepted(client, env, deadline); err != nil {
-			g.log.Debug("a one-way call to an observer was not sent", zap.Stringer("observer", c.Id), zap.Error(err))
+			g.log.Debug("a one-way call to an observer was not sent", zap.Stringer("observer", c.ID), zap.Error(err))
 		}
 		c.Release()
 		return true
@@ -215,7 +215,7 @@ func (g *Gateway) DeliverObserver(client string, c *local.Call) bool {
 	g.tport.CallAccepted(client, env, deadline, func(resp *granaryv1.Envelope, err error) {
 		if err != nil {
 			if transport.NotSent(err) {
-				err = local.ObserverGone(c.Id)
+				err = local.ObserverGone(c.ID)
 			}
 			s.Fail(nil, c, err)
 			return
@@ -226,7 +226,7 @@ func (g *Gateway) DeliverObserver(client string, c *local.Call) bool {
 		}
 		out := c.Method.NewResponse()
 		if err := proto.Unmarshal(resp.Payload, out); err != nil {
-			s.Fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of observer %s.%s does not decode: %v", c.Id, c.Method.Name, err))
+			s.Fail(nil, c, status.Errorf(codes.Internal, "granary: the reply of observer %s.%s does not decode: %v", c.ID, c.Method.Name, err))
 			return
 		}
 		c.Settle(nil, out, nil)

@@ -37,7 +37,7 @@ import (
 type ActivationRec struct {
 	s     *Runtime
 	typ   *GrainType
-	Id    grain.ID
+	ID    grain.ID
 	ActID uint64
 	group *activation.Group
 	impl  any // set by the activate turn; used by turns only
@@ -81,7 +81,7 @@ func (s *Runtime) newActivation(id grain.ID, typ *GrainType) *ActivationRec {
 	a := &ActivationRec{
 		s:     s,
 		typ:   typ,
-		Id:    id,
+		ID:    id,
 		ActID: s.NextActID.Add(1),
 	}
 	a.group = s.Pool.NewGroupOf(a)
@@ -93,13 +93,13 @@ func (s *Runtime) newActivation(id grain.ID, typ *GrainType) *ActivationRec {
 
 // String is the grain's ID: the label of the activation's group, made
 // only when read.
-func (a *ActivationRec) String() string { return a.Id.String() }
+func (a *ActivationRec) String() string { return a.ID.String() }
 
 func (a *ActivationRec) logger() *zap.Logger {
 	a.Mu.Lock()
 	defer a.Mu.Unlock()
 	if a.log == nil {
-		a.log = a.s.Log.With(zap.Stringer("grain", a.Id), zap.Uint64("activation", a.ActID))
+		a.log = a.s.Log.With(zap.Stringer("grain", a.ID), zap.Uint64("activation", a.ActID))
 	}
 	return a.log
 }
@@ -480,10 +480,10 @@ func deadlockError(c *Call) error {
 		b.WriteString(ids[i])
 		b.WriteString(" → ")
 	}
-	b.WriteString(c.Id.String())
+	b.WriteString(c.ID.String())
 	return status.Errorf(codes.Aborted,
 		"granary: deadlock: call chain %s: %s is waiting for this call and does not admit it (make the grain reentrant, the method always_interleave, or allow call-chain reentrancy)",
-		b.String(), c.Id)
+		b.String(), c.ID)
 }
 
 func Unavailable(s *Runtime, why string) error {

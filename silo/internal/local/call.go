@@ -35,7 +35,7 @@ import (
 type Call struct {
 	// Set by the caller before the call is routed; read-only afterwards.
 	s      *Runtime
-	Id     grain.ID
+	ID     grain.ID
 	Method *grain.MethodDesc
 	Req    proto.Message
 	// Due is the call's deadline as an offset from the silo's epoch (see
@@ -151,7 +151,7 @@ type ChainLink struct {
 // grainID is the link's grain.
 func (l *ChainLink) grainID() grain.ID {
 	if l.Act != nil {
-		return l.Act.Id
+		return l.Act.ID
 	}
 	id, _ := grain.ParseID(l.Remote.GetGrain())
 	return id
@@ -160,7 +160,7 @@ func (l *ChainLink) grainID() grain.ID {
 // grain names the link's grain, for errors.
 func (l *ChainLink) grain() string {
 	if l.Act != nil {
-		return l.Act.Id.String()
+		return l.Act.ID.String()
 	}
 	return l.Remote.GetGrain()
 }
@@ -337,7 +337,7 @@ func (c *Call) Deadline() time.Time {
 }
 
 func DeadlineError(c *Call) error {
-	return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", c.Method.Name, c.Id)
+	return status.Errorf(codes.DeadlineExceeded, "granary: call %s to %s timed out", c.Method.Name, c.ID)
 }
 
 func contextError(ctx context.Context) error {
@@ -349,5 +349,5 @@ func contextError(ctx context.Context) error {
 
 // errorFromPanic is what a caller gets when the grain panicked.
 func errorFromPanic(c *Call, pe *activation.PanicError) error {
-	return status.Errorf(codes.Internal, "granary: %s.%s panicked: %v", c.Id, c.Method.Name, pe.Value)
+	return status.Errorf(codes.Internal, "granary: %s.%s panicked: %v", c.ID, c.Method.Name, pe.Value)
 }

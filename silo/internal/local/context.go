@@ -87,7 +87,7 @@ func (t *turnCtx) Value(key any) any {
 	return nil
 }
 
-func (t *turnCtx) ID() grain.ID { return t.C.act.Id }
+func (t *turnCtx) ID() grain.ID { return t.C.act.ID }
 
 func (t *turnCtx) ActivationID() uint64 { return t.C.act.ActID }
 
@@ -151,7 +151,7 @@ func (t *turnCtx) Sleep(d time.Duration) error {
 	case c.Cancel != nil && c.Cancel.Err() != nil:
 		return contextError(c.Cancel)
 	case short:
-		return status.Errorf(codes.DeadlineExceeded, "granary: Sleep in %s outlasts the call's deadline", c.act.Id)
+		return status.Errorf(codes.DeadlineExceeded, "granary: Sleep in %s outlasts the call's deadline", c.act.ID)
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func (s *Runtime) Incoming(from string, env *granaryv1.Envelope, id grain.ID, m 
 		refs = 1
 	}
 	c := s.NewCall(refs)
-	c.Id, c.Method, c.Raw, c.OneWay = id, m, env.Payload, oneWay
+	c.ID, c.Method, c.Raw, c.OneWay = id, m, env.Payload, oneWay
 	if c.Raw == nil {
 		c.Raw = []byte{}
 	}

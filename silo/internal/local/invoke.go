@@ -128,7 +128,7 @@ func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *gr
 		refs = 1
 	}
 	c := s.NewCall(refs)
-	c.Id, c.Method, c.Req, c.OneWay = id, m, req, o.OneWay
+	c.ID, c.Method, c.Req, c.OneWay = id, m, req, o.OneWay
 	if !o.OneWay {
 		c.Waiter = OutsideWaiter
 		if inTurn {
@@ -191,27 +191,27 @@ func (s *Runtime) send(c *Call) *activation.Exec {
 func (s *Runtime) Route(e *activation.Exec, c *Call) {
 	c.kind = kindOf(c.Method)
 	t := s.ByMethod[c.Method] // a registered method: checked by RegisterGrain
-	if t == nil || t.Desc.Type != c.Id.Type {
+	if t == nil || t.Desc.Type != c.ID.Type {
 		if c.Method.Observe != nil {
 			s.RouteObserver(c) // an observer, even of a type's name a silo hosts
 			return
 		}
-		t = s.Types[c.Id.Type]
+		t = s.Types[c.ID.Type]
 		if t == nil {
 			if s.Cl != nil {
 				s.Cl.Resolve(c, nil) // hosted elsewhere, if anywhere
 				return
 			}
-			s.Fail(e, c, UnknownType(c.Id))
+			s.Fail(e, c, UnknownType(c.ID))
 			return
 		}
 		if m := c.Method; m != &ReminderMethod && (m.Index < 0 || m.Index >= len(t.Desc.Methods) || t.Desc.Methods[m.Index].Name != m.Name) {
-			s.Fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.Id.Type, m.Name))
+			s.Fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.ID.Type, m.Name))
 			return
 		}
 	}
 	for range maxReroutes {
-		a, remote, queued, err := s.activationFor(c.Id, t, c)
+		a, remote, queued, err := s.activationFor(c.ID, t, c)
 		switch {
 		case err != nil:
 			s.Fail(e, c, err)
@@ -234,7 +234,7 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 		}
 		return
 	}
-	s.Fail(e, c, status.Errorf(codes.Unavailable, "granary: %s kept deactivating under a call (%d tries)", c.Id, maxReroutes))
+	s.Fail(e, c, status.Errorf(codes.Unavailable, "granary: %s kept deactivating under a call (%d tries)", c.ID, maxReroutes))
 }
 
 // startTurn queues an admitted request's turn, or runs it inline when the

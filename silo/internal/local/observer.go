@@ -30,11 +30,11 @@ func ClientGrainID(client string) grain.ID { return grain.ID{Type: clientType, K
 // its grain's, or for a call to an observer, its client's.
 func (c *Call) DirID() grain.ID {
 	if c.Method.Observe != nil {
-		if client, _, ok := strings.Cut(c.Id.Key, "/"); ok {
+		if client, _, ok := strings.Cut(c.ID.Key, "/"); ok {
 			return ClientGrainID(client)
 		}
 	}
-	return c.Id
+	return c.ID
 }
 
 // ObserverGone is the error of a call to an observer whose client is not
@@ -47,13 +47,13 @@ func ObserverGone(id grain.ID) error {
 // silo's gateway is the client's home, else to the home the directory
 // names.
 func (s *Runtime) RouteObserver(c *Call) {
-	client, _, ok := strings.Cut(c.Id.Key, "/")
+	client, _, ok := strings.Cut(c.ID.Key, "/")
 	switch {
 	case !ok || client == "":
-		s.Fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: %s is not an observer's ID: its key must be a client's ID, '/', and a number", c.Id))
+		s.Fail(nil, c, status.Errorf(codes.InvalidArgument, "granary: %s is not an observer's ID: its key must be a client's ID, '/', and a number", c.ID))
 	case s.Gw != nil && s.Gw.DeliverObserver(client, c):
 	case s.Cl == nil:
-		s.Fail(nil, c, ObserverGone(c.Id))
+		s.Fail(nil, c, ObserverGone(c.ID))
 	default:
 		s.Cl.ResolveObserver(c, client)
 	}

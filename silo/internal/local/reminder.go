@@ -167,7 +167,7 @@ func (t *turnCtx) reminderOp() (*reminderService, error) {
 	r := a.s.Rem
 	switch {
 	case r == nil:
-		return nil, status.Errorf(codes.FailedPrecondition, "granary: %s: silo %s runs no reminder service (Config.Reminders)", a.Id, a.s.Cfg.Name)
+		return nil, status.Errorf(codes.FailedPrecondition, "granary: %s: silo %s runs no reminder service (Config.Reminders)", a.ID, a.s.Cfg.Name)
 	case t.exec() == nil && !t.C.blocking:
 		return nil, errOffTurn
 	}
@@ -181,28 +181,28 @@ func (t *turnCtx) RegisterReminder(name string, due, period time.Duration) (grai
 	}
 	a := t.C.act
 	if _, ok := a.impl.(grain.Remindable); !ok {
-		return grain.Reminder{}, status.Errorf(codes.FailedPrecondition, "granary: %s registers reminder %q but does not implement grain.Remindable (ReceiveReminder)", a.Id, name)
+		return grain.Reminder{}, status.Errorf(codes.FailedPrecondition, "granary: %s registers reminder %q but does not implement grain.Remindable (ReceiveReminder)", a.ID, name)
 	}
 	switch {
 	case name == "":
-		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: a reminder needs a name", a.Id)
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: a reminder needs a name", a.ID)
 	case due < 0:
-		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: due time %v is negative", a.Id, name, due)
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: due time %v is negative", a.ID, name, due)
 	case period < r.min:
-		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: period %v is below the silo's minimum of %v (Reminders.MinPeriod); use a timer for short periods", a.Id, name, period, r.min)
+		return grain.Reminder{}, status.Errorf(codes.InvalidArgument, "granary: %s: reminder %q: period %v is below the silo's minimum of %v (Reminders.MinPeriod); use a timer for short periods", a.ID, name, period, r.min)
 	}
 	e := storage.ReminderEntry{
-		Grain:     a.Id,
+		Grain:     a.ID,
 		Name:      name,
-		Hash:      directory.Position(a.Id),
+		Hash:      directory.Position(a.ID),
 		FirstTick: a.s.Clock.Now().Add(due),
 		Period:    period,
 	}
 	t.Blocking(func() { e.ETag, err = a.s.ReminderTable.UpsertReminder(t, e) })
 	if err != nil {
-		return grain.Reminder{}, storageStatus(err, "registering reminder "+name+" of "+a.Id.String())
+		return grain.Reminder{}, storageStatus(err, "registering reminder "+name+" of "+a.ID.String())
 	}
-	a.s.remindersChanged(a.Id)
+	a.s.remindersChanged(a.ID)
 	return grain.Reminder{Name: name, FirstTick: e.FirstTick, Period: period, ETag: e.ETag}, nil
 }
 
@@ -212,11 +212,11 @@ func (t *turnCtx) UnregisterReminder(name string) error {
 	}
 	a := t.C.act
 	var err error
-	t.Blocking(func() { err = a.s.ReminderTable.RemoveReminder(t, a.Id, name, "") })
+	t.Blocking(func() { err = a.s.ReminderTable.RemoveReminder(t, a.ID, name, "") })
 	if err != nil {
-		return storageStatus(err, "removing reminder "+name+" of "+a.Id.String())
+		return storageStatus(err, "removing reminder "+name+" of "+a.ID.String())
 	}
-	a.s.remindersChanged(a.Id)
+	a.s.remindersChanged(a.ID)
 	return nil
 }
 
@@ -229,9 +229,9 @@ func (t *turnCtx) Reminders() ([]grain.Reminder, error) {
 		es  []storage.ReminderEntry
 		err error
 	)
-	t.Blocking(func() { es, err = a.s.ReminderTable.GrainReminders(t, a.Id) })
+	t.Blocking(func() { es, err = a.s.ReminderTable.GrainReminders(t, a.ID) })
 	if err != nil {
-		return nil, storageStatus(err, "reading the reminders of "+a.Id.String())
+		return nil, storageStatus(err, "reading the reminders of "+a.ID.String())
 	}
 	out := make([]grain.Reminder, len(es))
 	for i, e := range es {

@@ -268,7 +268,7 @@ func (s *Runtime) removeActivation(a *ActivationRec) {
 	if a.set != nil {
 		removed = a.set.remove(a)
 	} else {
-		removed = a.typ.Acts.compareAndDelete(a.Id.Key, a)
+		removed = a.typ.Acts.compareAndDelete(a.ID.Key, a)
 	}
 	if !removed {
 		return
@@ -407,7 +407,7 @@ func (s *Runtime) RegisteredActivations() iter.Seq[directory.Item] {
 			ok := true
 			t.Acts.each(func(a *ActivationRec) bool {
 				if a.Registered.Load() {
-					ok = yield(directory.Item{ID: a.Id, Entry: directory.Entry{Silo: self, Activation: a.ActID}})
+					ok = yield(directory.Item{ID: a.ID, Entry: directory.Entry{Silo: self, Activation: a.ActID}})
 				}
 				return ok
 			})

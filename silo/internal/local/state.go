@@ -115,7 +115,7 @@ func (a *ActivationRec) readStates(ctx context.Context) error {
 	}
 	a.states = make([]grainrt.BoundState, len(decls))
 	for i, d := range decls {
-		b := d.Bind(&stateStore{s: a.s, p: a.s.Providers[d.ProviderName()], provider: d.ProviderName(), id: a.Id, name: d.StateName()})
+		b := d.Bind(&stateStore{s: a.s, p: a.s.Providers[d.ProviderName()], provider: d.ProviderName(), id: a.ID, name: d.StateName()})
 		if err := b.Read(ctx); err != nil {
 			return err
 		}

@@ -65,7 +65,7 @@ func (a *ActivationRec) registerTimer(name string, fn grain.TimerFunc, due, peri
 	a.Mu.Lock()
 	defer a.Mu.Unlock()
 	if !a.life.Usable() {
-		return nil, status.Errorf(codes.FailedPrecondition, "granary: RegisterTimer %q: activation of %s is ending", name, a.Id)
+		return nil, status.Errorf(codes.FailedPrecondition, "granary: RegisterTimer %q: activation of %s is ending", name, a.ID)
 	}
 	a.s.TimerWheel.link(t, a.s.Since()+due)
 	a.timers = append(a.timers, t)

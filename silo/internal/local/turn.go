@@ -17,7 +17,7 @@ func (c *Call) Run(e *activation.Exec) {
 	switch {
 	case c.hook == hookActivate:
 		a := c.act
-		a.impl = a.typ.Factory(a.Id)
+		a.impl = a.typ.Factory(a.ID)
 		if c.resErr = a.readStates(&c.Ctx); c.resErr != nil {
 			return
 		}
@@ -38,7 +38,7 @@ func (c *Call) Run(e *activation.Exec) {
 		req := c.Method.NewRequest()
 		if err := proto.Unmarshal(c.Raw, req); err != nil {
 			c.resErr = status.Errorf(codes.InvalidArgument, "granary: %s.%s: the request does not decode as %s: %v",
-				c.Id, c.Method.Name, req.ProtoReflect().Descriptor().FullName(), err)
+				c.ID, c.Method.Name, req.ProtoReflect().Descriptor().FullName(), err)
 			return
 		}
 		c.Req, c.Raw = req, nil
@@ -61,7 +61,7 @@ func (c *Call) Done(e *activation.Exec, err error) {
 	case c.hook == hookActivate:
 		switch {
 		case panicked:
-			c.resErr = status.Errorf(codes.Internal, "granary: OnActivate of %s panicked: %v", a.Id, pe.Value)
+			c.resErr = status.Errorf(codes.Internal, "granary: OnActivate of %s panicked: %v", a.ID, pe.Value)
 		case err != nil:
 			c.resErr = Unavailable(c.s, "its silo is shutting down")
 		}
