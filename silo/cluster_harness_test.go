@@ -320,7 +320,7 @@ func hostsOf(s *Silo, typ string) int { return len(s.cl.View.Load().Hosts[typ]) 
 
 // localActivation returns the (non-worker) activation of typ/key in s's
 // catalog, or nil: what s holds, whatever the directory says.
-func localActivation(s *Silo, typ, key string) *local.ActivationRec {
+func localActivation(s *Silo, typ, key string) *local.Activation {
 	a, _ := s.rt.Types[typ].Acts.Load(key)
 	return a
 }

@@ -288,7 +288,7 @@ func (g gate) wait(ctx grain.Context, pg *probeGrain) {
 
 // actOf returns the (non-worker) activation of typ/key in the harness
 // silo's catalog, or nil.
-func actOf(h *harness, typ, key string) *local.ActivationRec { return localActivation(h.s, typ, key) }
+func actOf(h *harness, typ, key string) *local.Activation { return localActivation(h.s, typ, key) }
 
 // waitNoGoroutineIn waits until no goroutine's stack mentions fn: for
 // clock callbacks started with `go`, whose end nothing announces.

@@ -239,13 +239,13 @@ func (s *Silo) startedCluster() *cluster.Cluster {
 }
 
 // localActivations returns grain id's activations in this silo's catalog.
-func (s *Silo) localActivations(id grain.ID) []*local.ActivationRec {
+func (s *Silo) localActivations(id grain.ID) []*local.Activation {
 	t := s.rt.Types[id.Type]
 	if t == nil {
 		return nil
 	}
 	if a, ok := t.Acts.Load(id.Key); ok {
-		return []*local.ActivationRec{a}
+		return []*local.Activation{a}
 	}
 	if v, ok := t.Sets.Load(id.Key); ok {
 		return v.(*local.WorkerSet).Snapshot()
@@ -279,7 +279,7 @@ func (s *Silo) HotGrains(n int) []GrainLoad {
 	s.hotMu.Lock()
 	defer s.hotMu.Unlock()
 	top := make([]GrainLoad, 0, n+1) // sorted, the busiest first
-	s.rt.ForEachActivation(func(a *local.ActivationRec) {
+	s.rt.ForEachActivation(func(a *local.Activation) {
 		a.Mu.Lock()
 		d := a.Calls - a.Sampled
 		a.Sampled = a.Calls

@@ -47,7 +47,7 @@ type Silo struct {
 	// startedAt is when Start began; up is set when Start has returned.
 	startedAt atomic.Pointer[time.Time]
 	up        atomic.Bool
-	// hotMu serialises HotGrains, which owns activationRec.sampled.
+	// hotMu serialises HotGrains, which owns local.Activation.Sampled.
 	hotMu sync.Mutex
 }
 

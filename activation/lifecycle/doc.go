@@ -183,7 +183,7 @@
 //
 // # Wiring into the silo
 //
-// silo/internal/local.ActivationRec keeps an activation's lock (Mu), its
+// silo/internal/local.Activation keeps an activation's lock (Mu), its
 // queue of *Call, its timers, its admission.Gate, and a Machine, which
 // holds its whole lifecycle state: the runtime keeps none of its own. It
 // feeds each event with Mu held; submit performs Offer's answer,
@@ -228,7 +228,7 @@
 // Registered false itself, then sends Deactivate(DeactivateOperator): the
 // same as RegistrationLost(quiet) and its DropRegistration. The runtime
 // performs FailQueue with the activate or registration error it holds, or
-// Unavailable for CauseClosed. ActivationRec's exported State and
+// Unavailable for CauseClosed. Activation's exported State and
 // DeactPending fields mirror State and Pending for code outside the
 // package; the runtime reads the Machine.
 package lifecycle

@@ -433,7 +433,7 @@ func (cl *Cluster) lost(id grain.ID, loser, winner directory.Entry) {
 
 // reregister registers a running activation again, after its entry was
 // found missing or stale; if it loses, it deactivates.
-func (cl *Cluster) reregister(a *local.ActivationRec) {
+func (cl *Cluster) reregister(a *local.Activation) {
 	mine := directory.Entry{Silo: cl.SelfID, Activation: a.ActID}
 	cl.Dir.Register(a.ID, mine, func(winner directory.Entry, err error) {
 		switch {
@@ -585,6 +585,6 @@ func (cl *Cluster) closeNow() {
 func (cl *Cluster) Self() string { return cl.SelfID }
 
 // Unregister removes a dead activation's directory entry.
-func (cl *Cluster) Unregister(a *local.ActivationRec) {
+func (cl *Cluster) Unregister(a *local.Activation) {
 	cl.Dir.Unregister(a.ID, directory.Entry{Silo: cl.SelfID, Activation: a.ActID})
 }

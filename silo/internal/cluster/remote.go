@@ -543,7 +543,7 @@ func entryToProto(id grain.ID, e directory.Entry) *granaryv1.DirectoryEntry {
 // Register records a new activation in the directory before it starts:
 // the first registration of a grain wins, and an activation that loses
 // never runs, and sends the requests it holds to the winner.
-func (cl *Cluster) Register(a *local.ActivationRec) {
+func (cl *Cluster) Register(a *local.Activation) {
 	mine := directory.Entry{Silo: cl.SelfID, Activation: a.ActID}
 	cl.Dir.Register(a.ID, mine, func(winner directory.Entry, err error) {
 		switch {

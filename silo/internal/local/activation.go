@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ActivationRec is one activation of a grain: its group (the turns), its
+// Activation is one activation of a grain: its group (the turns), its
 // implementation, its lifecycle, its admission gate and its queue of
 // requests that may not start yet.
 //
@@ -34,7 +34,7 @@ import (
 // lost or failed registration RegistrationLost or RegistrationFailed
 // (Abandon), and the silo closing Close (close). Every answer but Offer's
 // is performed by unlockDo. See the lifecycle package for the wiring.
-type ActivationRec struct {
+type Activation struct {
 	s     *Runtime
 	typ   *GrainType
 	ID    grain.ID
@@ -77,8 +77,8 @@ type ActivationRec struct {
 // succeeded and no deactivation began.
 const Valid = lifecycle.Active
 
-func (s *Runtime) newActivation(id grain.ID, typ *GrainType) *ActivationRec {
-	a := &ActivationRec{
+func (s *Runtime) newActivation(id grain.ID, typ *GrainType) *Activation {
+	a := &Activation{
 		s:     s,
 		typ:   typ,
 		ID:    id,
@@ -93,9 +93,9 @@ func (s *Runtime) newActivation(id grain.ID, typ *GrainType) *ActivationRec {
 
 // String is the grain's ID: the label of the activation's group, made
 // only when read.
-func (a *ActivationRec) String() string { return a.ID.String() }
+func (a *Activation) String() string { return a.ID.String() }
 
-func (a *ActivationRec) logger() *zap.Logger {
+func (a *Activation) logger() *zap.Logger {
 	a.Mu.Lock()
 	defer a.Mu.Unlock()
 	if a.log == nil {
@@ -105,7 +105,7 @@ func (a *ActivationRec) logger() *zap.Logger {
 }
 
 // start queues the activate turn: the lifecycle's StartActivate.
-func (a *ActivationRec) start() error {
+func (a *Activation) start() error {
 	h := a.s.NewCall(1)
 	h.act, h.hook, h.Due = a, hookActivate, a.s.Since()+a.s.Cfg.ResponseTimeout
 	err := a.group.EnqueueSystem(activation.Turn{Name: "OnActivate", Task: h})
@@ -119,7 +119,7 @@ func (a *ActivationRec) start() error {
 // request's turn; retry when this activation is gone and the caller must
 // route the request again. Otherwise the activation kept it, or settled it
 // (a deadlock). Any goroutine.
-func (a *ActivationRec) submit(c *Call) (start, retry bool) {
+func (a *Activation) submit(c *Call) (start, retry bool) {
 	c.act = a
 	a.Mu.Lock()
 	a.Calls++
@@ -153,13 +153,13 @@ func (a *ActivationRec) submit(c *Call) (start, retry bool) {
 
 // holdFirst holds c, the request that makes the activation, for the
 // lifecycle. The activation is not published yet: no lock needed.
-func (a *ActivationRec) holdFirst(c *Call) {
+func (a *Activation) holdFirst(c *Call) {
 	a.life.Offer(false, false) // Registering: Hold
 	a.pushLocked(c)
 }
 
 // admitLocked runs the gate on c, queuing it when it must wait. mu held.
-func (a *ActivationRec) admitLocked(c *Call) admission.Decision {
+func (a *Activation) admitLocked(c *Call) admission.Decision {
 	a.seq++
 	c.seq = a.seq
 	d := a.gate.Admit(c.seq, c.kind, a.holdsChainLocked(c))
@@ -171,7 +171,7 @@ func (a *ActivationRec) admitLocked(c *Call) admission.Decision {
 
 // holdsChainLocked reports whether a request up c's call chain runs here.
 // mu held.
-func (a *ActivationRec) holdsChainLocked(c *Call) bool {
+func (a *Activation) holdsChainLocked(c *Call) bool {
 	for l := c.Chain; l != nil; l = l.Next {
 		if l.Act == a && a.gate.Holds(l.Seq) {
 			return true
@@ -182,7 +182,7 @@ func (a *ActivationRec) holdsChainLocked(c *Call) bool {
 
 // inChainLocked reports whether c's call chain passes through this
 // activation at all (its hooks included). mu held.
-func (a *ActivationRec) inChainLocked(c *Call) bool {
+func (a *Activation) inChainLocked(c *Call) bool {
 	for l := c.Chain; l != nil; l = l.Next {
 		if l.Act == a {
 			return true
@@ -191,14 +191,14 @@ func (a *ActivationRec) inChainLocked(c *Call) bool {
 	return false
 }
 
-func (a *ActivationRec) pushLocked(c *Call) {
+func (a *Activation) pushLocked(c *Call) {
 	if a.queue == nil {
 		a.queue = a.qfirst[:0]
 	}
 	a.queue = append(a.queue, c)
 }
 
-func (a *ActivationRec) popLocked() *Call {
+func (a *Activation) popLocked() *Call {
 	c := a.queue[a.qhead]
 	a.queue[a.qhead] = nil
 	a.qhead++
@@ -208,12 +208,12 @@ func (a *ActivationRec) popLocked() *Call {
 	return c
 }
 
-func (a *ActivationRec) QueuedLocked() int { return len(a.queue) - a.qhead }
+func (a *Activation) QueuedLocked() int { return len(a.queue) - a.qhead }
 
 // takeQueueLocked removes every request not started and appends them to
 // q. Timer ticks among them are dropped: they belong to this activation
 // and die with it. mu held.
-func (a *ActivationRec) takeQueueLocked(q []*Call) []*Call {
+func (a *Activation) takeQueueLocked(q []*Call) []*Call {
 	for _, c := range a.queue[a.qhead:] {
 		if c.tick != nil {
 			c.tick.inFlight = false
@@ -232,7 +232,7 @@ func (a *ActivationRec) takeQueueLocked(q []*Call) []*Call {
 
 // finish ends request c's turn: in the gate, then for the lifecycle (see
 // unlockTurnDone). e is the worker running the turn's Done, or nil.
-func (a *ActivationRec) finish(e *activation.Exec, c *Call, panicked bool) {
+func (a *Activation) finish(e *activation.Exec, c *Call, panicked bool) {
 	a.Mu.Lock()
 	a.gate.Finish(c.seq)
 	a.unlockTurnDone(e, true, panicked)
@@ -243,7 +243,7 @@ func (a *ActivationRec) finish(e *activation.Exec, c *Call, panicked bool) {
 // gate may start now, or begins a deactivation that waited for the turns
 // to end. activity counts the turn against idle collection; panicked says
 // grain code panicked. mu held on entry, not on return.
-func (a *ActivationRec) unlockTurnDone(e *activation.Exec, activity, panicked bool) {
+func (a *Activation) unlockTurnDone(e *activation.Exec, activity, panicked bool) {
 	r := a.life.TurnDone(a.quietLocked(), activity, panicked)
 	if r.Do != lifecycle.StartQueued {
 		a.unlockDo(e, r, nil, directory.Entry{})
@@ -259,7 +259,7 @@ func (a *ActivationRec) unlockTurnDone(e *activation.Exec, activity, panicked bo
 
 // startQueuedLocked takes from the queue's head the requests the gate
 // starts now, appending them to starts. mu held.
-func (a *ActivationRec) startQueuedLocked(starts []*Call) []*Call {
+func (a *Activation) startQueuedLocked(starts []*Call) []*Call {
 	for a.QueuedLocked() > 0 {
 		head := a.queue[a.qhead]
 		if !a.gate.Next(head.seq, head.kind) {
@@ -272,13 +272,13 @@ func (a *ActivationRec) startQueuedLocked(starts []*Call) []*Call {
 
 // quietLocked reports whether the activation runs nothing: no request
 // holds the gate and no interleaving tick runs. mu held.
-func (a *ActivationRec) quietLocked() bool {
+func (a *Activation) quietLocked() bool {
 	return a.gate.Running() == 0 && a.ticksRunning == 0
 }
 
 // enqueue queues the turn of an admitted request. If the pool has closed,
 // the request fails with Unavailable.
-func (a *ActivationRec) enqueue(e *activation.Exec, c *Call) {
+func (a *Activation) enqueue(e *activation.Exec, c *Call) {
 	if err := a.push(e, activation.Turn{Name: c.turnName(), Task: c}, false); err != nil {
 		a.Mu.Lock()
 		switch {
@@ -299,7 +299,7 @@ func (a *ActivationRec) enqueue(e *activation.Exec, c *Call) {
 // push queues a turn on the activation's group: through e, the worker
 // running the current turn, when there is one, so the group runs next on
 // its processor; otherwise as any goroutine.
-func (a *ActivationRec) push(e *activation.Exec, t activation.Turn, system bool) error {
+func (a *Activation) push(e *activation.Exec, t activation.Turn, system bool) error {
 	switch {
 	case e != nil && system:
 		return e.EnqueueSystem(a.group, t)
@@ -313,7 +313,7 @@ func (a *ActivationRec) push(e *activation.Exec, t activation.Turn, system bool)
 
 // activated ends the activate turn: OnActivate (or reading the grain's
 // states) succeeded, or failed with err (ActivateDone).
-func (a *ActivationRec) activated(e *activation.Exec, err error) {
+func (a *Activation) activated(e *activation.Exec, err error) {
 	a.Mu.Lock()
 	a.unlockDo(e, a.life.ActivateDone(err != nil, a.s.Since()), err, directory.Entry{})
 }
@@ -321,7 +321,7 @@ func (a *ActivationRec) activated(e *activation.Exec, err error) {
 // RequestDeactivation asks for the activation to end as soon as no request
 // runs; requests queued meanwhile go to the next activation (Deactivate).
 // Any goroutine; a turn's own request counts as running until it ends.
-func (a *ActivationRec) RequestDeactivation(reason grain.DeactivationReason) {
+func (a *Activation) RequestDeactivation(reason grain.DeactivationReason) {
 	a.Mu.Lock()
 	a.unlockDo(nil, a.life.Deactivate(reason, a.quietLocked()), nil, directory.Entry{})
 }
@@ -329,7 +329,7 @@ func (a *ActivationRec) RequestDeactivation(reason grain.DeactivationReason) {
 // deactivated ends the deactivate turn (Deactivated): the activation is
 // dead and gone from the catalog, and the requests that arrived meanwhile
 // are routed again, to a new activation.
-func (a *ActivationRec) deactivated(e *activation.Exec) {
+func (a *Activation) deactivated(e *activation.Exec) {
 	a.Mu.Lock()
 	a.unlockDo(e, a.life.Deactivated(), nil, directory.Entry{})
 }
@@ -338,7 +338,7 @@ func (a *ActivationRec) deactivated(e *activation.Exec) {
 // registration lost to the activation on silo winner
 // (RegistrationLost), or failed with err (RegistrationFailed): the
 // requests it holds go on to the winner, or fail with err.
-func (a *ActivationRec) Abandon(winner directory.Entry, err error) {
+func (a *Activation) Abandon(winner directory.Entry, err error) {
 	a.Mu.Lock()
 	if err != nil {
 		a.unlockDo(nil, a.life.RegistrationFailed(), err, directory.Entry{})
@@ -350,7 +350,7 @@ func (a *ActivationRec) Abandon(winner directory.Entry, err error) {
 // close ends the activation at once, the silo closing (Close): its timers
 // stop, it leaves the catalog, and the requests it holds fail with
 // Unavailable.
-func (a *ActivationRec) close() {
+func (a *Activation) close() {
 	a.Mu.Lock()
 	a.unlockDo(nil, a.life.Close(), nil, directory.Entry{})
 }
@@ -365,7 +365,7 @@ const queueActions = lifecycle.RerouteQueue | lifecycle.ForwardQueue | lifecycle
 // error; Unavailable for CauseClosed), winner where a forwarded one goes (ForwardQueue); e is the
 // worker running the event's turn, or nil. Offer's answers are performed
 // by submit, and TurnDone's StartQueued by unlockTurnDone.
-func (a *ActivationRec) unlockDo(e *activation.Exec, r lifecycle.Result, err error, winner directory.Entry) {
+func (a *Activation) unlockDo(e *activation.Exec, r lifecycle.Result, err error, winner directory.Entry) {
 	a.State = a.life.State()
 	_, a.DeactPending = a.life.Pending()
 	if r.Do == 0 {
@@ -459,7 +459,7 @@ func (a *ActivationRec) unlockDo(e *activation.Exec, r lifecycle.Result, err err
 }
 
 // queueDeactivation queues the deactivate turn, OnDeactivate with reason.
-func (a *ActivationRec) queueDeactivation(e *activation.Exec, reason grain.DeactivationReason) {
+func (a *Activation) queueDeactivation(e *activation.Exec, reason grain.DeactivationReason) {
 	h := a.s.NewCall(1)
 	h.act, h.hook, h.reason = a, hookDeactivate, reason
 	h.Due = a.s.Since() + a.s.Cfg.StopDeactivationTimeout

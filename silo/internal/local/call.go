@@ -76,7 +76,7 @@ type Call struct {
 	cancelKey RemoteCall
 
 	// Set by the activation that runs the call.
-	act    *ActivationRec
+	act    *Activation
 	seq    uint64
 	kind   admission.Kind
 	tick   *grainTimer // set for a timer tick instead of a request
@@ -142,7 +142,7 @@ const (
 // and shared by every call below them. A link to a request on another
 // silo has no act; remote says which it is, so the chain can travel on.
 type ChainLink struct {
-	Act    *ActivationRec
+	Act    *Activation
 	Seq    uint64
 	Next   *ChainLink
 	Remote *granaryv1.ChainLink

@@ -24,7 +24,7 @@ type catalog struct {
 
 type catalogShard struct {
 	mu sync.RWMutex
-	m  map[string]*ActivationRec
+	m  map[string]*Activation
 	_  [32]byte // one shard per 64-byte cache line
 }
 
@@ -33,7 +33,7 @@ func (c *catalog) shard(key string) *catalogShard {
 }
 
 // Load returns the activation of key, if any.
-func (c *catalog) Load(key string) (*ActivationRec, bool) {
+func (c *catalog) Load(key string) (*Activation, bool) {
 	sh := c.shard(key)
 	sh.mu.RLock()
 	a, ok := sh.m[key]
@@ -43,7 +43,7 @@ func (c *catalog) Load(key string) (*ActivationRec, bool) {
 
 // loadOrStore returns the activation of key if there is one (loaded), else
 // stores a and returns it.
-func (c *catalog) loadOrStore(key string, a *ActivationRec) (actual *ActivationRec, loaded bool) {
+func (c *catalog) loadOrStore(key string, a *Activation) (actual *Activation, loaded bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -51,14 +51,14 @@ func (c *catalog) loadOrStore(key string, a *ActivationRec) (actual *ActivationR
 		return old, true
 	}
 	if sh.m == nil {
-		sh.m = make(map[string]*ActivationRec)
+		sh.m = make(map[string]*Activation)
 	}
 	sh.m[key] = a
 	return a, false
 }
 
 // compareAndDelete removes key if it maps to a, and reports whether it did.
-func (c *catalog) compareAndDelete(key string, a *ActivationRec) bool {
+func (c *catalog) compareAndDelete(key string, a *Activation) bool {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -73,8 +73,8 @@ func (c *catalog) compareAndDelete(key string, a *ActivationRec) bool {
 // returns false. A shard is copied under its lock and visited without it,
 // so fn may add and remove activations; it sees each activation that was
 // in the catalog throughout, and may or may not see the others.
-func (c *catalog) each(fn func(*ActivationRec) bool) {
-	var batch []*ActivationRec
+func (c *catalog) each(fn func(*Activation) bool) {
+	var batch []*Activation
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.RLock()

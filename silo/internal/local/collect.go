@@ -54,7 +54,7 @@ func (s *Runtime) collect() {
 // runs or waits.
 func (s *Runtime) collectIdle(now time.Time, due map[*GrainType]bool) {
 	at := now.Sub(s.Epoch)
-	s.ForEachActivation(func(a *ActivationRec) {
+	s.ForEachActivation(func(a *Activation) {
 		if !due[a.typ] {
 			return
 		}

@@ -239,7 +239,7 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 
 // startTurn queues an admitted request's turn, or runs it inline when the
 // caller is a turn and the callee's group is idle.
-func (s *Runtime) startTurn(e *activation.Exec, a *ActivationRec, c *Call) {
+func (s *Runtime) startTurn(e *activation.Exec, a *Activation, c *Call) {
 	if e != nil && c.inline {
 		if e.TryRun(a.group, activation.Turn{Name: c.Method.Name, Task: c}) {
 			return

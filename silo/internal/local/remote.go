@@ -19,9 +19,9 @@ type Cluster interface {
 	Forward(to directory.Entry, c *Call, placed bool)
 	// Register registers a new activation in the directory and then
 	// starts it (Runtime.StartActivation) or gives it up.
-	Register(a *ActivationRec)
+	Register(a *Activation)
 	// Unregister removes a dead activation's directory entry.
-	Unregister(a *ActivationRec)
+	Unregister(a *Activation)
 	// Reply answers the silo a call came from.
 	Reply(c *Call)
 	// ResolveObserver routes a call to an observer of client to the

@@ -181,7 +181,7 @@ func (s *Runtime) StopReminders() {
 // DeactivateAll asks every activation to deactivate for shutdown and
 // returns a channel closed when the catalog is empty.
 func (s *Runtime) DeactivateAll() <-chan struct{} {
-	s.ForEachActivation(func(a *ActivationRec) { a.RequestDeactivation(grain.DeactivateShutdown) })
+	s.ForEachActivation(func(a *Activation) { a.RequestDeactivation(grain.DeactivateShutdown) })
 	s.maybeEmpty()
 	return s.Emptyc
 }
@@ -195,7 +195,7 @@ func (s *Runtime) Abort() {
 	// sleepers wake, too: a woken turn that ends while its activation
 	// still lives would start the next queued request, which Close
 	// promises fails.
-	s.ForEachActivation(func(a *ActivationRec) { a.close() })
+	s.ForEachActivation(func(a *Activation) { a.close() })
 	s.CloseNow() // wakes sleeping turns, so the pool's Close need not wait for them
 	if s.Pool != nil {
 		s.Pool.Close()
@@ -226,9 +226,9 @@ func (s *Runtime) haltWheel() {
 }
 
 // ForEachActivation calls fn for every activation in the catalog.
-func (s *Runtime) ForEachActivation(fn func(a *ActivationRec)) {
+func (s *Runtime) ForEachActivation(fn func(a *Activation)) {
 	for _, t := range s.Types {
-		t.Acts.each(func(a *ActivationRec) bool {
+		t.Acts.each(func(a *Activation) bool {
 			fn(a)
 			return true
 		})
@@ -263,7 +263,7 @@ func (s *Runtime) CallNow() time.Duration {
 }
 
 // removeActivation drops a dead activation from the catalog.
-func (s *Runtime) removeActivation(a *ActivationRec) {
+func (s *Runtime) removeActivation(a *Activation) {
 	removed := false
 	if a.set != nil {
 		removed = a.set.remove(a)
@@ -295,7 +295,7 @@ func (s *Runtime) maybeEmpty() {
 // to the activation and may be gone already. remote says the grain is to
 // be found or placed elsewhere in the cluster; a nil activation without
 // remote means this silo is stopping.
-func (s *Runtime) activationFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRec, remote, queued bool, err error) {
+func (s *Runtime) activationFor(id grain.ID, t *GrainType, c *Call) (a *Activation, remote, queued bool, err error) {
 	if !t.Opts.StatelessWorker {
 		if a, ok := t.Acts.Load(id.Key); ok {
 			return a, false, false, nil // its key was checked when it was made
@@ -339,7 +339,7 @@ func (s *Runtime) activationFor(id grain.ID, t *GrainType, c *Call) (a *Activati
 
 // ActivationByID returns activation actID of grain id if it is in the
 // catalog, else nil.
-func (s *Runtime) ActivationByID(id grain.ID, actID uint64) *ActivationRec {
+func (s *Runtime) ActivationByID(id grain.ID, actID uint64) *Activation {
 	if t := s.Types[id.Type]; t != nil {
 		if a, ok := t.Acts.Load(id.Key); ok && a.ActID == actID {
 			return a
@@ -357,7 +357,7 @@ func (s *Runtime) unreserve() {
 
 // activated starts a new activation, which the caller counted in live. In
 // a cluster it first registers in the directory; see cluster.register.
-func (s *Runtime) activated(a *ActivationRec) {
+func (s *Runtime) activated(a *Activation) {
 	a.typ.Live.Add(1)
 	if s.Cl != nil && a.set == nil {
 		s.Cl.Register(a)
@@ -370,7 +370,7 @@ func (s *Runtime) activated(a *ActivationRec) {
 // that it needs none (Registered): it queues the activate turn. If the
 // silo began stopping meanwhile, the activation is asked to deactivate as
 // soon as it is up.
-func (s *Runtime) StartActivation(a *ActivationRec) {
+func (s *Runtime) StartActivation(a *Activation) {
 	a.Mu.Lock()
 	a.unlockDo(nil, a.life.Registered(), nil, directory.Entry{})
 	if s.Stopping.Load() {
@@ -405,7 +405,7 @@ func (s *Runtime) RegisteredActivations() iter.Seq[directory.Item] {
 				continue
 			}
 			ok := true
-			t.Acts.each(func(a *ActivationRec) bool {
+			t.Acts.each(func(a *Activation) bool {
 				if a.Registered.Load() {
 					ok = yield(directory.Item{ID: a.ID, Entry: directory.Entry{Silo: self, Activation: a.ActID}})
 				}

@@ -108,7 +108,7 @@ func CheckStates(typ string, decls []grain.StateDecl) error {
 
 // readStates binds and reads an activation's declared states. The
 // activate turn, before OnActivate; ctx is the turn's Context.
-func (a *ActivationRec) readStates(ctx context.Context) error {
+func (a *Activation) readStates(ctx context.Context) error {
 	decls := a.typ.Opts.States
 	if len(decls) == 0 {
 		return nil

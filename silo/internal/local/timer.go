@@ -23,7 +23,7 @@ import (
 // it, across its awaits too. An interleaving tick bypasses the gate: it
 // runs between other turns and lets requests start while it awaits.
 type grainTimer struct {
-	a    *ActivationRec
+	a    *Activation
 	name string
 	fn   grain.TimerFunc
 	opts grainrt.TimerOptions
@@ -51,7 +51,7 @@ type grainTimer struct {
 	changes atomic.Uint32
 }
 
-func (a *ActivationRec) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
+func (a *Activation) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
 	switch {
 	case fn == nil:
 		return nil, status.Error(codes.InvalidArgument, "granary: RegisterTimer: nil TimerFunc")

@@ -14,13 +14,13 @@ import (
 // activation another goroutine is adding to it, and a set is small.
 type WorkerSet struct {
 	mu   sync.Mutex
-	acts []*ActivationRec
+	acts []*Activation
 }
 
 // workerFor picks the activation of a stateless worker that takes c: an
 // idle one, else a new one while fewer than the type's bound exist, else
 // the least loaded. Lock order: set, then activation.
-func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRec, queued bool) {
+func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *Activation, queued bool) {
 	v, ok := t.Sets.Load(id.Key)
 	if !ok {
 		if s.Stopping.Load() {
@@ -30,7 +30,7 @@ func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRe
 	}
 	ws := v.(*WorkerSet)
 	ws.mu.Lock()
-	var best *ActivationRec
+	var best *Activation
 	bestLoad := math.MaxInt
 	for _, a := range ws.acts {
 		a.Mu.Lock()
@@ -41,7 +41,7 @@ func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRe
 			best, bestLoad = a, load
 		}
 	}
-	var fresh *ActivationRec
+	var fresh *Activation
 	if bestLoad > 0 && len(ws.acts) < t.Workers {
 		s.Live.Add(1) // before looking at stopping: see activationFor
 		if s.Stopping.Load() {
@@ -77,7 +77,7 @@ func (s *Runtime) workerFor(id grain.ID, t *GrainType, c *Call) (a *ActivationRe
 }
 
 // remove drops a from the set; it reports whether a was there.
-func (ws *WorkerSet) remove(a *ActivationRec) bool {
+func (ws *WorkerSet) remove(a *Activation) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for i, x := range ws.acts {
@@ -89,10 +89,10 @@ func (ws *WorkerSet) remove(a *ActivationRec) bool {
 	return false
 }
 
-func (ws *WorkerSet) Snapshot() []*ActivationRec {
+func (ws *WorkerSet) Snapshot() []*Activation {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	return append([]*ActivationRec(nil), ws.acts...)
+	return append([]*Activation(nil), ws.acts...)
 }
 
 // kindOf is how a method's requests share an activation.
