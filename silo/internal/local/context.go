@@ -49,7 +49,7 @@ func (t *turnCtx) lazy() context.Context {
 		if parent == nil {
 			parent = context.Background()
 		}
-		if t.C.s.RealClock {
+		if t.C.s.realClock {
 			t.derived, t.stop = context.WithDeadline(parent, t.C.Deadline())
 		} else {
 			t.derived, t.stop = context.WithCancel(parent)

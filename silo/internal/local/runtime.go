@@ -30,9 +30,9 @@ type Runtime struct {
 	Log   *zap.Logger
 	Clock clockwork.Clock
 	Epoch time.Time // the clock's time at New; deadlines are offsets from it
-	// RealClock: the clock is the real one, so since may read the
+	// realClock: the clock is the real one, so since may read the
 	// monotonic clock directly.
-	RealClock bool
+	realClock bool
 	Pool      *activation.Pool
 
 	wheel timeoutWheel
@@ -69,12 +69,12 @@ type Runtime struct {
 	NextActID atomic.Uint64
 	Live      atomic.Int64 // activations in the catalog
 
-	// FilterChain is the chain of Config.IncomingFilters, or nil for none.
-	FilterChain grain.Invocation
+	// filterChain is the chain of Config.IncomingFilters, or nil for none.
+	filterChain grain.Invocation
 
 	// Closed ends when the silo closes; sleeping turns watch it.
 	Closed   context.Context
-	CloseNow context.CancelFunc
+	closeNow context.CancelFunc
 
 	Started   atomic.Bool
 	ready     atomic.Bool // Start finished: outside calls are taken
@@ -84,7 +84,7 @@ type Runtime struct {
 	stopped   bool
 	collStop  chan struct{}
 	collDone  chan struct{}
-	Emptyc    chan struct{} // closed when live reaches 0 while stopping
+	emptyc    chan struct{} // closed when live reaches 0 while stopping
 	emptyOnce sync.Once
 
 	// Collected, when set before Start, is told the clock's time when
@@ -103,11 +103,11 @@ func New(cfg Config) *Runtime {
 		Clock:    cfg.Clock,
 		Types:    map[string]*GrainType{},
 		ByMethod: map[*grain.MethodDesc]*GrainType{},
-		Emptyc:   make(chan struct{}),
+		emptyc:   make(chan struct{}),
 	}
-	s.Epoch, s.RealClock = s.Clock.Now(), cfg.RealClock
-	s.FilterChain = ChainIncoming(cfg.IncomingFilters)
-	s.Closed, s.CloseNow = context.WithCancel(context.Background())
+	s.Epoch, s.realClock = s.Clock.Now(), cfg.RealClock
+	s.filterChain = ChainIncoming(cfg.IncomingFilters)
+	s.Closed, s.closeNow = context.WithCancel(context.Background())
 	return s
 }
 
@@ -183,7 +183,7 @@ func (s *Runtime) StopReminders() {
 func (s *Runtime) DeactivateAll() <-chan struct{} {
 	s.ForEachActivation(func(a *Activation) { a.RequestDeactivation(grain.DeactivateShutdown) })
 	s.maybeEmpty()
-	return s.Emptyc
+	return s.emptyc
 }
 
 // Abort fails every queued request with Unavailable, wakes sleeping
@@ -196,7 +196,7 @@ func (s *Runtime) Abort() {
 	// still lives would start the next queued request, which Close
 	// promises fails.
 	s.ForEachActivation(func(a *Activation) { a.close() })
-	s.CloseNow() // wakes sleeping turns, so the pool's Close need not wait for them
+	s.closeNow() // wakes sleeping turns, so the pool's Close need not wait for them
 	if s.Pool != nil {
 		s.Pool.Close()
 	}
@@ -206,7 +206,7 @@ func (s *Runtime) Abort() {
 // it waits for the reminder service, closes storage and halts the wheels.
 func (s *Runtime) Release() {
 	defer s.haltWheel()
-	s.CloseNow()
+	s.closeNow()
 	if s.Rem != nil {
 		s.Rem.wg.Wait()
 	}
@@ -245,7 +245,7 @@ func (s *Runtime) ForEachActivation(fn func(a *Activation)) {
 // reads only the monotonic clock: a call's one clock read, and on some
 // virtual machines a full time.Now costs as much as a channel operation.
 func (s *Runtime) Since() time.Duration {
-	if s.RealClock {
+	if s.realClock {
 		return time.Since(s.Epoch) // clockwork's Since reads the wall clock too
 	}
 	return s.Clock.Since(s.Epoch)
@@ -256,7 +256,7 @@ func (s *Runtime) Since() time.Duration {
 // the exact time with a fake one, which tests move in jumps far larger
 // than a tick.
 func (s *Runtime) CallNow() time.Duration {
-	if s.RealClock {
+	if s.realClock {
 		return s.wheel.coarseNow()
 	}
 	return s.Since()
@@ -282,7 +282,7 @@ func (s *Runtime) removeActivation(a *Activation) {
 
 func (s *Runtime) maybeEmpty() {
 	if s.Stopping.Load() && s.Live.Load() == 0 {
-		s.emptyOnce.Do(func() { close(s.Emptyc) })
+		s.emptyOnce.Do(func() { close(s.emptyc) })
 	}
 }
 

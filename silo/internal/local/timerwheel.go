@@ -101,7 +101,7 @@ type timerSlot struct {
 }
 
 func (w *TimerWheel) init(s *Runtime, res time.Duration) {
-	w.s, w.Res, w.Exact = s, res, !s.RealClock
+	w.s, w.Res, w.Exact = s, res, !s.realClock
 	w.swept.Store(int64(s.Since()/res) - 1)
 	for i := range w.slots {
 		w.slots[i].min.Store(int64(Never))

@@ -91,10 +91,10 @@ func (c *Call) Done(e *activation.Exec, err error) {
 
 // dispatch runs the method through the incoming filters.
 func (s *Runtime) dispatch(ctx *turnCtx, c *Call) (proto.Message, error) {
-	if s.FilterChain == nil {
+	if s.filterChain == nil {
 		return c.Method.Handler(c.act.impl, ctx, c.Req)
 	}
-	return s.FilterChain(ctx, c.Req)
+	return s.filterChain(ctx, c.Req)
 }
 
 // ChainIncoming builds the incoming filters' chain once, so a call
