@@ -36,6 +36,12 @@
 //   - Stop deactivates every activation, running OnDeactivate, then stops
 //     the scheduler; it waits for every goroutine the silo started.
 //
-// Directory, Placer and Transport are the seams through which a cluster
-// extends a silo; a silo alone uses local implementations.
+// This package is the composition root: it holds the configuration,
+// registration, the lifecycle and introspection, and wires three internal
+// packages together. silo/internal/local is the runtime that hosts
+// activations and carries calls; silo/internal/cluster is the silo's
+// side of a cluster (Config.Cluster); silo/internal/gateway serves
+// external clients (Config.Gateway). The runtime reaches the other two
+// only through its local.Cluster and local.Gateway interfaces; a silo
+// alone has neither.
 package silo
