@@ -21,7 +21,6 @@ import (
 	"github.com/granaryio/granary/security/certs"
 	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/granaryio/granary/silo/grpcapi"
-	"github.com/granaryio/granary/silo/internal/gateway"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -595,44 +594,6 @@ func TestGatewayConfigAuthenticatorNeedsTLS(t *testing.T) {
 	g.Credentials = newTestPKI(t).serverCreds(tlsfiles.TLS)
 	if err := g.validate(); err != nil {
 		t.Errorf("with TLS: %v", err)
-	}
-}
-
-// TestWithPrincipalStripsClientHeaders checks the filter the gateway runs
-// over every envelope's headers.
-func TestWithPrincipalStripsClientHeaders(t *testing.T) {
-	t.Parallel()
-	h := func(kv ...string) []*granaryv1.Header {
-		var out []*granaryv1.Header
-		for i := 0; i < len(kv); i += 2 {
-			out = append(out, &granaryv1.Header{Key: kv[i], Value: kv[i+1]})
-		}
-		return out
-	}
-	P := grain.PrincipalHeader
-	for _, tt := range []struct {
-		in        []*granaryv1.Header
-		principal string
-		want      []*granaryv1.Header
-	}{
-		{nil, "", nil},
-		{nil, "alice", h(P, "alice")},
-		{h(P, "root"), "", nil},
-		{h(P, "root", "trace", "t", P, "x"), "alice", h("trace", "t", P, "alice")},
-		{h("trace", "t"), "", h("trace", "t")},
-		{h("Granary-Principal", "root"), "", h("Granary-Principal", "root")}, // not the reserved key: grain.Principal never reads it
-	} {
-		got := gateway.WithPrincipal(slices.Clone(tt.in), tt.principal)
-		if len(got) != len(tt.want) {
-			t.Errorf("withPrincipal(%v, %q) = %v, want %v", tt.in, tt.principal, got, tt.want)
-			continue
-		}
-		for i := range got {
-			if !proto.Equal(got[i], tt.want[i]) {
-				t.Errorf("withPrincipal(%v, %q) = %v, want %v", tt.in, tt.principal, got, tt.want)
-				break
-			}
-		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package silo
 
 import (
-	"context"
 	"testing"
 
 	"github.com/granaryio/granary/grain"
@@ -53,30 +52,6 @@ func TestStateStatsCountOperations(t *testing.T) {
 	}
 	if st.Failures() != 2 {
 		t.Errorf("Failures() = %d, want 2", st.Failures())
-	}
-}
-
-func TestCountingProviderClears(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	cp := &local.CountingProvider{Provider: storage.NewMemory(0)}
-	id := grain.NewID("t", "k")
-	etag, err := cp.WriteState(ctx, id, "s", []byte("x"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cp.ClearState(ctx, id, "s", "stale"); err == nil {
-		t.Fatal("a clear with a stale ETag succeeded")
-	}
-	if _, err := cp.ClearState(ctx, id, "s", etag); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cp.ReadState(ctx, id, "s"); err != nil {
-		t.Fatal(err)
-	}
-	want := StateOps{Reads: 1, Writes: 1, Clears: 2, ClearFailures: 1, Conflicts: 1}
-	if got := cp.Snapshot(); StateOps(got) != want {
-		t.Fatalf("counts = %+v, want %+v", got, want)
 	}
 }
 

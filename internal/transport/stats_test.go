@@ -2,11 +2,14 @@ package transport
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/granaryio/granary/internal/testwait"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestBatchBucket(t *testing.T) {
@@ -131,5 +134,20 @@ func TestStatsCountBatches(t *testing.T) {
 	}
 	if sum(a.BatchSizes[1:]) == 0 {
 		t.Errorf("no batch of more than one envelope: %v", a.BatchSizes)
+	}
+}
+
+// TestStatusThroughEnvelope: an error sent in a response envelope comes
+// back with its code and its message once, not wrapped in a second
+// "rpc error" prefix.
+func TestStatusThroughEnvelope(t *testing.T) {
+	t.Parallel()
+	err := status.Errorf(codes.NotFound, "granary: grain type x has no method %q", "Y")
+	got := StatusOf(SetStatus(&granaryv1.Envelope{}, err))
+	if status.Code(got) != codes.NotFound || got.Error() != err.Error() || strings.Count(got.Error(), "rpc error") != 1 {
+		t.Fatalf("round trip of %v = %v", err, got)
+	}
+	if StatusOf(&granaryv1.Envelope{}) != nil {
+		t.Fatal("an envelope with code 0 should carry no error")
 	}
 }

@@ -1,0 +1,54 @@
+package local
+
+import (
+	"context"
+	"testing"
+
+	"github.com/granaryio/granary/grain"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/storage"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestCallChainWithRemoteLinks: a call that came from another silo has
+// links with no local activation; its Context's CallChain names them
+// instead of dereferencing a nil activation.
+func TestCallChainWithRemoteLinks(t *testing.T) {
+	t.Parallel()
+	c := &Call{}
+	c.Ctx.C = c
+	c.Chain = &ChainLink{Remote: &granaryv1.ChainLink{Silo: "s-1", Grain: "bank.Account/alice"}}
+	c.Depth = 1
+	if got := c.Ctx.CallChain(); len(got) != 1 || got[0].String() != "bank.Account/alice" {
+		t.Fatalf("CallChain = %v, want [bank.Account/alice]", got)
+	}
+}
+
+// TestCountingProviderClears: the counting wrapper counts each operation
+// it passes on, and a clear refused for a stale ETag as a failure and a
+// conflict.
+func TestCountingProviderClears(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cp := &CountingProvider{Provider: storage.NewMemory(0)}
+	id := grain.NewID("t", "k")
+	etag, err := cp.WriteState(ctx, id, "s", []byte("x"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.ClearState(ctx, id, "s", "stale"); err == nil {
+		t.Fatal("a clear with a stale ETag succeeded")
+	}
+	if _, err := cp.ClearState(ctx, id, "s", etag); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.ReadState(ctx, id, "s"); err != nil {
+		t.Fatal(err)
+	}
+	want := StateOps{Reads: 1, Writes: 1, Clears: 2, ClearFailures: 1, Conflicts: 1}
+	if got := cp.Snapshot(); got != want {
+		t.Fatalf("counts = %+v, want %+v", got, want)
+	}
+}
