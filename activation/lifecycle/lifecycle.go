@@ -74,8 +74,6 @@ const (
 	MigrateQueue
 	// FailQueue: fail every queued request, for Result.Cause.
 	FailQueue
-
-	lastAction = FailQueue
 )
 
 var actionNames = [...]string{

@@ -43,7 +43,6 @@ type sim struct {
 	begun         int  // BeginDeactivate seen
 	removed       int  // Remove seen
 	fired         bool // FireDueTimers seen
-	migrated      bool
 	wasPendingYet bool
 	// registeredEvent: the event being performed is Registered, which
 	// starts the activate turn even after Close.

@@ -80,8 +80,6 @@ type Runtime struct {
 	ready     atomic.Bool // Start finished: outside calls are taken
 	wheelOnce sync.Once
 	Stopping  atomic.Bool // no new activations; outside calls refused
-	lifeMu    sync.Mutex
-	stopped   bool
 	collStop  chan struct{}
 	collDone  chan struct{}
 	emptyc    chan struct{} // closed when live reaches 0 while stopping
