@@ -23,6 +23,7 @@ pairs=${PAIRS:-8}
 bench=${BENCH:-'^Benchmark(LocalCall|GrainToGrain|CrossSiloCall|CrossSiloThroughput|CrossSiloOneWay)$'}
 pkg=${PKG:-./silo}
 out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
 benchstat="$root/bin/benchstat"
 [ -x "$benchstat" ] || make -s "$benchstat"
 
