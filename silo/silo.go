@@ -170,13 +170,7 @@ func (s *Silo) Start(ctx context.Context) error {
 	startedAt := s.rt.Clock.Now()
 	s.startedAt.Store(&startedAt)
 	if err := s.rt.Open(); err != nil {
-		err = configError(err)
-		if s.rt.Started.Load() {
-			s.stopped = true
-			s.rt.BeginStop()
-			s.closeAll()
-		}
-		return err
+		return configError(err) // Open leaves nothing running
 	}
 	fail := func(err error) error {
 		s.stopped = true

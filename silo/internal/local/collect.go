@@ -8,7 +8,7 @@ import (
 
 // collect is the idle collector: on each tick it deactivates activations
 // that have been idle for their type's collection age. Owned by Start;
-// stopped by beginStop.
+// stopped by BeginStop.
 func (s *Runtime) collect() {
 	defer close(s.collDone)
 	tick := s.Cfg.CollectionInterval

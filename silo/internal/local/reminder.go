@@ -105,7 +105,7 @@ func (s *Runtime) StartReminders() error {
 func (r *reminderService) setRanges(rs []storage.HashRange) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ranges = rs // never nil: ringChanged and startReminders make them
+	r.ranges = rs // never nil: ringChanged and StartReminders make them
 	if r.live {
 		r.Svc.SetRanges(rs)
 	}

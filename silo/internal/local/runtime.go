@@ -139,8 +139,9 @@ func (s *Runtime) BeginStop() bool {
 }
 
 // Open brings the local runtime up: storage, the scheduler, the timeout
-// and timer wheels, the collector, and the reminder service, which is not
-// live yet (see goLive). On error the caller closes the runtime.
+// and timer wheels and the collector. StartReminders starts the reminder
+// service after it, and GoLive takes outside calls. On error Open leaves
+// nothing running.
 func (s *Runtime) Open() error {
 	if err := s.openStorage(); err != nil {
 		return err
