@@ -122,7 +122,18 @@ func (tc *testCluster) startNoWait(name string, tweak func(*Config)) *Silo {
 // through s.
 func (tc *testCluster) keyOn(s *Silo) string {
 	tc.t.Helper()
-	for _, k := range keys("k", 200) {
+	return tc.keyOnOwnedBy(s, "k", nil)
+}
+
+// keyOnOwnedBy returns a key, made from prefix, of a probe grain that
+// activates on s when called through s and whose directory entry owner
+// (as owner sees its ring) is owner itself; a nil owner accepts any.
+func (tc *testCluster) keyOnOwnedBy(s *Silo, prefix string, owner *Silo) string {
+	tc.t.Helper()
+	for _, k := range keys(prefix, 200) {
+		if owner != nil && ownerOf(owner, probeGrainID(k)) != owner.Member() {
+			continue
+		}
 		r, err := tc.call(s, k, nil)
 		if err != nil {
 			tc.t.Fatal(err)
@@ -131,7 +142,11 @@ func (tc *testCluster) keyOn(s *Silo) string {
 			return k
 		}
 	}
-	tc.t.Fatalf("no grain activated on %s", s.cfg.Name)
+	at := "any silo"
+	if owner != nil {
+		at = owner.cfg.Name
+	}
+	tc.t.Fatalf("no grain activated on %s with its entry at %s", s.cfg.Name, at)
 	return ""
 }
 

@@ -500,20 +500,7 @@ func TestClusterStoppingSiloPlacesElsewhere(t *testing.T) {
 	a, b := tc.silo("a"), tc.silo("b")
 	// x: activated on a, its entry owned by b (so b's lookup finds it
 	// while a stops).
-	x := ""
-	for _, k := range keys("x", 200) {
-		if ownerOf(b, probeGrainID(k)) != b.Member() {
-			continue
-		}
-		r, err := tc.call(a, k, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Text == "a" {
-			x = k
-			break
-		}
-	}
+	x := tc.keyOnOwnedBy(a, "x", b)
 	// w: a stateless worker key whose directory owner is b (the lookups
 	// then go to b, and a loop would be asynchronous, not a recursion).
 	w := ""
@@ -523,8 +510,8 @@ func TestClusterStoppingSiloPlacesElsewhere(t *testing.T) {
 			break
 		}
 	}
-	if x == "" || w == "" {
-		t.Fatalf("keys not found: x=%q w=%q", x, w)
+	if w == "" {
+		t.Fatal("no stateless worker key owned by b")
 	}
 
 	tc.remove("a")
@@ -566,23 +553,7 @@ func TestClusterShutdownGossipDelayKeepsOneActivation(t *testing.T) {
 		}
 	}})
 	a, b := tc.silo("a"), tc.silo("b")
-	g := ""
-	for _, k := range keys("g", 200) {
-		if ownerOf(a, probeGrainID(k)) != a.Member() {
-			continue
-		}
-		r, err := tc.call(a, k, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Text == "a" {
-			g = k
-			break
-		}
-	}
-	if g == "" {
-		t.Fatal("no grain activated on a with its entry at a")
-	}
+	g := tc.keyOnOwnedBy(a, "g", a)
 	tc.remove("a")
 	stopped := make(chan error, 1)
 	go func() {
