@@ -25,6 +25,10 @@ type field struct {
 	get    func(c *Config) string
 	// redact, when set, is what logs show of the value instead of it.
 	redact func(text string) string
+	// emptyOff: the empty value turns something off (no admin server, no
+	// cluster, no gateway), so an environment variable set to empty is
+	// taken rather than counted as unset.
+	emptyOff bool
 }
 
 // envName is the environment variable of the field at path:
@@ -62,7 +66,7 @@ var fields = []*field{
 		func(c *Config) *string { return &c.Log.Level }),
 	duration("shutdown.timeout", "graceful-stop budget after SIGTERM, SIGINT or a drain request; past it the silo is closed at once",
 		func(c *Config) *time.Duration { return &c.Shutdown.Timeout }),
-	text("admin.listen", "host:port", "admin HTTP server: probes, metrics, admin API, dashboard; empty runs none",
+	offWhenEmpty("admin.listen", "host:port", "admin HTTP server: probes, metrics, admin API, dashboard; empty runs none",
 		func(c *Config) *string { return &c.Admin.Listen }),
 	text("admin.advertise", "host:port", "where other silos and granaryctl reach the admin server (default: derived from the bound address)",
 		func(c *Config) *string { return &c.Admin.Advertise }),
@@ -76,7 +80,7 @@ var fields = []*field{
 		func(c *Config) *string { return &c.Admin.TLS.CAFile }),
 	text("admin.token_file", "file", "admin tokens, TOKEN PRINCIPAL a line: needed to deactivate and drain (off without tokens or admin certificates), and for the dashboard",
 		func(c *Config) *string { return &c.Admin.TokenFile }),
-	text("cluster.id", "id", "the cluster ID; empty runs a silo alone",
+	offWhenEmpty("cluster.id", "id", "the cluster ID; empty runs a silo alone",
 		func(c *Config) *string { return &c.Cluster.ID }),
 	text("cluster.gossip.listen", "ip:port", "gossip listeners, TCP and UDP; an empty host listens on every interface",
 		func(c *Config) *string { return &c.Cluster.Gossip.Listen }),
@@ -102,7 +106,7 @@ var fields = []*field{
 		func(c *Config) *string { return &c.Cluster.TLS.KeyFile }),
 	text("cluster.tls.ca_file", "file", "cluster: the CA bundle peers' certificates must chain to, PEM",
 		func(c *Config) *string { return &c.Cluster.TLS.CAFile }),
-	text("gateway.listen", "host:port", "the gateway external clients dial; empty serves none",
+	offWhenEmpty("gateway.listen", "host:port", "the gateway external clients dial; empty serves none",
 		func(c *Config) *string { return &c.Gateway.Listen }),
 	text("gateway.advertise", "host:port", "the address clients are told to dial (default: derived from the bound address)",
 		func(c *Config) *string { return &c.Gateway.Advertise }),
@@ -155,6 +159,13 @@ func init() {
 			sections[p] = true
 		}
 	}
+}
+
+// offWhenEmpty is a text field whose empty value turns something off.
+func offWhenEmpty(path, arg, help string, at func(*Config) *string) *field {
+	f := text(path, arg, help, at)
+	f.emptyOff = true
+	return f
 }
 
 func text(path, arg, help string, at func(*Config) *string) *field {
@@ -331,7 +342,9 @@ func Usage(w io.Writer, program string) {
 	fmt.Fprintf(w, "Runs a Granary silo. Each setting is taken from the first of: its flag, its\n"+
 		"environment variable, the YAML file named by --%s or %s, its default.\n"+
 		"Lists are comma-separated; durations are Go durations such as 30s or 1m30s.\n"+
-		"An empty environment variable counts as unset.\n\n", configFlag, configEnv)
+		"An empty environment variable counts as unset, except where an empty value\n"+
+		"turns something off (admin.listen, cluster.id, gateway.listen): set empty,\n"+
+		"GRANARY_GATEWAY_LISTEN= serves no gateway.\n\n", configFlag, configEnv)
 	fmt.Fprintf(w, "  --%s file\n      env %s\n      the YAML configuration file; its keys are the flag names' parts\n", configFlag, configEnv)
 	for _, f := range fields {
 		fmt.Fprintf(w, "  --%s %s\n      env %s, default %q\n      %s\n", f.path, f.arg, envName(f.path), f.get(&def), f.help)

@@ -18,15 +18,16 @@ import (
 const maxFileSize = 1 << 20
 
 // Load reads the configuration from the command line args (without the
-// program name), the environment through getenv, and the YAML file that
+// program name), the environment through lookupEnv (os.LookupEnv in a
+// program), and the YAML file that
 // --config or GRANARY_CONFIG names, over DefaultConfig; a flag wins over
 // the environment, which wins over the file. It then validates the
 // result. Each error names the field and where its value came from, and
 // Load reports every one it finds, joined. On --help or -h it writes
 // Usage to standard output and returns an error that errors.Is
 // flag.ErrHelp.
-func Load(args []string, getenv func(string) string) (Config, error) {
-	return load(args, getenv, os.Stdout)
+func Load(args []string, lookupEnv func(string) (string, bool)) (Config, error) {
+	return load(args, lookupEnv, os.Stdout)
 }
 
 // setting is a value given on the command line.
@@ -51,7 +52,7 @@ func (v *flagValue) Set(s string) error {
 
 func (v *flagValue) IsBoolFlag() bool { return v.f.isBool }
 
-func load(args []string, getenv func(string) string, helpOut io.Writer) (Config, error) {
+func load(args []string, lookupEnv func(string) (string, bool), helpOut io.Writer) (Config, error) {
 	flags, file, err := parseFlags(args, helpOut)
 	if err != nil {
 		return Config{}, err
@@ -61,14 +62,17 @@ func load(args []string, getenv func(string) string, helpOut io.Writer) (Config,
 	var errs []error
 	fileSource := "flag --" + configFlag
 	if file == "" {
-		file, fileSource = getenv(configEnv), "env "+configEnv
+		file, _ = lookupEnv(configEnv)
+		fileSource = "env " + configEnv
 	}
 	if file != "" {
 		c.file = file
 		errs = append(errs, c.applyFile(file, fileSource)...)
 	}
 	for _, f := range fields {
-		if v := getenv(envName(f.path)); v != "" {
+		// An empty variable counts as unset, unless the empty value
+		// turns the setting's subsystem off.
+		if v, set := lookupEnv(envName(f.path)); v != "" || set && f.emptyOff {
 			errs = append(errs, c.apply(f, v, "env "+envName(f.path)))
 		}
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -22,9 +24,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// envOf returns a getenv over m.
-func envOf(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
+// envOf returns a lookupEnv over m.
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
 }
 
 // writeFile writes a configuration file in the test's directory and
@@ -420,17 +425,52 @@ func TestEnvNamesAreRead(t *testing.T) {
 	}
 	for _, f := range fields {
 		read := false
-		getenv := func(name string) string {
+		lookupEnv := func(name string) (string, bool) {
 			if name == envName(f.path) {
 				read = true
 			}
-			return ""
+			return "", false
 		}
-		if _, err := Load(nil, getenv); err != nil {
+		if _, err := Load(nil, lookupEnv); err != nil {
 			t.Fatal(err)
 		}
 		if !read || !slices.Contains(names, envName(f.path)) {
 			t.Errorf("%s: read %v, listed %v", envName(f.path), read, slices.Contains(names, envName(f.path)))
 		}
+	}
+}
+
+// TestEmptyEnvTurnsOffOnlyWhatEmptyTurnsOff: a variable set to empty is
+// taken for the settings whose empty value turns a subsystem off (the
+// gateway here), and still counts as unset for every other setting.
+func TestEmptyEnvTurnsOffOnlyWhatEmptyTurnsOff(t *testing.T) {
+	t.Parallel()
+	def := DefaultConfig()
+	if def.Gateway.Listen == "" || def.Log.Format == "" {
+		t.Fatalf("the defaults serve no gateway or have no log format: %+v", def)
+	}
+
+	c := loadOK(t, nil, map[string]string{"GRANARY_GATEWAY_LISTEN": "", "GRANARY_LOG_FORMAT": ""})
+	if c.Gateway.Listen != "" {
+		t.Errorf("GRANARY_GATEWAY_LISTEN= left the gateway on %q", c.Gateway.Listen)
+	}
+	if c.Log.Format != def.Log.Format {
+		t.Errorf("GRANARY_LOG_FORMAT= changed the log format to %q; an empty variable counts as unset", c.Log.Format)
+	}
+	sc, closeStorage, err := c.Silo(context.Background(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeStorage()
+	if sc.Gateway != nil {
+		t.Errorf("GRANARY_GATEWAY_LISTEN= still configures a gateway: %+v", sc.Gateway)
+	}
+
+	if c := loadOK(t, nil, nil); c.Gateway.Listen != def.Gateway.Listen {
+		t.Errorf("unset GRANARY_GATEWAY_LISTEN gives %q; want the default %q", c.Gateway.Listen, def.Gateway.Listen)
+	}
+	// A flag wins over the environment either way.
+	if c := loadOK(t, []string{"--gateway.listen=127.0.0.1:0"}, map[string]string{"GRANARY_GATEWAY_LISTEN": ""}); c.Gateway.Listen != "127.0.0.1:0" {
+		t.Errorf("--gateway.listen under GRANARY_GATEWAY_LISTEN= gives %q", c.Gateway.Listen)
 	}
 }

@@ -35,7 +35,7 @@ const finalGrace = 2 * time.Second
 // silo fails or its stop runs out of shutdown.timeout; the error goes to
 // standard error.
 func Main(register func(*silo.Silo) error) {
-	cfg, err := Load(os.Args[1:], os.Getenv)
+	cfg, err := Load(os.Args[1:], os.LookupEnv)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
