@@ -182,6 +182,12 @@ func newMethod(t *grain.ServiceDesc, md *grain.MethodDesc, c grain.Caller, log *
 func (m *method) handle(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	req := m.desc.NewRequest()
 	if err := dec(req); err != nil {
+		// gRPC reports a request that does not unmarshal as Internal, but
+		// the fault is in the caller's bytes.
+		if status.Code(err) == codes.Internal {
+			return nil, status.Errorf(codes.InvalidArgument, "granary: %s: the request does not decode as %s: %s",
+				m.desc.FullName, m.reqDesc.FullName(), status.Convert(err).Message())
+		}
 		return nil, err
 	}
 	if interceptor == nil {

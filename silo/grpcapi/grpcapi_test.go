@@ -10,8 +10,11 @@ import (
 	bankpb "github.com/granaryio/granary/proto/examples/bank"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/grpcapi"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -356,5 +359,39 @@ func TestHealth(t *testing.T) {
 	}
 	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "bank.Vault"}); status.Code(err) != codes.NotFound {
 		t.Errorf("health of an unknown service: got %v, want NotFound", err)
+	}
+}
+
+// rawCodec sends a []byte as the request exactly as given, so a test can
+// send bytes that are not a protobuf message.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.([]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// TestUnparseableRequestIsInvalidArgument: bytes that do not decode as
+// the method's request are the caller's fault: InvalidArgument naming
+// the request type, and the grain is not called.
+func TestUnparseableRequestIsInvalidArgument(t *testing.T) {
+	g := newGateway(t)
+	ctx := metadata.AppendToOutgoingContext(testContext(t), grpcapi.KeyHeader, "alice")
+	var reply []byte
+	err := g.cc.Invoke(ctx, "/bank.Account/Deposit", []byte{0xff, 0xff, 0xff}, &reply, grpc.ForceCodecV2(rawCodec{}))
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "does not decode as bank.DepositRequest") {
+		t.Fatalf("unparseable request: %v %q; want InvalidArgument naming bank.DepositRequest", st.Code(), st.Message())
+	}
+	for _, c := range g.calls() {
+		if strings.Contains(c, "Deposit") {
+			t.Fatalf("the grain was called: %q", g.calls())
+		}
 	}
 }
