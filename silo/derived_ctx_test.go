@@ -2,6 +2,7 @@ package silo
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,6 +66,50 @@ func TestCancelDerivedContextOutlivesTurn(t *testing.T) {
 	for range 50 {
 		if _, err := h.probe("dc").Call(testCtx(t), &probe.Request{Tag: "derive"}); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestDerivedContextLeftOpenOutlivesTurn: a context derived from a
+// grain.Context and still open when the method returns (as a driver may
+// keep one) is cancelled when the turn ends, and the context package's
+// callback that cancels it, which runs on a goroutine of its own, reads
+// the turn's context after the record was released. The runtime keeps
+// such a record out of the pool, so that read sees the ended turn's
+// context, never a reset or reused record. Run with -race; runs in a
+// subprocess, since a read of a reset record can kill the process.
+func TestDerivedContextLeftOpenOutlivesTurn(t *testing.T) {
+	t.Parallel()
+	if !inChild() {
+		runInChild(t, "TestDerivedContextLeftOpenOutlivesTurn", 60*time.Second)
+		return
+	}
+	h := newHarness(t, harnessOpt{})
+	var mu sync.Mutex
+	var open []context.Context
+	h.script("derive-open", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		cctx, cancel := context.WithCancel(ctx)
+		_ = cancel // left open: the end of the turn cancels it
+		mu.Lock()
+		open = append(open, cctx)
+		mu.Unlock()
+		return &probe.Reply{}, nil
+	})
+	for range 200 {
+		if _, err := h.probe("dc-open").Call(testCtx(t), &probe.Request{Tag: "derive-open"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, c := range open {
+		select {
+		case <-c.Done():
+		case <-time.After(defaultTestTimeout):
+			t.Fatalf("derived context %d still open after its turn ended", i)
+		}
+		if c.Err() == nil {
+			t.Fatalf("derived context %d done without an error", i)
 		}
 	}
 }

@@ -203,6 +203,16 @@ func (c *Call) Release() {
 	}
 	c.Ctx.stopDerived()
 	donec, gen := c.Donec, c.gen.Load()
+	if c.Ctx.derived != nil {
+		// Contexts derived from the turn's are cancelled now, by callbacks
+		// the context package runs on goroutines of their own, which ask
+		// the turn's context for Err. The record stays as it is, out of
+		// the pool, so they read the ended turn, never a reset or reused
+		// record; the garbage collector takes it when they are done. Only
+		// turns that asked for Done, Err or a derived context pay this.
+		c.gen.Store(gen + 1)
+		return
+	}
 	*c = Call{}
 	c.Donec = donec
 	c.gen.Store(gen + 1)
