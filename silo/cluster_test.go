@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/activation/lifecycle"
 	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
-	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/placement"
 	"github.com/jonboulle/clockwork"
@@ -570,9 +570,9 @@ func TestClusterShutdownGossipDelayKeepsOneActivation(t *testing.T) {
 	if r.Text != "a" {
 		if act := localActivation(a, probe.ProbeGrainType, g); act != nil {
 			act.Mu.Lock()
-			st := act.State
+			st := act.Lifecycle()
 			act.Mu.Unlock()
-			if st == local.Valid {
+			if st == lifecycle.Active {
 				t.Errorf("%s answered from %s while its activation on a (%d) is still valid: two activations", g, where(r), act.ActID)
 			}
 		}

@@ -364,7 +364,7 @@ func TestStopDeactivatesActivationCreatedDuringStop(t *testing.T) {
 	testwait.For(t, defaultTestTimeout, "Stop to ask x to deactivate", func() bool {
 		x.Mu.Lock()
 		defer x.Mu.Unlock()
-		return x.DeactPending
+		return x.DeactivationPending()
 	})
 	release()
 	<-lateErr

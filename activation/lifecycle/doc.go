@@ -228,7 +228,6 @@
 // Registered false itself, then sends Deactivate(DeactivateOperator): the
 // same as RegistrationLost(quiet) and its DropRegistration. The runtime
 // performs FailQueue with the activate or registration error it holds, or
-// Unavailable for CauseClosed. Activation's exported State and
-// DeactPending fields mirror State and Pending for code outside the
-// package; the runtime reads the Machine.
+// Unavailable for CauseClosed. Code outside the runtime asks the
+// activation (Lifecycle, DeactivationPending), which reads the Machine.
 package lifecycle

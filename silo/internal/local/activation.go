@@ -50,16 +50,10 @@ type Activation struct {
 	Registered atomic.Bool
 	Retries    uint8 // failed registrations retried; the registration's callbacks only
 
-	Mu   sync.Mutex
-	life lifecycle.Machine
-	// State and DeactPending mirror life's state and whether a
-	// deactivation is pending, for code outside the package: unlockDo
-	// writes them after every event that may change them, and nothing in
-	// the package reads them. Mu held.
-	State        lifecycle.State
-	DeactPending bool
-	gate         admission.Gate
-	queue        []*Call // requests not started: gate-queued, or held by the lifecycle (while registering, activating or deactivating)
+	Mu    sync.Mutex
+	life  lifecycle.Machine
+	gate  admission.Gate
+	queue []*Call // requests not started: gate-queued, or held by the lifecycle (while registering, activating or deactivating)
 	// qfirst is queue's first backing array: the request that makes an
 	// activation waits in it, and most queues never hold two.
 	qfirst       [1]*Call
@@ -73,9 +67,15 @@ type Activation struct {
 	log            *zap.Logger
 }
 
-// Valid is the State of an activation that takes requests: OnActivate
-// succeeded and no deactivation began.
-const Valid = lifecycle.Active
+// Lifecycle is the activation's lifecycle state. Mu held.
+func (a *Activation) Lifecycle() lifecycle.State { return a.life.State() }
+
+// DeactivationPending reports whether a deactivation was asked for and
+// has not begun. Mu held.
+func (a *Activation) DeactivationPending() bool {
+	_, pending := a.life.Pending()
+	return pending
+}
 
 func (s *Runtime) newActivation(id grain.ID, typ *GrainType) *Activation {
 	a := &Activation{
@@ -366,8 +366,6 @@ const queueActions = lifecycle.RerouteQueue | lifecycle.ForwardQueue | lifecycle
 // worker running the event's turn, or nil. Offer's answers are performed
 // by submit, and TurnDone's StartQueued by unlockTurnDone.
 func (a *Activation) unlockDo(e *activation.Exec, r lifecycle.Result, err error, winner directory.Entry) {
-	a.State = a.life.State()
-	_, a.DeactPending = a.life.Pending()
 	if r.Do == 0 {
 		a.Mu.Unlock()
 		return
