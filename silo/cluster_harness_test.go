@@ -306,6 +306,20 @@ func keys(prefix string, n int) []string {
 	return ks
 }
 
+// keyWhere returns the first of 200 probe keys made from prefix whose
+// grain ID satisfies ok, and fails the test, saying what was wanted,
+// when none does.
+func keyWhere(t *testing.T, prefix, what string, ok func(grain.ID) bool) string {
+	t.Helper()
+	for _, k := range keys(prefix, 200) {
+		if ok(probeGrainID(k)) {
+			return k
+		}
+	}
+	t.Fatalf("no probe key %s", what)
+	return ""
+}
+
 // probeGrainID is the grain ID of probe key.
 func probeGrainID(key string) grain.ID { return grain.ID{Type: probe.ProbeGrainType, Key: key} }
 

@@ -448,17 +448,9 @@ func TestClusterUnknownMemberKeepsItsEntry(t *testing.T) {
 		t.Fatal("s sees d although its events are held")
 	}
 	// A grain whose directory owner is a in every silo's view.
-	key := ""
-	for _, k := range keys("u", 200) {
-		id := probeGrainID(k)
-		if ownerOf(a, id) == a.Member() && ownerOf(s, id) == a.Member() && ownerOf(d, id) == a.Member() {
-			key = k
-			break
-		}
-	}
-	if key == "" {
-		t.Fatal("no key owned by a in every view")
-	}
+	key := keyWhere(t, "u", "owned by a in every view", func(id grain.ID) bool {
+		return ownerOf(a, id) == a.Member() && ownerOf(s, id) == a.Member() && ownerOf(d, id) == a.Member()
+	})
 	rd, err := tc.call(d, key, nil)
 	if err != nil || rd.Text != "d" {
 		t.Fatalf("calling %s on d (prefer-local) = %v, %v; want it activated on d", key, rd, err)
@@ -657,16 +649,9 @@ func TestClusterFalselyDeadSiloKeepsOneActivation(t *testing.T) {
 	}})
 	a, b, c := tc.silo("a"), tc.silo("b"), tc.silo("c")
 	without := directory.NewRing([]string{a.Member(), c.Member()}, a.cfg.Cluster.Directory.VirtualNodes)
-	x := ""
-	for _, k := range keys("x", 200) {
-		if id := probeGrainID(k); ownerOf(a, id) == a.Member() && without.OwnerOf(id) == a.Member() {
-			x = k
-			break
-		}
-	}
-	if x == "" {
-		t.Fatal("no key owned by a with and without b")
-	}
+	x := keyWhere(t, "x", "owned by a with and without b", func(id grain.ID) bool {
+		return ownerOf(a, id) == a.Member() && without.OwnerOf(id) == a.Member()
+	})
 	rb, err := tc.call(b, x, nil)
 	if err != nil || rb.Text != "b" {
 		t.Fatalf("calling %s on b (prefer-local) = %v, %v; want it activated on b", x, rb, err)
