@@ -69,6 +69,20 @@ type pair struct {
 	t         *testing.T
 }
 
+// warmEndpoint makes a call from a to b, so that the stream is up, and
+// returns a's endpoint for b.
+func (p *pair) warmEndpoint() *endpoint {
+	p.t.Helper()
+	if r := wait(p.t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
+		p.t.Fatal(r.err)
+	}
+	ep, err := p.a.endpointFor("b")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return ep
+}
+
 func newPair(t *testing.T, tweak func(*Config)) *pair {
 	t.Helper()
 	p := &pair{net: NewMemNetwork(), ha: newEcho(), hb: newEcho(), clock: clockwork.NewFakeClock(), t: t}
@@ -524,14 +538,8 @@ func TestGracefulRemovalAnswersPending(t *testing.T) {
 func TestCallAfterGoAwayAnswerIsNotSent(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, nil)
-	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
-		t.Fatal(r.err)
-	}
 	// The caller's Call has the endpoint...
-	ep, err := p.a.endpointFor("b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := p.warmEndpoint()
 	// ...when b goes away and a answers.
 	if err := p.b.GoAway(testwait.Context(t, defaultTestTimeout)); err != nil {
 		t.Fatal(err)
@@ -602,13 +610,7 @@ func TestShutdownWritesWhatIsQueued(t *testing.T) {
 func TestRemovePeerFailsStreamToldToGoAway(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, nil)
-	if r := wait(t, call(p.a, "b", "warm", time.Time{})); r.err != nil {
-		t.Fatal(r.err)
-	}
-	ep, err := p.a.endpointFor("b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := p.warmEndpoint()
 	release := p.holdB()
 	inFlight := call(p.a, "b", "in flight", time.Time{})
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
