@@ -53,7 +53,7 @@ BENCH_TIME  ?= 1s
 BENCH_PKGS  ?= ./activation/ ./silo/
 
 .PHONY: all build test fmt-check vet lint race fuzz peers-check bench microbench run generate generate-check tools clean postgres-up postgres-down \
-	image certs cluster-up cluster-down e2e chromium
+	image certs cluster-up cluster-down e2e chromium python-example
 
 all: build
 
@@ -153,6 +153,10 @@ e2e: image certs
 	scripts/postgres-test.sh up --docker >/dev/null
 	GRANARY_CHROMIUM="$${GRANARY_CHROMIUM:-$$(scripts/chromium.sh | tail -n1)}" && export GRANARY_CHROMIUM && \
 	$(GO) run ./deploy/e2e -compose $(COMPOSE_FILE) -secrets $(SECRETS_DIR) -image $(IMAGE) -grace $(CLUSTER_GRACE)s $(E2E_FLAGS)
+
+## python-example: a Python client (examples/python) calls a grain through a silo's TLS gateway with a bearer token, and decodes an error's details; needs Debian's python3-grpcio python3-protobuf protobuf-compiler libprotobuf-dev golang-github-gogo-googleapis-dev.
+python-example:
+	GO=$(GO) examples/python/run.sh
 
 ## run: the bank example: concurrent transfers, a refused overdraft and a deadlock refused at once.
 run:

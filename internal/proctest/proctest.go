@@ -1,7 +1,8 @@
 // Package proctest helps the tests that run an example as processes: it
 // builds the program once per test binary, collects what a process
 // prints so a test can wait for a line, and parses the key=value words of
-// such lines.
+// such lines. It also finds the outside clients that tests drive, grpcurl
+// (Grpcurl) and Python's gRPC (Python), skipping a test without them.
 package proctest
 
 import (
