@@ -57,6 +57,14 @@ type Context interface {
 	// DeactivateOnIdle asks the runtime to deactivate this activation as
 	// soon as it has no request running or queued.
 	DeactivateOnIdle()
+	// DelayDeactivation keeps this activation from being collected for
+	// being idle until at least d from now, as Orleans'
+	// IGrainContext.DelayDeactivation: the activation is collected once it
+	// has been idle for its collection age and the delay has run out. A
+	// later call replaces the delay, even with a shorter d; d <= 0 cancels
+	// it. It does not hold off DeactivateOnIdle, a deactivation asked for
+	// by the silo, or the silo stopping.
+	DelayDeactivation(d time.Duration)
 
 	// Sleep waits for d, or until the context ends, without holding a
 	// processor; other requests may interleave as at any await.

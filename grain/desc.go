@@ -95,6 +95,10 @@ type TypeOptions struct {
 	// CollectionAge is how long an activation may stay idle before it is
 	// collected; 0 means the silo's default (grain option collection_age).
 	CollectionAge time.Duration
+	// KeepAlive: activations of the type are never collected for being
+	// idle; they end only when asked to, on error or when the silo stops
+	// (grain option keep_alive).
+	KeepAlive bool
 	// StatelessWorker: the silo may run several activations of one ID and
 	// spreads calls over them (grain option stateless_worker).
 	StatelessWorker bool
@@ -162,6 +166,10 @@ func WithCallChainReentrancy() RegisterOption {
 func WithCollectionAge(d time.Duration) RegisterOption {
 	return func(o *TypeOptions) { o.CollectionAge = d }
 }
+
+// WithKeepAlive keeps the type's activations from being collected for
+// being idle, as long as the silo runs.
+func WithKeepAlive() RegisterOption { return func(o *TypeOptions) { o.KeepAlive = true } }
 
 // WithStatelessWorker makes the type a stateless worker with at most max
 // local activations (0: GOMAXPROCS).

@@ -24,7 +24,7 @@ func cycle(tb testing.TB, m *lifecycle.Machine) {
 	if r := m.Offer(false, false); r.Do != lifecycle.Admit {
 		tb.Fatalf("offer: %s", r)
 	}
-	if r := m.TurnDone(true, true, false); r.Do != lifecycle.StartQueued {
+	if r := m.TurnDone(true, true, false, 0); r.Do != lifecycle.StartQueued {
 		tb.Fatalf("turn done: %s", r)
 	}
 }
@@ -41,6 +41,7 @@ func TestHotPathAllocatesNothing(t *testing.T) {
 		m.Offer(false, false)
 		m.Registered()
 		m.ActivateDone(false, 0)
+		m.DelayDeactivation(1, 1)
 		m.IdleTick(1, 1, false)
 		m.Deactivate(grain.DeactivateOperator, false)
 		m.Migrate(grain.DeactivateOperator, true)
@@ -65,7 +66,7 @@ func BenchmarkIdleTick(b *testing.B) {
 	m := active(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		m.TurnDone(true, true, false)
+		m.TurnDone(true, true, false, 0)
 		if r := m.IdleTick(1, 1<<62, false); r.Do != 0 {
 			b.Fatal(r)
 		}

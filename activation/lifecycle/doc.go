@@ -32,10 +32,9 @@
 // Besides its state a Machine records whether a deactivation is pending
 // (asked for, not yet begun: Deactivate, Migrate, a panic, a lost
 // registration or idle collection, with the first reason winning), how
-// many requests it told the runtime to hold, and, for idle collection,
-// whether a turn counted as activity since the collector last looked and
-// when it last saw one, and whether Close came before the registration
-// answered.
+// many requests it told the runtime to hold, for idle collection when
+// the activation last became idle and until when DelayDeactivation keeps
+// it, and whether Close came before the registration answered.
 //
 // # Events and their rules
 //
@@ -86,12 +85,13 @@
 // pending, the timers that came due while activating fire
 // (FireDueTimers).
 //
-// TurnDone(quiet, activity, panicked): a request's or a timer tick's turn
-// ended and the gate was told (quiet: the gate runs nothing and no
-// interleaving tick runs). activity marks the activation touched for idle
-// collection (requests, and ticks of keep-alive timers); nothing marks it
-// when a request starts: it is busy, so the collector passes it by, until
-// its TurnDone marks it. panicked asks for
+// TurnDone(quiet, activity, panicked, now): a request's or a timer tick's
+// turn ended at now and the gate was told (quiet: the gate runs nothing
+// and no interleaving tick runs). activity (requests, and ticks of
+// keep-alive timers) restarts the idle clock at now; it never moves back,
+// so a turn reporting an earlier time than one recorded changes nothing.
+// Nothing restarts it when a request starts: the activation is busy, so
+// the collector passes it by, until its TurnDone. panicked asks for
 // a deactivation with grain.DeactivatePanic first. Then, in Active: with
 // a deactivation pending, BeginDeactivate if quiet and nothing otherwise:
 // the gate's queue is not started, it is rerouted with the rest; with none
@@ -112,12 +112,19 @@
 // IdleTick(now, age, busy): the collector looks at the activation (busy:
 // the gate runs or queues anything, or an interleaving tick runs). Only an
 // Active activation with no deactivation pending and not busy is
-// considered. If it was touched since the last look, the touch is cleared
-// and its idle clock restarts at now; otherwise, once now is at least age
-// past the idle clock, it is collected: BeginDeactivate with
-// grain.DeactivateIdle. An idle activation therefore lives between its age
-// and its age plus one collection interval, and a busy one is never
-// collected.
+// considered. Once now is at least age past the idle clock (the end of
+// its activation or of its last active turn) and not before the time
+// DelayDeactivation set, it is collected: BeginDeactivate with
+// grain.DeactivateIdle. The collector looks at a type once per collection
+// interval, so an idle activation lives between its age and its age plus
+// one interval (past any delay), and a busy one is never collected.
+//
+// DelayDeactivation(now, d): grain code asks not to be collected for
+// idleness before now+d, replacing any earlier delay, longer or shorter
+// (as Orleans' IGrainContext.DelayDeactivation); d <= 0 cancels it, and a
+// d too long to add saturates. Accepted in any state, answering nothing;
+// it delays only IdleTick's collection, never a deactivation asked for
+// or Close.
 //
 // Deactivated: the deactivate turn ended (or could not be queued): Dead,
 // Remove, and the queue is rerouted (RerouteQueue, or MigrateQueue after
@@ -204,15 +211,18 @@
 //	                                    OfferNeeds says
 //	activated (the activate turn's    ActivateDone(failed, Since())
 //	  Done)
-//	finish (a request's Done),        TurnDone(quiet, activity, panicked)
-//	  grainTimer.done (a tick's)        after gate.Finish (ticksRunning--
-//	                                    for an interleaving tick); activity
-//	                                    for a request or a keep-alive tick
+//	finish (a request's Done),        TurnDone(quiet, activity, panicked,
+//	  grainTimer.done (a tick's)        IdleNow()) after gate.Finish
+//	                                    (ticksRunning-- for an interleaving
+//	                                    tick); activity for a request or a
+//	                                    keep-alive tick
+//	turnCtx.DelayDeactivation         DelayDeactivation(Since(), d)
 //	RequestDeactivation: turnCtx.     Deactivate(reason, quiet)
 //	  DeactivateOnIdle, Silo.
 //	  Deactivate, DeactivateAll
 //	  (Silo.Stop), cluster.lost
-//	collectIdle                       IdleTick(now, typ.Age, busy)
+//	collectIdle (once per type's      IdleTick(now, typ.Age, busy); never
+//	  interval, on its schedule)        for a keep-alive type
 //	deactivated (the deactivate       Deactivated
 //	  turn's Done, or its push
 //	  failing)
@@ -224,7 +234,10 @@
 //
 // where quiet is gate.Running() == 0 && ticksRunning == 0, busy is
 // !gate.Idle() || ticksRunning > 0 || queued > 0, and times are durations
-// since the runtime's epoch. cluster.lost (a running duplicate) stores
+// since the runtime's epoch. IdleNow is the timeout wheel's coarse clock
+// plus its resolution with the real clock (no clock read per turn, and
+// not earlier than the turn's end while the sweeper keeps up), the exact
+// time with a fake one. cluster.lost (a running duplicate) stores
 // Registered false itself, then sends Deactivate(DeactivateOperator): the
 // same as RegistrationLost(quiet) and its DropRegistration. The runtime
 // performs FailQueue with the activate or registration error it holds, or

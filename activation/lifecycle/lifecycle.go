@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -156,7 +157,8 @@ func (r Result) String() string {
 // Registering, holding nothing. Not safe for concurrent use: the
 // activation's lock is held around every method.
 type Machine struct {
-	idleSince time.Duration // when the collector last saw activity (or activation ended)
+	idleSince time.Duration // when the activation last became idle: its activation or its last active turn ended
+	keepUntil time.Duration // DelayDeactivation: not collected for idleness before this; 0 for none
 	held      int32         // requests held (Hold) not yet admitted or disposed of
 	state     State
 	flags     flag
@@ -168,7 +170,6 @@ type flag uint8
 const (
 	pending    flag = 1 << iota // a deactivation was asked for
 	migrate                     // ... by Migrate
-	touched                     // a turn counted as activity since the collector last looked
 	unanswered                  // Close came before the registration answered
 )
 
@@ -286,12 +287,13 @@ func (m *Machine) ActivateDone(failed bool, now time.Duration) Result {
 	return Result{Do: FireDueTimers}
 }
 
-// TurnDone is a request's or timer tick's turn ending, after the gate was
-// told. quiet: nothing runs any more; activity: the turn counts against
-// idle collection; panicked: grain code panicked.
-func (m *Machine) TurnDone(quiet, activity, panicked bool) Result {
+// TurnDone is a request's or timer tick's turn ending at now, after the
+// gate was told. quiet: nothing runs any more; activity: the turn counts
+// against idle collection (the idle clock restarts at now); panicked:
+// grain code panicked.
+func (m *Machine) TurnDone(quiet, activity, panicked bool, now time.Duration) Result {
 	if activity {
-		m.flags |= touched
+		m.idleSince = max(m.idleSince, now)
 	}
 	if m.state != Active {
 		return Result{}
@@ -322,20 +324,34 @@ func (m *Machine) Migrate(reason grain.DeactivationReason, quiet bool) Result {
 
 // IdleTick is the idle collector looking at the activation at now; age is
 // its type's collection age; busy: anything runs or waits in the gate.
+// It collects the activation once it has been idle for age and any
+// DelayDeactivation has run out.
 func (m *Machine) IdleTick(now, age time.Duration, busy bool) Result {
 	switch {
 	case m.state != Active || m.is(pending) || busy:
 		return Result{}
-	case m.is(touched):
-		m.flags &^= touched
-		m.idleSince = now
-		return Result{}
-	case now-m.idleSince < age:
+	case now-m.idleSince < age || now < m.keepUntil:
 		return Result{}
 	}
 	m.flags |= pending
 	m.reason = uint8(grain.DeactivateIdle)
 	return m.begin()
+}
+
+// DelayDeactivation keeps the activation from being collected for
+// idleness before now+d, replacing any earlier delay, longer or shorter;
+// d <= 0 cancels the delay. It changes nothing else: a deactivation asked
+// for (Deactivate, Migrate) or Close is not delayed. It answers no
+// action, in any state.
+func (m *Machine) DelayDeactivation(now, d time.Duration) {
+	switch {
+	case d <= 0:
+		m.keepUntil = 0
+	case now > math.MaxInt64-d:
+		m.keepUntil = math.MaxInt64
+	default:
+		m.keepUntil = now + d
+	}
 }
 
 // Deactivated is the deactivate turn ending.
@@ -394,8 +410,8 @@ func (m *Machine) die(queue Action, c Cause) Result {
 }
 
 // String describes the machine as the scenarios check it: the state, then
-// pending=<reason>, migrating, held=<n>, touched, unanswered, and
-// idle-since=<time> while Active.
+// pending=<reason>, migrating, held=<n>, unanswered, and, while Active,
+// idle-since=<time> and keep-until=<time> if a delay is set.
 func (m *Machine) String() string {
 	var b strings.Builder
 	b.WriteString(m.state.String())
@@ -408,14 +424,14 @@ func (m *Machine) String() string {
 	if m.held > 0 {
 		b.WriteString(" held=" + strconv.Itoa(int(m.held)))
 	}
-	if m.is(touched) {
-		b.WriteString(" touched")
-	}
 	if m.is(unanswered) {
 		b.WriteString(" unanswered")
 	}
 	if m.state == Active {
 		b.WriteString(" idle-since=" + m.idleSince.String())
+		if m.keepUntil > 0 {
+			b.WriteString(" keep-until=" + m.keepUntil.String())
+		}
 	}
 	return b.String()
 }

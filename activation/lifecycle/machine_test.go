@@ -7,10 +7,11 @@ import (
 	"github.com/granaryio/granary/activation/lifecycle"
 )
 
-// The Machine stays small: it lives in every activation.
+// The Machine stays small: it lives in every activation. Two times (the
+// idle clock and DelayDeactivation's) and the counters and flags.
 func TestMachineSize(t *testing.T) {
-	if n := unsafe.Sizeof(lifecycle.Machine{}); n > 16 {
-		t.Errorf("Machine is %d bytes, want at most 16", n)
+	if n := unsafe.Sizeof(lifecycle.Machine{}); n > 24 {
+		t.Errorf("Machine is %d bytes, want at most 24", n)
 	}
 }
 

@@ -32,9 +32,9 @@ type sim struct {
 	outcome map[uint64]string
 
 	now, age time.Duration
-	// The idle collector's reference model: an idle clock and a touch.
-	idleSince time.Duration
-	touched   bool
+	// The idle collector's reference model: when the activation last
+	// became idle, and the delay asked for (0 for none).
+	idleSince, keepUntil time.Duration
 
 	registering   bool // the registration has not answered
 	activateTurn  bool // queued, not ended
@@ -111,7 +111,7 @@ func (s *sim) step(c chooser) error {
 		holds    bool
 		idleTick bool
 	)
-	switch c.intn(12) {
+	switch c.intn(13) {
 	case 0, 1, 2: // a request arrives
 		s.seq++
 		offered, kind = s.seq, admission.Kind(c.intn(3))
@@ -168,11 +168,14 @@ func (s *sim) step(c chooser) error {
 			activity = c.intn(2) == 0 // a keep-alive timer's tick
 			name = "done(tick)"
 		}
+		// The turn ends now, or reports a slightly earlier time (a
+		// coarse clock read that lost a race with another worker's).
+		end := max(s.now-time.Duration(c.intn(2))*500*time.Millisecond, 0)
 		if activity {
-			s.touched = true
+			s.idleSince = max(s.idleSince, end)
 		}
-		r = s.m.TurnDone(s.quiet(), activity, panicked)
-		name += fmt.Sprintf("(quiet=%t,activity=%t,panic=%t)", s.quiet(), activity, panicked)
+		r = s.m.TurnDone(s.quiet(), activity, panicked, end)
+		name += fmt.Sprintf("(quiet=%t,activity=%t,panic=%t,now=%v)", s.quiet(), activity, panicked, end)
 	case 7: // an interleaving timer tick starts
 		if st != lifecycle.Active || !s.m.Usable() {
 			return nil
@@ -203,6 +206,16 @@ func (s *sim) step(c chooser) error {
 			return nil
 		}
 		name, r = "close", s.m.Close()
+	case 12: // grain code asks for a delay, or cancels it
+		d := time.Duration(c.intn(8)-1) * time.Second
+		s.m.DelayDeactivation(s.now, d)
+		if d <= 0 {
+			s.keepUntil = 0
+		} else {
+			s.keepUntil = s.now + d
+		}
+		s.log = append(s.log, fmt.Sprintf("delay(now=%v,d=%v)", s.now, d))
+		return nil
 	}
 	s.log = append(s.log, name+" -> "+r.String())
 	return s.perform(st, pendingBefore, r, offered, kind, holds, idleTick)
@@ -248,18 +261,15 @@ func (s *sim) perform(before lifecycle.State, pendingBefore bool, r lifecycle.Re
 			return s.fail("deactivation began from %s, quiet=%t", before, s.quiet())
 		}
 		if r.Reason == grain.DeactivateIdle && idleTick {
-			if s.busy() || pendingBefore || s.touched || s.now-s.idleSince < s.age {
-				return s.fail("collected: busy=%t pending=%t touched=%t idle for %v of %v",
-					s.busy(), pendingBefore, s.touched, s.now-s.idleSince, s.age)
+			if s.busy() || pendingBefore || s.now-s.idleSince < s.age || s.now < s.keepUntil {
+				return s.fail("collected: busy=%t pending=%t idle for %v of %v, delayed until %v",
+					s.busy(), pendingBefore, s.now-s.idleSince, s.age, s.keepUntil)
 			}
 		}
 		s.deactTurn = true
 	}
-	if idleTick && before == lifecycle.Active && !pendingBefore && !s.busy() && s.touched {
-		s.touched, s.idleSince = false, s.now
-	}
-	if idleTick && r.Do == 0 && before == lifecycle.Active && !pendingBefore && !s.busy() && !s.touched && s.now-s.idleSince >= s.age {
-		return s.fail("an activation idle for %v of %v was not collected", s.now-s.idleSince, s.age)
+	if idleTick && r.Do == 0 && before == lifecycle.Active && !pendingBefore && !s.busy() && s.now-s.idleSince >= s.age && s.now >= s.keepUntil {
+		return s.fail("an activation idle for %v of %v, delayed until %v, was not collected", s.now-s.idleSince, s.age, s.keepUntil)
 	}
 	if _, ok := s.m.Pending(); ok {
 		s.wasPendingYet = true
@@ -377,7 +387,7 @@ func (s *sim) finish() error {
 		}
 		st := s.m.State()
 		_, pending := s.m.Pending()
-		r := s.m.TurnDone(s.quiet(), true, false)
+		r := s.m.TurnDone(s.quiet(), true, false, s.now)
 		s.log = append(s.log, fmt.Sprintf("done(%d) -> %s", seq, r))
 		if err := s.perform(st, pending, r, 0, 0, false, false); err != nil {
 			return err
@@ -433,6 +443,7 @@ func FuzzLifecycle(f *testing.F) {
 	f.Add([]byte{0, 3, 4, 0, 5, 8, 5, 10})
 	f.Add([]byte{0, 0, 3, 8, 4, 0, 5, 10, 0})
 	f.Add([]byte{9, 2, 7, 9, 9, 9, 9, 9, 9})
+	f.Add([]byte{0, 3, 4, 0, 5, 12, 4, 9, 9, 9, 12, 0, 9, 9, 9})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := &byteChooser{b: b}
 		if err := runSim(c, len(b), c.done); err != nil {

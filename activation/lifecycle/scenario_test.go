@@ -30,12 +30,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	lost [quiet]                       RegistrationLost(quiet)
 //	regfail                            RegistrationFailed()
 //	activated [failed] [now=D]         ActivateDone(failed, now)
-//	done [quiet] [activity] [panic]    TurnDone(quiet, activity, panicked)
+//	done [quiet] [activity] [panic]    TurnDone(quiet, activity, panicked, now)
+//	  [now=D]
 //	deactivate REASON [quiet]          Deactivate(reason, quiet); REASON as
 //	                                   grain.DeactivationReason prints it:
 //	                                   idle, requested, shutdown, panic, operator
 //	migrate REASON [quiet]             Migrate(reason, quiet)
 //	tick now=D age=D [busy]            IdleTick(now, age, busy)
+//	delay now=D d=D                    DelayDeactivation(now, d); answers
+//	                                   nothing: write "-> none"
 //	deactivated                        Deactivated()
 //	close                              Close()
 //
@@ -175,11 +178,13 @@ func apply(m *lifecycle.Machine, f []string) (lifecycle.Result, error) {
 	case "activated":
 		flags = []string{"failed", "now="}
 	case "done":
-		flags = []string{"quiet", "activity", "panic"}
+		flags = []string{"quiet", "activity", "panic", "now="}
 	case "deactivate", "migrate":
 		flags, nwords = []string{"quiet"}, 1
 	case "tick":
 		flags = []string{"now=", "age=", "busy"}
+	case "delay":
+		flags = []string{"now=", "d="}
 	case "registered", "regfail", "deactivated", "close":
 	default:
 		return lifecycle.Result{}, fmt.Errorf("unknown event %q", name)
@@ -203,7 +208,7 @@ func apply(m *lifecycle.Machine, f []string) (lifecycle.Result, error) {
 	case "activated":
 		return m.ActivateDone(a.flags["failed"], a.vals["now"]), nil
 	case "done":
-		return m.TurnDone(a.flags["quiet"], a.flags["activity"], a.flags["panic"]), nil
+		return m.TurnDone(a.flags["quiet"], a.flags["activity"], a.flags["panic"], a.vals["now"]), nil
 	case "deactivate", "migrate":
 		reason, err := parseReason(a.words[0])
 		if err != nil {
@@ -221,6 +226,12 @@ func apply(m *lifecycle.Machine, f []string) (lifecycle.Result, error) {
 			return lifecycle.Result{}, fmt.Errorf("tick needs age=")
 		}
 		return m.IdleTick(a.vals["now"], a.vals["age"], a.flags["busy"]), nil
+	case "delay":
+		if _, ok := a.vals["d"]; !ok {
+			return lifecycle.Result{}, fmt.Errorf("delay needs d=")
+		}
+		m.DelayDeactivation(a.vals["now"], a.vals["d"])
+		return lifecycle.Result{}, nil
 	case "deactivated":
 		return m.Deactivated(), nil
 	case "close":

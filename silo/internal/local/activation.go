@@ -244,7 +244,7 @@ func (a *Activation) finish(e *activation.Exec, c *Call, panicked bool) {
 // to end. activity counts the turn against idle collection; panicked says
 // grain code panicked. mu held on entry, not on return.
 func (a *Activation) unlockTurnDone(e *activation.Exec, activity, panicked bool) {
-	r := a.life.TurnDone(a.quietLocked(), activity, panicked)
+	r := a.life.TurnDone(a.quietLocked(), activity, panicked, a.s.IdleNow())
 	if r.Do != lifecycle.StartQueued {
 		a.unlockDo(e, r, nil, directory.Entry{})
 		return

@@ -6,60 +6,118 @@ import (
 	"github.com/granaryio/granary/directory"
 )
 
-// collect is the idle collector: on each tick it deactivates activations
-// that have been idle for their type's collection age. Owned by Start;
-// stopped by BeginStop.
+// collect is the idle collector: it looks at each grain type once per
+// the type's collection interval and deactivates the activations that
+// have been idle for the type's collection age. Owned by Start; stopped
+// by BeginStop.
+//
+// The bound it keeps: an activation that went idle at t (its activation
+// or its last active turn ended; see IdleNow) is collected at the first
+// look at or after t+age, and looks at a type are one interval apart, so
+// it lives between age and age+interval of idleness, plus the time the
+// collector's wake-up and the deactivate turn take to be scheduled.
+//
+// Looks are scheduled on a fixed grid per type (the collector's start
+// plus whole intervals), with one clock timer set for the earliest, which
+// fires at or after it: no look is skipped because a ticker fired a little
+// before a recorded due time, and the grid does not drift by the time
+// each look takes. A look that comes late (a loaded machine, or a fake
+// clock moved by several intervals) moves its type to the next grid point
+// after it. Types that are keep-alive are never looked at.
 func (s *Runtime) collect() {
 	defer close(s.collDone)
-	tick := s.Cfg.CollectionInterval
-	for _, t := range s.Types {
-		tick = min(tick, t.Interval)
-	}
-	ticker := s.Clock.NewTicker(tick)
-	defer ticker.Stop()
-	next := map[*GrainType]time.Time{}
 	start := s.Clock.Now()
+	var sched []collectSchedule
 	for _, t := range s.Types {
-		next[t] = start.Add(t.Interval)
+		if !t.Opts.KeepAlive {
+			sched = append(sched, collectSchedule{typ: t, next: start.Add(t.Interval)})
+		}
 	}
+	if len(sched) == 0 { // nothing to collect, ever
+		if s.Collected != nil {
+			s.Collected(start)
+		}
+		<-s.collStop
+		return
+	}
+	timer := s.Clock.NewTimer(earliest(sched).Sub(start))
+	defer timer.Stop()
 	if s.Collected != nil {
 		s.Collected(start)
 	}
+	due := make([]*GrainType, 0, len(sched))
 	for {
 		select {
 		case <-s.collStop:
 			return
-		case <-ticker.Chan():
-			now := s.Clock.Now()
-			due := map[*GrainType]bool{}
-			for t, at := range next {
-				if !now.Before(at) {
-					due[t] = true
-					next[t] = now.Add(t.Interval)
-				}
+		case <-timer.Chan():
+		}
+		now := s.Clock.Now()
+		due = due[:0]
+		for i := range sched {
+			if sc := &sched[i]; !now.Before(sc.next) {
+				due = append(due, sc.typ)
+				sc.advance(now)
 			}
-			if len(due) > 0 {
-				s.collectIdle(now, due)
-			}
-			if s.Collected != nil {
-				s.Collected(now)
-			}
+		}
+		// Re-armed before the look and before Collected: a test that moves
+		// a fake clock on once told finds the timer set.
+		timer.Reset(earliest(sched).Sub(now))
+		if len(due) > 0 {
+			s.collectIdle(now, due)
+		}
+		if s.Collected != nil {
+			s.Collected(now)
 		}
 	}
 }
 
-// collectIdle shows the activations of the due types to their lifecycle
-// (IdleTick), which collects those that stayed idle for their type's age.
-// An activation is busy, and never collected, while a request or tick
-// runs or waits.
-func (s *Runtime) collectIdle(now time.Time, due map[*GrainType]bool) {
-	at := now.Sub(s.Epoch)
-	s.ForEachActivation(func(a *Activation) {
-		if !due[a.typ] {
-			return
+// collectSchedule is when the collector next looks at a type. Collector
+// only.
+type collectSchedule struct {
+	typ  *GrainType
+	next time.Time
+}
+
+// advance moves the schedule past now, to the next point of its grid.
+func (sc *collectSchedule) advance(now time.Time) {
+	iv := sc.typ.Interval
+	sc.next = sc.next.Add(iv)
+	if late := now.Sub(sc.next); late >= 0 {
+		sc.next = sc.next.Add((late/iv + 1) * iv)
+	}
+}
+
+// earliest is the time of the next look at any type.
+func earliest(sched []collectSchedule) time.Time {
+	e := sched[0].next
+	for _, sc := range sched[1:] {
+		if sc.next.Before(e) {
+			e = sc.next
 		}
+	}
+	return e
+}
+
+// collectIdle shows the activations of the due types to their lifecycle
+// (IdleTick), which collects those that stayed idle for their type's age
+// and are not kept by DelayDeactivation. An activation is busy, and never
+// collected, while a request or tick runs or waits. Collector only.
+func (s *Runtime) collectIdle(now time.Time, due []*GrainType) {
+	at := now.Sub(s.Epoch)
+	look := func(a *Activation) bool {
 		a.Mu.Lock()
 		busy := !a.gate.Idle() || a.ticksRunning > 0 || a.QueuedLocked() > 0
 		a.unlockDo(nil, a.life.IdleTick(at, a.typ.Age, busy), nil, directory.Entry{})
-	})
+		return true
+	}
+	for _, t := range due {
+		t.Acts.each(look)
+		t.Sets.Range(func(_, v any) bool {
+			for _, a := range v.(*WorkerSet).Snapshot() {
+				look(a)
+			}
+			return true
+		})
+	}
 }

@@ -112,6 +112,15 @@ func (t *turnCtx) Logger() *zap.Logger { return t.C.act.logger() }
 
 func (t *turnCtx) DeactivateOnIdle() { t.C.act.RequestDeactivation(grain.DeactivateRequested) }
 
+// DelayDeactivation keeps the activation from being collected for
+// idleness before d from now (lifecycle.Machine.DelayDeactivation).
+func (t *turnCtx) DelayDeactivation(d time.Duration) {
+	a := t.C.act
+	a.Mu.Lock()
+	a.life.DelayDeactivation(a.s.Since(), d)
+	a.Mu.Unlock()
+}
+
 func (t *turnCtx) RegisterTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts ...grain.TimerOption) (grain.Timer, error) {
 	return t.C.act.registerTimer(name, fn, due, period, opts)
 }

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/granaryio/granary/grain"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
@@ -50,5 +51,35 @@ func TestCountingProviderClears(t *testing.T) {
 	want := StateOps{Reads: 1, Writes: 1, Clears: 2, ClearFailures: 1, Conflicts: 1}
 	if got := cp.Snapshot(); got != want {
 		t.Fatalf("counts = %+v, want %+v", got, want)
+	}
+}
+
+// TestCollectScheduleStaysOnGrid: the collector's look at a type moves
+// one interval on when it comes on time or a little late, and to the next
+// point of the same grid when it comes later than a whole interval, so
+// looks never drift and never come more than an interval apart.
+func TestCollectScheduleStaysOnGrid(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	iv := 500 * time.Millisecond
+	typ := &GrainType{Interval: iv}
+	for _, tc := range []struct {
+		look, want time.Duration // since t0: the look, due at 500ms, and the next
+	}{
+		{500 * time.Millisecond, time.Second},
+		{501 * time.Millisecond, time.Second},
+		{999 * time.Millisecond, time.Second},
+		{time.Second, 1500 * time.Millisecond},
+		{3200 * time.Millisecond, 3500 * time.Millisecond},
+	} {
+		sc := collectSchedule{typ: typ, next: t0.Add(iv)}
+		sc.advance(t0.Add(tc.look))
+		if got := sc.next.Sub(t0); got != tc.want {
+			t.Errorf("look at %v: next at %v, want %v", tc.look, got, tc.want)
+		}
+	}
+	sched := []collectSchedule{{typ: typ, next: t0.Add(time.Second)}, {typ: typ, next: t0.Add(iv)}}
+	if got := earliest(sched).Sub(t0); got != iv {
+		t.Errorf("earliest = %v, want %v", got, iv)
 	}
 }

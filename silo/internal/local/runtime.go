@@ -261,6 +261,20 @@ func (s *Runtime) CallNow() time.Duration {
 	return s.Since()
 }
 
+// IdleNow is the time a turn ends at, for idle collection: it restarts
+// the activation's idle clock (lifecycle.Machine.TurnDone). With the real
+// clock it is the timeout wheel's coarse clock plus one resolution, which
+// costs no clock read on the hot path and is not earlier than the true
+// time while the sweeper keeps up, so the collector may take an
+// activation up to one resolution late but not early; with a fake clock,
+// the exact time. Any goroutine.
+func (s *Runtime) IdleNow() time.Duration {
+	if s.realClock {
+		return s.wheel.coarseNow() + s.wheel.res
+	}
+	return s.Since()
+}
+
 // removeActivation drops a dead activation from the catalog.
 func (s *Runtime) removeActivation(a *Activation) {
 	removed := false
