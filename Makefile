@@ -19,8 +19,8 @@ GRPCURL_VERSION     := v1.9.3
 PROTOC_GEN_GO_VERSION = $(shell $(GO) list -m -f '{{.Version}}' google.golang.org/protobuf)
 
 # The generator's own sources: bin/protoc-gen-go-granary is rebuilt when one
-# of them changes.
-PROTOC_GEN_GO_GRANARY_SRCS := $(wildcard cmd/protoc-gen-go-granary/*.go proto/granary/v1/*.go) go.mod go.sum
+# of them changes, options.proto too, which it embeds for -print-options.
+PROTOC_GEN_GO_GRANARY_SRCS := $(wildcard cmd/protoc-gen-go-granary/*.go proto/granary/v1/*.go) proto/granary/v1/options.proto go.mod go.sum
 
 # The example silo's container image (deploy/Dockerfile), built FROM
 # scratch on a static binary, and the compose cluster that runs it. COMPOSE
@@ -90,7 +90,8 @@ race: $(GRPCURL)
 # minute would spend a short run minimising instead of fuzzing.
 FUZZ_TIME    ?=
 FUZZ_TARGETS := FuzzMetadata:./silo/grpcapi:30000x FuzzAdminQuery:./silo/admin:20000x \
-	FuzzParseTokens:./security/auth:250000x FuzzBearerToken:./security/auth:250000x
+	FuzzParseTokens:./security/auth:250000x FuzzBearerToken:./security/auth:250000x \
+	FuzzCompoundKeys:./grain:100000x
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -34,6 +34,39 @@ func ExampleID_String() {
 	// true
 }
 
+// A compound key is a primary key and an extension, written
+// "<primary>+<extension>". A grain reads both back from its ID.
+func ExampleID_Int64Compound() {
+	id := grain.NewID("shop.Cart", grain.Int64CompoundKey(42, "eu-west"))
+	fmt.Println(id)
+
+	n, ext, err := id.Int64Compound()
+	fmt.Println(n, ext, err)
+
+	// The extension may be empty, but the '+' is always written.
+	fmt.Println(grain.Int64CompoundKey(7, ""))
+	_, _, err = grain.NewID("shop.Cart", "7").Int64Compound()
+	fmt.Println(err)
+	// Output:
+	// shop.Cart/42+eu-west
+	// 42 eu-west <nil>
+	// 7+
+	// grain: bad key: "7" is not of the form <decimal int64>+<extension>: it has no '+'
+}
+
+// Typed constructors and accessors spare a grain the key's string form.
+func ExampleID_UUID() {
+	u := [16]byte{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}
+	id := grain.UUIDID("device.Sensor", u)
+	fmt.Println(id)
+
+	back, err := id.UUID()
+	fmt.Println(back == u, err)
+	// Output:
+	// device.Sensor/123e4567-e89b-12d3-a456-426614174000
+	// true <nil>
+}
+
 // An outgoing filter adds headers with WithHeader; the callee reads them
 // with Header. A later value for the same key wins.
 func ExampleWithHeader() {

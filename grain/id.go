@@ -50,7 +50,19 @@ func (id ID) Hash() uint64 {
 }
 
 // KeyKind is the kind of key a grain type uses, from the key_kind grain
-// option. Keys are always carried as strings; the kind fixes their form.
+// option. Keys are always carried as strings, in ID.Key; the kind fixes
+// their form, and each form is canonical, so one grain never answers to
+// two spellings of its key.
+//
+// A compound key, as in Orleans, is a primary key (an int64 or a UUID) and
+// a key extension (a string), written "<primary>+<extension>": the
+// primary's form never contains '+', so the first '+' ends it, and the
+// extension is everything after it. The '+' is always written. The
+// extension may be any string, including the empty one ("42+" is the key
+// 42 with an empty extension, and "42" is not a compound key), so every
+// pair of a primary key and an extension has exactly one key. Orleans
+// refuses null, empty and whitespace extensions when it makes a reference;
+// Granary takes any, since a reference constructor cannot fail.
 type KeyKind int
 
 const (
@@ -61,48 +73,149 @@ const (
 	// KeyUUID: a UUID in its canonical lower-case 8-4-4-4-12 hex form, as
 	// UUIDKey formats it.
 	KeyUUID
+	// KeyInt64Compound: "<int64>+<extension>", as Int64CompoundKey formats
+	// it; the int64 is written as IntKey writes it.
+	KeyInt64Compound
+	// KeyUUIDCompound: "<uuid>+<extension>", as UUIDCompoundKey formats
+	// it; the UUID is written as UUIDKey writes it.
+	KeyUUIDCompound
 )
 
+// keyKindNames are the names String gives the key kinds, by value.
+var keyKindNames = [...]string{"string", "int64", "uuid", "int64_compound", "uuid_compound"}
+
 func (k KeyKind) String() string {
-	switch k {
-	case KeyString:
-		return "string"
-	case KeyInt64:
-		return "int64"
-	case KeyUUID:
-		return "uuid"
+	if k >= 0 && int(k) < len(keyKindNames) {
+		return keyKindNames[k]
 	}
 	return "KeyKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// ErrBadKey is wrapped by the errors CheckKey returns.
+// ErrBadKey is wrapped by the errors CheckKey, ParseUUIDKey and the typed
+// accessors of ID return for a key not of the form asked for.
 var ErrBadKey = errors.New("grain: bad key")
 
-// CheckKey reports whether key has the form of kind.
+// compoundSep separates the primary key of a compound key from its
+// extension.
+const compoundSep = "+"
+
+// CheckKey reports whether key has the form of kind. Its errors wrap
+// ErrBadKey and name the form expected.
 func (k KeyKind) CheckKey(key string) error {
+	var err error
 	switch k {
 	case KeyString:
 		if key == "" {
-			return fmt.Errorf("%w: empty", ErrBadKey)
+			err = fmt.Errorf("%w: empty", ErrBadKey)
 		}
 	case KeyInt64:
-		if _, err := strconv.ParseInt(key, 10, 64); err != nil || IntKey(mustInt(key)) != key {
-			return fmt.Errorf("%w: %q is not a decimal int64", ErrBadKey, key)
-		}
+		_, err = parseInt64Key(key)
 	case KeyUUID:
-		if _, err := ParseUUIDKey(key); err != nil {
-			return err
-		}
+		_, err = ParseUUIDKey(key)
+	case KeyInt64Compound:
+		_, _, err = parseInt64Compound(key)
+	case KeyUUIDCompound:
+		_, _, err = parseUUIDCompound(key)
 	default:
-		return fmt.Errorf("%w: unknown key kind %d", ErrBadKey, int(k))
+		err = fmt.Errorf("%w: unknown key kind %d", ErrBadKey, int(k))
 	}
-	return nil
+	return err
 }
 
-func mustInt(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+// parseInt64Key reads a key that IntKey formatted.
+func parseInt64Key(key string) (int64, error) {
+	n, err := strconv.ParseInt(key, 10, 64)
+	if err != nil || !isIntKey(key, n) {
+		return 0, fmt.Errorf("%w: %q is not a decimal int64", ErrBadKey, key)
+	}
+	return n, nil
+}
+
+// isIntKey reports whether s is n as IntKey writes it, without allocating:
+// every call checks its key.
+func isIntKey(s string, n int64) bool {
+	var b [20]byte
+	return string(strconv.AppendInt(b[:0], n, 10)) == s
+}
+
+// splitCompound splits a compound key at its first '+'. form names the
+// compound form, for the error.
+func splitCompound(key, form string) (primary, ext string, err error) {
+	primary, ext, ok := strings.Cut(key, compoundSep)
+	if !ok {
+		return "", "", fmt.Errorf("%w: %q is not of the form %s: it has no '+'", ErrBadKey, key, form)
+	}
+	return primary, ext, nil
+}
+
+const (
+	int64CompoundForm = "<decimal int64>+<extension>"
+	uuidCompoundForm  = "<canonical UUID>+<extension>"
+)
+
+// parseInt64Compound reads a key that Int64CompoundKey formatted.
+func parseInt64Compound(key string) (int64, string, error) {
+	primary, ext, err := splitCompound(key, int64CompoundForm)
+	if err != nil {
+		return 0, "", err
+	}
+	n, err := strconv.ParseInt(primary, 10, 64)
+	if err != nil || !isIntKey(primary, n) {
+		return 0, "", fmt.Errorf("%w: %q is not of the form %s: %q is not a decimal int64", ErrBadKey, key, int64CompoundForm, primary)
+	}
+	return n, ext, nil
+}
+
+// parseUUIDCompound reads a key that UUIDCompoundKey formatted.
+func parseUUIDCompound(key string) ([16]byte, string, error) {
+	primary, ext, err := splitCompound(key, uuidCompoundForm)
+	if err != nil {
+		return [16]byte{}, "", err
+	}
+	u, ok := parseUUID(primary)
+	if !ok {
+		return [16]byte{}, "", fmt.Errorf("%w: %q is not of the form %s: %q is not a canonical UUID", ErrBadKey, key, uuidCompoundForm, primary)
+	}
+	return u, ext, nil
+}
 
 // IntKey formats an int64 key.
 func IntKey(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Int64CompoundKey formats the compound key of the int64 primary key n and
+// the extension ext: "<n>+<ext>". ext may be any string, empty included.
+func Int64CompoundKey(n int64, ext string) string { return IntKey(n) + compoundSep + ext }
+
+// UUIDCompoundKey formats the compound key of the UUID primary key u and
+// the extension ext: "<uuid>+<ext>". ext may be any string, empty
+// included.
+func UUIDCompoundKey(u [16]byte, ext string) string { return UUIDKey(u) + compoundSep + ext }
+
+// Int64ID returns the ID of the grain of type typ with the int64 key n,
+// for a type with KeyInt64 keys.
+func Int64ID(typ string, n int64) ID { return ID{Type: typ, Key: IntKey(n)} }
+
+// UUIDID returns the ID of the grain of type typ with the UUID key u, for
+// a type with KeyUUID keys.
+func UUIDID(typ string, u [16]byte) ID { return ID{Type: typ, Key: UUIDKey(u)} }
+
+// Int64 returns the key of id as an int64. It fails, with an error that
+// wraps ErrBadKey, unless the key has the KeyInt64 form.
+func (id ID) Int64() (int64, error) { return parseInt64Key(id.Key) }
+
+// UUID returns the key of id as a UUID. It fails, with an error that wraps
+// ErrBadKey, unless the key has the KeyUUID form.
+func (id ID) UUID() ([16]byte, error) { return ParseUUIDKey(id.Key) }
+
+// Int64Compound returns the int64 primary key and the extension of id's
+// key. It fails, with an error that wraps ErrBadKey, unless the key has
+// the KeyInt64Compound form.
+func (id ID) Int64Compound() (int64, string, error) { return parseInt64Compound(id.Key) }
+
+// UUIDCompound returns the UUID primary key and the extension of id's key.
+// It fails, with an error that wraps ErrBadKey, unless the key has the
+// KeyUUIDCompound form.
+func (id ID) UUIDCompound() ([16]byte, string, error) { return parseUUIDCompound(id.Key) }
 
 // UUIDKey formats a UUID key in canonical form.
 func UUIDKey(u [16]byte) string {
@@ -123,30 +236,36 @@ func UUIDKey(u [16]byte) string {
 // ParseUUIDKey reads a key that UUIDKey formatted: 32 lower-case hex
 // digits with dashes at offsets 8, 13, 18 and 23, and nowhere else.
 func ParseUUIDKey(key string) ([16]byte, error) {
-	var u [16]byte
-	bad := func() ([16]byte, error) {
+	u, ok := parseUUID(key)
+	if !ok {
 		return [16]byte{}, fmt.Errorf("%w: %q is not a canonical UUID", ErrBadKey, key)
 	}
+	return u, nil
+}
+
+// parseUUID is ParseUUIDKey without the error.
+func parseUUID(key string) ([16]byte, bool) {
+	var u [16]byte
 	if len(key) != 36 {
-		return bad()
+		return u, false
 	}
 	i := 0
 	for j := range u {
 		if j == 4 || j == 6 || j == 8 || j == 10 {
 			if key[i] != '-' {
-				return bad()
+				return [16]byte{}, false
 			}
 			i++
 		}
 		hi, ok1 := unhex(key[i])
 		lo, ok2 := unhex(key[i+1])
 		if !ok1 || !ok2 {
-			return bad()
+			return [16]byte{}, false
 		}
 		u[j] = hi<<4 | lo
 		i += 2
 	}
-	return u, nil
+	return u, true
 }
 
 func unhex(c byte) (byte, bool) {

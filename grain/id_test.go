@@ -135,7 +135,10 @@ func TestKeyKindString(t *testing.T) {
 		{grain.KeyString, "string"},
 		{grain.KeyInt64, "int64"},
 		{grain.KeyUUID, "uuid"},
+		{grain.KeyInt64Compound, "int64_compound"},
+		{grain.KeyUUIDCompound, "uuid_compound"},
 		{grain.KeyKind(7), "KeyKind(7)"},
+		{grain.KeyKind(-1), "KeyKind(-1)"},
 	}
 	for _, tt := range tests {
 		if got := tt.k.String(); got != tt.want {
@@ -185,6 +188,29 @@ func TestCheckKey(t *testing.T) {
 		{grain.KeyUUID, "123e4567e89b12d3a456426614174000", false},
 		{grain.KeyUUID, "", false},
 
+		{grain.KeyInt64Compound, "42+eu", true},
+		{grain.KeyInt64Compound, "42+", true},
+		{grain.KeyInt64Compound, "-7+a+b", true},
+		{grain.KeyInt64Compound, "0+ ", true},
+		{grain.KeyInt64Compound, "0+a/b", true},
+		{grain.KeyInt64Compound, grain.IntKey(math.MinInt64) + "+x", true},
+		{grain.KeyInt64Compound, "42", false},
+		{grain.KeyInt64Compound, "", false},
+		{grain.KeyInt64Compound, "+", false},
+		{grain.KeyInt64Compound, "+42+x", false},
+		{grain.KeyInt64Compound, "042+x", false},
+		{grain.KeyInt64Compound, "x+42", false},
+		{grain.KeyInt64Compound, "9223372036854775808+x", false},
+
+		{grain.KeyUUIDCompound, "123e4567-e89b-12d3-a456-426614174000+eu", true},
+		{grain.KeyUUIDCompound, "123e4567-e89b-12d3-a456-426614174000+", true},
+		{grain.KeyUUIDCompound, "123e4567-e89b-12d3-a456-426614174000++", true},
+		{grain.KeyUUIDCompound, "123e4567-e89b-12d3-a456-426614174000", false},
+		{grain.KeyUUIDCompound, "123E4567-E89B-12D3-A456-426614174000+eu", false},
+		{grain.KeyUUIDCompound, "42+eu", false},
+		{grain.KeyUUIDCompound, "+eu", false},
+		{grain.KeyUUIDCompound, "", false},
+
 		{grain.KeyKind(7), "alice", false},
 	}
 	for _, tt := range tests {
@@ -200,13 +226,10 @@ func TestCheckKey(t *testing.T) {
 	}
 }
 
-// TestCheckKeyUUIDRejectsDashesForDigits fails: ParseUUIDKey checks the
-// length and the four dashes at 8, 13, 18 and 23, then skips every '-' it
-// meets, so a key with a pair of dashes in place of a pair of hex digits is
-// accepted. It parses to a UUID whose canonical form is another key (the
-// first two below both parse to aabbccdd-ddee-eeff-ff00-112233445500), so
-// several keys name one UUID and CheckKey(KeyUUID) admits keys that UUIDKey
-// never formats.
+// TestCheckKeyUUIDRejectsDashesForDigits: a key with a pair of dashes in
+// place of a pair of hex digits is refused. An earlier ParseUUIDKey skipped
+// every '-' it met, so such keys parsed to a UUID whose canonical form is
+// another key, and several keys named one UUID.
 func TestCheckKeyUUIDRejectsDashesForDigits(t *testing.T) {
 	for _, key := range []string{
 		"--aabbcc-dddd-eeee-ffff-001122334455",
@@ -293,6 +316,128 @@ func TestIntKey(t *testing.T) {
 	}
 }
 
+// TestCompoundKeyMessagesNameTheForm: a key refused for a compound kind is
+// refused with the form the kind expects, and with what is wrong with it.
+func TestCompoundKeyMessagesNameTheForm(t *testing.T) {
+	tests := []struct {
+		kind grain.KeyKind
+		key  string
+		want string
+	}{
+		{grain.KeyInt64Compound, "42", `grain: bad key: "42" is not of the form <decimal int64>+<extension>: it has no '+'`},
+		{grain.KeyInt64Compound, "042+x", `grain: bad key: "042+x" is not of the form <decimal int64>+<extension>: "042" is not a decimal int64`},
+		{grain.KeyUUIDCompound, "x", `grain: bad key: "x" is not of the form <canonical UUID>+<extension>: it has no '+'`},
+		{grain.KeyUUIDCompound, "42+x", `grain: bad key: "42+x" is not of the form <canonical UUID>+<extension>: "42" is not a canonical UUID`},
+	}
+	for _, tt := range tests {
+		err := tt.kind.CheckKey(tt.key)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%v.CheckKey(%q) = %v, want %s", tt.kind, tt.key, err, tt.want)
+		}
+	}
+}
+
+// TestTypedIDsRoundTrip: an ID made by a typed constructor gives its key
+// back through the matching accessor, and the key passes CheckKey of its
+// kind.
+func TestTypedIDsRoundTrip(t *testing.T) {
+	u := [16]byte{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}
+	for _, n := range []int64{0, 1, -1, math.MaxInt64, math.MinInt64} {
+		id := grain.Int64ID("t.Int", n)
+		if id != grain.NewID("t.Int", grain.IntKey(n)) {
+			t.Errorf("Int64ID(%d) = %#v", n, id)
+		}
+		if got, err := id.Int64(); err != nil || got != n {
+			t.Errorf("Int64ID(%d).Int64() = %d, %v", n, got, err)
+		}
+		for _, ext := range []string{"", "eu", "a+b", "+", " ", "héllo/wörld"} {
+			key := grain.Int64CompoundKey(n, ext)
+			if err := grain.KeyInt64Compound.CheckKey(key); err != nil {
+				t.Errorf("KeyInt64Compound.CheckKey(Int64CompoundKey(%d, %q)) = %v", n, ext, err)
+			}
+			gn, gext, err := grain.NewID("t.IntC", key).Int64Compound()
+			if err != nil || gn != n || gext != ext {
+				t.Errorf("Int64Compound of %q = %d, %q, %v; want %d, %q, nil", key, gn, gext, err, n, ext)
+			}
+		}
+	}
+
+	id := grain.UUIDID("t.UUID", u)
+	if id.Key != "123e4567-e89b-12d3-a456-426614174000" {
+		t.Errorf("UUIDID key %q", id.Key)
+	}
+	if got, err := id.UUID(); err != nil || got != u {
+		t.Errorf("UUIDID(%x).UUID() = %x, %v", u, got, err)
+	}
+	for _, ext := range []string{"", "eu", "a+b", "+"} {
+		key := grain.UUIDCompoundKey(u, ext)
+		if want := "123e4567-e89b-12d3-a456-426614174000+" + ext; key != want {
+			t.Errorf("UUIDCompoundKey(%x, %q) = %q, want %q", u, ext, key, want)
+		}
+		if err := grain.KeyUUIDCompound.CheckKey(key); err != nil {
+			t.Errorf("KeyUUIDCompound.CheckKey(%q) = %v", key, err)
+		}
+		gu, gext, err := grain.NewID("t.UUIDC", key).UUIDCompound()
+		if err != nil || gu != u || gext != ext {
+			t.Errorf("UUIDCompound of %q = %x, %q, %v; want %x, %q, nil", key, gu, gext, err, u, ext)
+		}
+	}
+}
+
+// TestTypedAccessorsRefuseOtherForms: each accessor refuses, with
+// ErrBadKey, a key of another kind's form, so a grain cannot read its key
+// in a form its type does not have.
+func TestTypedAccessorsRefuseOtherForms(t *testing.T) {
+	const uuid = "123e4567-e89b-12d3-a456-426614174000"
+	accessors := []struct {
+		name string
+		get  func(grain.ID) error
+		bad  []string
+	}{
+		{"Int64", func(id grain.ID) error { _, err := id.Int64(); return err },
+			[]string{"", "alice", "042", "42+", "42+x", uuid}},
+		{"UUID", func(id grain.ID) error { _, err := id.UUID(); return err },
+			[]string{"", "alice", "42", uuid + "+", "123E4567-E89B-12D3-A456-426614174000"}},
+		{"Int64Compound", func(id grain.ID) error { _, _, err := id.Int64Compound(); return err },
+			[]string{"", "alice", "42", "+42", "042+x", uuid + "+x"}},
+		{"UUIDCompound", func(id grain.ID) error { _, _, err := id.UUIDCompound(); return err },
+			[]string{"", "alice", uuid, "42+x", "+" + uuid}},
+	}
+	for _, a := range accessors {
+		for _, key := range a.bad {
+			if err := a.get(grain.NewID("t", key)); !errors.Is(err, grain.ErrBadKey) {
+				t.Errorf("ID{Key: %q}.%s() error = %v, want one wrapping ErrBadKey", key, a.name, err)
+			}
+		}
+	}
+}
+
+// FuzzCompoundKeys: any string either parses as an int64 compound key that
+// formats back to it exactly, or is refused by both the accessor and
+// CheckKey; the same for UUID compound keys. Nothing panics.
+func FuzzCompoundKeys(f *testing.F) {
+	f.Add("42+x")
+	f.Add("-0+")
+	f.Add("123e4567-e89b-12d3-a456-426614174000+a+b")
+	f.Fuzz(func(t *testing.T, key string) {
+		id := grain.NewID("t", key)
+		n, ext, err := id.Int64Compound()
+		if (err == nil) != (grain.KeyInt64Compound.CheckKey(key) == nil) {
+			t.Fatalf("Int64Compound and CheckKey disagree on %q", key)
+		}
+		if err == nil && grain.Int64CompoundKey(n, ext) != key {
+			t.Fatalf("%q parsed to %d, %q, which formats as %q", key, n, ext, grain.Int64CompoundKey(n, ext))
+		}
+		u, ext, err := id.UUIDCompound()
+		if (err == nil) != (grain.KeyUUIDCompound.CheckKey(key) == nil) {
+			t.Fatalf("UUIDCompound and CheckKey disagree on %q", key)
+		}
+		if err == nil && grain.UUIDCompoundKey(u, ext) != key {
+			t.Fatalf("%q parsed to %x, %q, which formats as %q", key, u, ext, grain.UUIDCompoundKey(u, ext))
+		}
+	})
+}
+
 // FuzzParseUUIDKey: any string either parses to a UUID that formats back
 // to it exactly, or is refused; nothing panics.
 func FuzzParseUUIDKey(f *testing.F) {
@@ -305,4 +450,28 @@ func FuzzParseUUIDKey(f *testing.F) {
 			t.Fatalf("%q parsed to %x, which formats as %q", key, u, grain.UUIDKey(u))
 		}
 	})
+}
+
+// TestCheckKeyAllocatesNothing: every call checks its key, so a good key
+// of any kind is checked without allocating.
+func TestCheckKeyAllocatesNothing(t *testing.T) {
+	keys := []struct {
+		kind grain.KeyKind
+		key  string
+	}{
+		{grain.KeyString, "alice"},
+		{grain.KeyInt64, "-9223372036854775808"},
+		{grain.KeyUUID, "123e4567-e89b-12d3-a456-426614174000"},
+		{grain.KeyInt64Compound, "123456789+eu-west"},
+		{grain.KeyUUIDCompound, "123e4567-e89b-12d3-a456-426614174000+eu-west"},
+	}
+	for _, k := range keys {
+		if n := testing.AllocsPerRun(100, func() {
+			if err := k.kind.CheckKey(k.key); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%v.CheckKey(%q) allocates %v times, want 0", k.kind, k.key, n)
+		}
+	}
 }

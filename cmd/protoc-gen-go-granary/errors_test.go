@@ -234,6 +234,31 @@ func TestBadInput(t *testing.T) {
 			want: []string{"rpc M: request bad.K: key field id is of type uint32, but the grain option key_kind is KEY_KIND_UUID, whose keys are strings: the key field must be a string\n"},
 		},
 		{
+			name: "integer key field of a grain with int64 compound keys",
+			body: `message K { int64 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64_COMPOUND}; rpc M(K) returns (Resp); }`,
+			want: []string{`bad.proto: service bad.S: rpc M: request bad.K: key field id is of type int64, but the grain option key_kind is KEY_KIND_INT64_COMPOUND, whose keys are strings of the form "<int64>+<extension>": the key field must be a string` + "\n"},
+		},
+		{
+			name: "integer key field of a grain with UUID compound keys",
+			body: `message K { uint64 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_UUID_COMPOUND}; rpc M(K) returns (Resp); }`,
+			want: []string{`rpc M: request bad.K: key field id is of type uint64, but the grain option key_kind is KEY_KIND_UUID_COMPOUND, whose keys are strings of the form "<uuid>+<extension>": the key field must be a string` + "\n"},
+		},
+		{
+			name: "keep_alive with collection_age",
+			body: `service S { option (granary.v1.grain) = {keep_alive: true, collection_age: {seconds: 60}}; }`,
+			want: []string{"bad.proto: service bad.S: grain option keep_alive cannot be combined with collection_age: a kept-alive activation is never collected for being idle, so a collection age would have no effect\n"},
+		},
+		{
+			name: "keep_alive with a zero collection_age",
+			body: `service S { option (granary.v1.grain) = {keep_alive: true, collection_age: {}}; }`,
+			want: []string{"grain option keep_alive cannot be combined with collection_age"},
+		},
+		{
+			name: "observer with keep_alive",
+			body: `service S { option (granary.v1.grain) = {observer: true, keep_alive: true}; }`,
+			want: []string{"bad.proto: service bad.S: grain option keep_alive cannot be set with observer: true"},
+		},
+		{
 			name: "string key field of a grain with int64 keys",
 			body: `message K { string id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64}; rpc M(K) returns (Resp); }`,
 			want: []string{"bad.proto: service bad.S: rpc M: request bad.K: key field id is of type string, but the grain option key_kind is KEY_KIND_INT64: the key field must be an int64, int32, uint64 or uint32\n"},
@@ -463,6 +488,11 @@ func TestAllowedCombinations(t *testing.T) {
 		{"zero durations", `service S { option (granary.v1.grain) = {collection_age: {}}; rpc M(Req) returns (Resp) { option (granary.v1.method) = {timeout: {}}; } }`},
 		{"string key field", `message K { string id = 1 [(granary.v1.key) = true]; } service S { rpc M(K) returns (Resp); }`},
 		{"string key field of a grain with UUID keys", `message K { string id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_UUID}; rpc M(K) returns (Resp); }`},
+		{"string key fields of grains with compound keys", `message K { string id = 1 [(granary.v1.key) = true]; }
+			service I { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64_COMPOUND}; rpc M(K) returns (Resp); }
+			service U { option (granary.v1.grain) = {key_kind: KEY_KIND_UUID_COMPOUND}; rpc M(K) returns (Resp); }`},
+		{"kept-alive stateless worker", `service S { option (granary.v1.grain) = {keep_alive: true, stateless_worker: true}; }`},
+		{"keep_alive: false with collection_age", `service S { option (granary.v1.grain) = {keep_alive: false, collection_age: {seconds: 60}}; }`},
 		{"integer key fields of grains with int64 keys", `message A { int64 id = 1 [(granary.v1.key) = true]; } message B { int32 id = 1 [(granary.v1.key) = true]; } message C { uint64 id = 1 [(granary.v1.key) = true]; } message D { uint32 id = 1 [(granary.v1.key) = true]; }
 			service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64}; rpc MA(A) returns (Resp); rpc MB(B) returns (Resp); rpc MC(C) returns (Resp); rpc MD(D) returns (Resp); }`},
 		{"optional key field", `message K { optional int64 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64}; rpc M(K) returns (Resp); }`},

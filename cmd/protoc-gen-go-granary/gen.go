@@ -291,6 +291,12 @@ func (e *emitter) newRef() {
 	case granaryv1.KeyKind_KEY_KIND_UUID:
 		e.doc(t.newRefName() + " returns a reference, calling through c, to the " + e.fullName() + " grain whose key is the UUID key written as " + e.grain("UUIDKey") + " writes it.")
 		param, key = "key [16]byte", e.grain("UUIDKey")+"(key)"
+	case granaryv1.KeyKind_KEY_KIND_INT64_COMPOUND:
+		e.doc(t.newRefName() + " returns a reference, calling through c, to the " + e.fullName() + " grain whose compound key is the int64 key with the key extension ext, written as " + e.grain("Int64CompoundKey") + " writes it. ext may be any string, the empty one included.")
+		param, key = "key int64, ext string", e.grain("Int64CompoundKey")+"(key, ext)"
+	case granaryv1.KeyKind_KEY_KIND_UUID_COMPOUND:
+		e.doc(t.newRefName() + " returns a reference, calling through c, to the " + e.fullName() + " grain whose compound key is the UUID key with the key extension ext, written as " + e.grain("UUIDCompoundKey") + " writes it. ext may be any string, the empty one included.")
+		param, key = "key [16]byte, ext string", e.grain("UUIDCompoundKey")+"(key, ext)"
 	default:
 		e.doc(t.newRefName() + " returns a reference, calling through c, to the " + e.fullName() + " grain with the string key.")
 		param, key = "key string", "key"
@@ -396,6 +402,7 @@ func (e *emitter) serviceDesc() {
 		}
 		e.flag("Reentrant", o.reentrant)
 		e.duration("CollectionAge", o.collectionAge)
+		e.flag("KeepAlive", o.keepAlive)
 		e.flag("StatelessWorker", o.statelessWorker)
 		if o.maxLocalWorkers != 0 {
 			g.P("MaxLocalWorkers: ", o.maxLocalWorkers, ",")

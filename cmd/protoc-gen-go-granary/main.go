@@ -40,13 +40,32 @@
 //
 // The plugin takes protoc-gen-go's path options (paths=import,
 // paths=source_relative, module=..., M...) and no others.
+//
+// Run directly, with a flag, it does one of two other things and exits:
+//
+//	protoc-gen-go-granary -print-options > granary/v1/options.proto
+//	protoc-gen-go-granary -version
+//
+// -print-options writes granary/v1/options.proto, the file that a grain's
+// .proto imports for Granary's options, exactly as the module that built
+// the plugin has it. A module outside this repository puts it on its
+// include path (for buf, in a directory of its buf.yaml), so it compiles
+// its grain protos offline, with the options that the plugin it runs
+// understands. -version prints the generator's version and the Granary
+// module's version it was built from ("(devel)" when built from a working
+// tree).
 package main
 
 import (
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"runtime/debug"
 
 	"google.golang.org/protobuf/compiler/protogen"
+
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 )
 
 // version is written into the header of every generated file. Raise it
@@ -54,10 +73,80 @@ import (
 // different generators apart.
 const version = "v0.1.0"
 
+// modulePath is the path of the module the plugin belongs to.
+const modulePath = "github.com/granaryio/granary"
+
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == "--version" {
-		fmt.Println("protoc-gen-go-granary", version)
-		return
+	// protoc and buf run a plugin without arguments, and hand it the
+	// request on stdin.
+	if len(os.Args) > 1 {
+		os.Exit(command(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	protogen.Options{}.Run(generate)
+}
+
+// command runs the plugin as a command with the arguments args, writing to
+// stdout and stderr, and returns its exit code: 0, or 1 when stdout cannot
+// be written, or 2 for arguments it does not take.
+func command(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("protoc-gen-go-granary", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: protoc-gen-go-granary -print-options | -version\n\n"+
+			"protoc-gen-go-granary is a protoc plugin: protoc and buf run it with no arguments.\n"+
+			"Run directly, it takes one of these flags:\n\n")
+		fs.PrintDefaults()
+	}
+	printOptions := fs.Bool("print-options", false, "write granary/v1/options.proto, the file grain protos import, to stdout and exit")
+	printVersion := fs.Bool("version", false, "print the generator's version and the Granary module's version, and exit")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "protoc-gen-go-granary: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	case *printOptions == *printVersion:
+		fmt.Fprintln(stderr, "protoc-gen-go-granary: give exactly one of -print-options and -version")
+		fs.Usage()
+		return 2
+	}
+	var err error
+	if *printOptions {
+		_, err = io.WriteString(stdout, granaryv1.OptionsProto)
+	} else {
+		_, err = fmt.Fprintf(stdout, "protoc-gen-go-granary %s, module %s %s\n", version, modulePath, moduleVersion())
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "protoc-gen-go-granary: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// moduleVersion returns the version of the Granary module that the
+// running program was built from: its tag when it was built with go
+// install ...@version or as a dependency, "(devel)" when it was built in a
+// working tree of the module, and "unknown" without build information.
+func moduleVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if bi.Main.Path == modulePath && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == modulePath {
+			if d.Replace != nil && d.Replace.Version != "" {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return "(devel)"
 }

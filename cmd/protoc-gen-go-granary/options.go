@@ -41,6 +41,7 @@ type typeOptions struct {
 	siloRole        string // non-empty only with PLACEMENT_SILO_ROLE
 	reentrant       bool
 	collectionAge   time.Duration
+	keepAlive       bool
 	statelessWorker bool
 	maxLocalWorkers int
 	keyKind         granaryv1.KeyKind // never KEY_KIND_UNSPECIFIED in a grain type
@@ -75,6 +76,18 @@ var keyKindIdents = map[granaryv1.KeyKind]string{
 	granaryv1.KeyKind_KEY_KIND_STRING: "KeyString",
 	granaryv1.KeyKind_KEY_KIND_INT64:  "KeyInt64",
 	granaryv1.KeyKind_KEY_KIND_UUID:   "KeyUUID",
+
+	granaryv1.KeyKind_KEY_KIND_INT64_COMPOUND: "KeyInt64Compound",
+	granaryv1.KeyKind_KEY_KIND_UUID_COMPOUND:  "KeyUUIDCompound",
+}
+
+// keyForms describe the string form of each key kind's keys, for the
+// problems of a key field.
+var keyForms = map[granaryv1.KeyKind]string{
+	granaryv1.KeyKind_KEY_KIND_STRING:         "whose keys are strings",
+	granaryv1.KeyKind_KEY_KIND_UUID:           "whose keys are strings",
+	granaryv1.KeyKind_KEY_KIND_INT64_COMPOUND: `whose keys are strings of the form "<int64>+<extension>"`,
+	granaryv1.KeyKind_KEY_KIND_UUID_COMPOUND:  `whose keys are strings of the form "<uuid>+<extension>"`,
 }
 
 // loadGrainType reads and checks the options of svc, declared in f. It
@@ -122,6 +135,7 @@ func loadGrainType(f *protogen.File, svc *protogen.Service) (*grainType, []error
 func loadTypeOptions(o *granaryv1.GrainOptions, opts *typeOptions, fail func(format string, args ...any)) {
 	opts.reentrant = o.GetReentrant()
 	opts.statelessWorker = o.GetStatelessWorker()
+	opts.keepAlive = o.GetKeepAlive()
 
 	opts.placement = o.GetPlacement()
 	if _, ok := placementIdents[opts.placement]; !ok {
@@ -139,6 +153,9 @@ func loadTypeOptions(o *granaryv1.GrainOptions, opts *typeOptions, fail func(for
 		fail("grain option collection_age %v", err)
 	} else {
 		opts.collectionAge = d
+	}
+	if opts.keepAlive && o.GetCollectionAge() != nil {
+		fail("grain option keep_alive cannot be combined with collection_age: a kept-alive activation is never collected for being idle, so a collection age would have no effect")
 	}
 
 	switch n := o.GetMaxLocalWorkers(); {
@@ -269,9 +286,9 @@ func loadGrainMethod(m *protogen.Method, index int, observer bool, keyKind grana
 // The errors name the message and the field but not the file, service or
 // rpc.
 func checkKeyField(msg *protogen.Message, keyKind granaryv1.KeyKind) []error {
-	keys := fmt.Sprintf("the grain option key_kind is %v, whose keys are strings", keyKind)
-	if keyKind == granaryv1.KeyKind_KEY_KIND_INT64 {
-		keys = "the grain option key_kind is KEY_KIND_INT64"
+	keys := fmt.Sprintf("the grain option key_kind is %v", keyKind)
+	if form := keyForms[keyKind]; form != "" {
+		keys += ", " + form
 	}
 	_, problems := keyfield.Check(msg.Desc, keyKind == granaryv1.KeyKind_KEY_KIND_INT64, keys)
 	errs := make([]error, len(problems))

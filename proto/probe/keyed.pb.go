@@ -150,6 +150,65 @@ func (x *IntKeyedRequest) GetTag() string {
 	return ""
 }
 
+// CompoundKeyedRequest is KeyedRequest for the grain types with compound
+// keys.
+type CompoundKeyedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole grain key, "<primary>+<extension>" (such as "42+eu"); empty
+	// means not set. A plain gRPC caller may leave it empty and send the key
+	// as request metadata instead.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// A label for the call; the probe implementation in the test gives it a
+	// meaning.
+	Tag           string `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompoundKeyedRequest) Reset() {
+	*x = CompoundKeyedRequest{}
+	mi := &file_probe_keyed_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompoundKeyedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompoundKeyedRequest) ProtoMessage() {}
+
+func (x *CompoundKeyedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_probe_keyed_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompoundKeyedRequest.ProtoReflect.Descriptor instead.
+func (*CompoundKeyedRequest) Descriptor() ([]byte, []int) {
+	return file_probe_keyed_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CompoundKeyedRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CompoundKeyedRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
 var File_probe_keyed_proto protoreflect.FileDescriptor
 
 const file_probe_keyed_proto_rawDesc = "" +
@@ -161,13 +220,20 @@ const file_probe_keyed_proto_rawDesc = "" +
 	"\x04text\x18\x03 \x01(\tR\x04text\"9\n" +
 	"\x0fIntKeyedRequest\x12\x14\n" +
 	"\x02id\x18\x01 \x01(\x03B\x04\xd8\xda\x18\x01R\x02id\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\"@\n" +
+	"\x14CompoundKeyedRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xd8\xda\x18\x01R\x03key\x12\x10\n" +
 	"\x03tag\x18\x02 \x01(\tR\x03tag2t\n" +
 	"\n" +
 	"KeyedProbe\x12)\n" +
 	"\x04Call\x12\x13.probe.KeyedRequest\x1a\f.probe.Reply\x12;\n" +
 	"\x04Tell\x12\x13.probe.KeyedRequest\x1a\x16.google.protobuf.Empty\"\x06\xd2\xda\x18\x02\b\x012E\n" +
 	"\rIntKeyedProbe\x12,\n" +
-	"\x04Call\x12\x16.probe.IntKeyedRequest\x1a\f.probe.Reply\x1a\x06\xca\xda\x18\x020\x02B0Z.github.com/granaryio/granary/proto/probe;probeb\x06proto3"
+	"\x04Call\x12\x16.probe.IntKeyedRequest\x1a\f.probe.Reply\x1a\x06\xca\xda\x18\x020\x022O\n" +
+	"\x12Int64CompoundProbe\x121\n" +
+	"\x04Call\x12\x1b.probe.CompoundKeyedRequest\x1a\f.probe.Reply\x1a\x06\xca\xda\x18\x020\x042N\n" +
+	"\x11UUIDCompoundProbe\x121\n" +
+	"\x04Call\x12\x1b.probe.CompoundKeyedRequest\x1a\f.probe.Reply\x1a\x06\xca\xda\x18\x020\x05B0Z.github.com/granaryio/granary/proto/probe;probeb\x06proto3"
 
 var (
 	file_probe_keyed_proto_rawDescOnce sync.Once
@@ -181,22 +247,27 @@ func file_probe_keyed_proto_rawDescGZIP() []byte {
 	return file_probe_keyed_proto_rawDescData
 }
 
-var file_probe_keyed_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_probe_keyed_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_probe_keyed_proto_goTypes = []any{
-	(*KeyedRequest)(nil),    // 0: probe.KeyedRequest
-	(*IntKeyedRequest)(nil), // 1: probe.IntKeyedRequest
-	(*Reply)(nil),           // 2: probe.Reply
-	(*emptypb.Empty)(nil),   // 3: google.protobuf.Empty
+	(*KeyedRequest)(nil),         // 0: probe.KeyedRequest
+	(*IntKeyedRequest)(nil),      // 1: probe.IntKeyedRequest
+	(*CompoundKeyedRequest)(nil), // 2: probe.CompoundKeyedRequest
+	(*Reply)(nil),                // 3: probe.Reply
+	(*emptypb.Empty)(nil),        // 4: google.protobuf.Empty
 }
 var file_probe_keyed_proto_depIdxs = []int32{
 	0, // 0: probe.KeyedProbe.Call:input_type -> probe.KeyedRequest
 	0, // 1: probe.KeyedProbe.Tell:input_type -> probe.KeyedRequest
 	1, // 2: probe.IntKeyedProbe.Call:input_type -> probe.IntKeyedRequest
-	2, // 3: probe.KeyedProbe.Call:output_type -> probe.Reply
-	3, // 4: probe.KeyedProbe.Tell:output_type -> google.protobuf.Empty
-	2, // 5: probe.IntKeyedProbe.Call:output_type -> probe.Reply
-	3, // [3:6] is the sub-list for method output_type
-	0, // [0:3] is the sub-list for method input_type
+	2, // 3: probe.Int64CompoundProbe.Call:input_type -> probe.CompoundKeyedRequest
+	2, // 4: probe.UUIDCompoundProbe.Call:input_type -> probe.CompoundKeyedRequest
+	3, // 5: probe.KeyedProbe.Call:output_type -> probe.Reply
+	4, // 6: probe.KeyedProbe.Tell:output_type -> google.protobuf.Empty
+	3, // 7: probe.IntKeyedProbe.Call:output_type -> probe.Reply
+	3, // 8: probe.Int64CompoundProbe.Call:output_type -> probe.Reply
+	3, // 9: probe.UUIDCompoundProbe.Call:output_type -> probe.Reply
+	5, // [5:10] is the sub-list for method output_type
+	0, // [0:5] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -214,9 +285,9 @@ func file_probe_keyed_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_probe_keyed_proto_rawDesc), len(file_probe_keyed_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   4,
 		},
 		GoTypes:           file_probe_keyed_proto_goTypes,
 		DependencyIndexes: file_probe_keyed_proto_depIdxs,

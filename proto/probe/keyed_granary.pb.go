@@ -283,3 +283,239 @@ var IntKeyedProbe_ServiceDesc = grain.ServiceDesc{
 func RegisterIntKeyedProbeGrain(r grain.Registrar, factory func(id grain.ID) IntKeyedProbeGrain, opts ...grain.RegisterOption) error {
 	return r.RegisterGrain(&IntKeyedProbe_ServiceDesc, func(id grain.ID) any { return factory(id) }, opts...)
 }
+
+// Int64CompoundProbeGrainType is the grain type of probe.Int64CompoundProbe:
+// the Type of the grain IDs of its grains.
+const Int64CompoundProbeGrainType = "probe.Int64CompoundProbe"
+
+// Int64CompoundProbeGrain is implemented by the grains of type
+// probe.Int64CompoundProbe. Its methods run as turns of the grain's
+// activation; the Context they get is valid until they return. Embed
+// UnimplementedInt64CompoundProbeGrain to fail the methods not written yet
+// with codes.Unimplemented.
+//
+// Int64CompoundProbe is a probe grain with int64 compound keys.
+type Int64CompoundProbeGrain interface {
+	// Call runs a request with no method options.
+	Call(ctx grain.Context, req *CompoundKeyedRequest) (*Reply, error)
+}
+
+// UnimplementedInt64CompoundProbeGrain can be embedded in an implementation
+// of Int64CompoundProbeGrain: each of its methods fails with
+// codes.Unimplemented, so a grain compiles and registers before all its
+// methods are written.
+type UnimplementedInt64CompoundProbeGrain struct{}
+
+// Call fails with codes.Unimplemented.
+func (UnimplementedInt64CompoundProbeGrain) Call(grain.Context, *CompoundKeyedRequest) (*Reply, error) {
+	return nil, status.Error(codes.Unimplemented, "granary: method Call of probe.Int64CompoundProbe is not implemented")
+}
+
+// Int64CompoundProbeRef refers to one grain of type probe.Int64CompoundProbe.
+// A call through it reaches that grain wherever it is activated, and
+// activates it when it is not. A reference is a small value that may be
+// copied freely; it may be used wherever the Caller it was made with may be
+// used. Make one with NewInt64CompoundProbeRef or
+// Int64CompoundProbeRefFromID; the zero Int64CompoundProbeRef refers to no
+// grain.
+type Int64CompoundProbeRef struct {
+	c  grain.Caller
+	id grain.ID
+}
+
+// NewInt64CompoundProbeRef returns a reference, calling through c, to the
+// probe.Int64CompoundProbe grain whose compound key is the int64 key with the
+// key extension ext, written as grain.Int64CompoundKey writes it. ext may be
+// any string, the empty one included.
+func NewInt64CompoundProbeRef(c grain.Caller, key int64, ext string) Int64CompoundProbeRef {
+	return Int64CompoundProbeRef{c: c, id: grain.NewID(Int64CompoundProbeGrainType, grain.Int64CompoundKey(key, ext))}
+}
+
+// Int64CompoundProbeRefFromID returns a reference, calling through c, to the
+// grain id. It panics if id is not of type Int64CompoundProbeGrainType: calls
+// through such a reference would reach the wrong grain type.
+func Int64CompoundProbeRefFromID(c grain.Caller, id grain.ID) Int64CompoundProbeRef {
+	if id.Type != Int64CompoundProbeGrainType {
+		panic("granary: Int64CompoundProbeRefFromID of grain " + id.String() + ", which is not of type " + Int64CompoundProbeGrainType)
+	}
+	return Int64CompoundProbeRef{c: c, id: id}
+}
+
+// ID returns the identity of the grain that r refers to.
+func (r Int64CompoundProbeRef) ID() grain.ID {
+	return r.id
+}
+
+// Call runs a request with no method options.
+//
+// Call calls probe.Int64CompoundProbe.Call on r's grain and waits for the
+// reply. req belongs to the callee once passed: do not change it afterwards.
+func (r Int64CompoundProbeRef) Call(ctx context.Context, req *CompoundKeyedRequest, opts ...grain.CallOption) (*Reply, error) {
+	out, err := r.c.Invoke(ctx, r.id, &Int64CompoundProbe_ServiceDesc.Methods[0], req, opts...)
+	if err != nil || out == nil {
+		return nil, err
+	}
+	return out.(*Reply), nil
+}
+
+// CallAsync starts probe.Int64CompoundProbe.Call on r's grain and returns at
+// once; the Future delivers the reply. req belongs to the callee once passed:
+// do not change it afterwards.
+func (r Int64CompoundProbeRef) CallAsync(ctx context.Context, req *CompoundKeyedRequest, opts ...grain.CallOption) grain.Future[*Reply] {
+	return grain.NewFuture[*Reply](r.c.InvokeAsync(ctx, r.id, &Int64CompoundProbe_ServiceDesc.Methods[0], req, opts...))
+}
+
+func _Int64CompoundProbe_Call_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
+	resp, err := impl.(Int64CompoundProbeGrain).Call(ctx, req.(*CompoundKeyedRequest))
+	if err != nil || resp == nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Int64CompoundProbe_ServiceDesc describes the grain type
+// probe.Int64CompoundProbe: its dispatch table and options.
+// RegisterInt64CompoundProbeGrain hands it to a Registrar; the runtime reads
+// it and never changes it.
+var Int64CompoundProbe_ServiceDesc = grain.ServiceDesc{
+	Type: Int64CompoundProbeGrainType,
+	Methods: []grain.MethodDesc{
+		{
+			Name:        "Call",
+			FullName:    "/probe.Int64CompoundProbe/Call",
+			Index:       0,
+			Handler:     _Int64CompoundProbe_Call_Handler,
+			NewRequest:  func() proto.Message { return new(CompoundKeyedRequest) },
+			NewResponse: func() proto.Message { return new(Reply) },
+		},
+	},
+	Options: grain.TypeOptions{
+		KeyKind: grain.KeyInt64Compound,
+	},
+	File: "probe/keyed.proto",
+}
+
+// RegisterInt64CompoundProbeGrain registers the grain type
+// probe.Int64CompoundProbe with r. factory makes the implementation of each
+// new activation from its grain ID; opts change the options that the proto
+// sets for the type.
+func RegisterInt64CompoundProbeGrain(r grain.Registrar, factory func(id grain.ID) Int64CompoundProbeGrain, opts ...grain.RegisterOption) error {
+	return r.RegisterGrain(&Int64CompoundProbe_ServiceDesc, func(id grain.ID) any { return factory(id) }, opts...)
+}
+
+// UUIDCompoundProbeGrainType is the grain type of probe.UUIDCompoundProbe:
+// the Type of the grain IDs of its grains.
+const UUIDCompoundProbeGrainType = "probe.UUIDCompoundProbe"
+
+// UUIDCompoundProbeGrain is implemented by the grains of type
+// probe.UUIDCompoundProbe. Its methods run as turns of the grain's
+// activation; the Context they get is valid until they return. Embed
+// UnimplementedUUIDCompoundProbeGrain to fail the methods not written yet
+// with codes.Unimplemented.
+//
+// UUIDCompoundProbe is a probe grain with UUID compound keys.
+type UUIDCompoundProbeGrain interface {
+	// Call runs a request with no method options.
+	Call(ctx grain.Context, req *CompoundKeyedRequest) (*Reply, error)
+}
+
+// UnimplementedUUIDCompoundProbeGrain can be embedded in an implementation of
+// UUIDCompoundProbeGrain: each of its methods fails with codes.Unimplemented,
+// so a grain compiles and registers before all its methods are written.
+type UnimplementedUUIDCompoundProbeGrain struct{}
+
+// Call fails with codes.Unimplemented.
+func (UnimplementedUUIDCompoundProbeGrain) Call(grain.Context, *CompoundKeyedRequest) (*Reply, error) {
+	return nil, status.Error(codes.Unimplemented, "granary: method Call of probe.UUIDCompoundProbe is not implemented")
+}
+
+// UUIDCompoundProbeRef refers to one grain of type probe.UUIDCompoundProbe. A
+// call through it reaches that grain wherever it is activated, and activates
+// it when it is not. A reference is a small value that may be copied freely;
+// it may be used wherever the Caller it was made with may be used. Make one
+// with NewUUIDCompoundProbeRef or UUIDCompoundProbeRefFromID; the zero
+// UUIDCompoundProbeRef refers to no grain.
+type UUIDCompoundProbeRef struct {
+	c  grain.Caller
+	id grain.ID
+}
+
+// NewUUIDCompoundProbeRef returns a reference, calling through c, to the
+// probe.UUIDCompoundProbe grain whose compound key is the UUID key with the
+// key extension ext, written as grain.UUIDCompoundKey writes it. ext may be
+// any string, the empty one included.
+func NewUUIDCompoundProbeRef(c grain.Caller, key [16]byte, ext string) UUIDCompoundProbeRef {
+	return UUIDCompoundProbeRef{c: c, id: grain.NewID(UUIDCompoundProbeGrainType, grain.UUIDCompoundKey(key, ext))}
+}
+
+// UUIDCompoundProbeRefFromID returns a reference, calling through c, to the
+// grain id. It panics if id is not of type UUIDCompoundProbeGrainType: calls
+// through such a reference would reach the wrong grain type.
+func UUIDCompoundProbeRefFromID(c grain.Caller, id grain.ID) UUIDCompoundProbeRef {
+	if id.Type != UUIDCompoundProbeGrainType {
+		panic("granary: UUIDCompoundProbeRefFromID of grain " + id.String() + ", which is not of type " + UUIDCompoundProbeGrainType)
+	}
+	return UUIDCompoundProbeRef{c: c, id: id}
+}
+
+// ID returns the identity of the grain that r refers to.
+func (r UUIDCompoundProbeRef) ID() grain.ID {
+	return r.id
+}
+
+// Call runs a request with no method options.
+//
+// Call calls probe.UUIDCompoundProbe.Call on r's grain and waits for the
+// reply. req belongs to the callee once passed: do not change it afterwards.
+func (r UUIDCompoundProbeRef) Call(ctx context.Context, req *CompoundKeyedRequest, opts ...grain.CallOption) (*Reply, error) {
+	out, err := r.c.Invoke(ctx, r.id, &UUIDCompoundProbe_ServiceDesc.Methods[0], req, opts...)
+	if err != nil || out == nil {
+		return nil, err
+	}
+	return out.(*Reply), nil
+}
+
+// CallAsync starts probe.UUIDCompoundProbe.Call on r's grain and returns at
+// once; the Future delivers the reply. req belongs to the callee once passed:
+// do not change it afterwards.
+func (r UUIDCompoundProbeRef) CallAsync(ctx context.Context, req *CompoundKeyedRequest, opts ...grain.CallOption) grain.Future[*Reply] {
+	return grain.NewFuture[*Reply](r.c.InvokeAsync(ctx, r.id, &UUIDCompoundProbe_ServiceDesc.Methods[0], req, opts...))
+}
+
+func _UUIDCompoundProbe_Call_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
+	resp, err := impl.(UUIDCompoundProbeGrain).Call(ctx, req.(*CompoundKeyedRequest))
+	if err != nil || resp == nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// UUIDCompoundProbe_ServiceDesc describes the grain type
+// probe.UUIDCompoundProbe: its dispatch table and options.
+// RegisterUUIDCompoundProbeGrain hands it to a Registrar; the runtime reads
+// it and never changes it.
+var UUIDCompoundProbe_ServiceDesc = grain.ServiceDesc{
+	Type: UUIDCompoundProbeGrainType,
+	Methods: []grain.MethodDesc{
+		{
+			Name:        "Call",
+			FullName:    "/probe.UUIDCompoundProbe/Call",
+			Index:       0,
+			Handler:     _UUIDCompoundProbe_Call_Handler,
+			NewRequest:  func() proto.Message { return new(CompoundKeyedRequest) },
+			NewResponse: func() proto.Message { return new(Reply) },
+		},
+	},
+	Options: grain.TypeOptions{
+		KeyKind: grain.KeyUUIDCompound,
+	},
+	File: "probe/keyed.proto",
+}
+
+// RegisterUUIDCompoundProbeGrain registers the grain type
+// probe.UUIDCompoundProbe with r. factory makes the implementation of each
+// new activation from its grain ID; opts change the options that the proto
+// sets for the type.
+func RegisterUUIDCompoundProbeGrain(r grain.Registrar, factory func(id grain.ID) UUIDCompoundProbeGrain, opts ...grain.RegisterOption) error {
+	return r.RegisterGrain(&UUIDCompoundProbe_ServiceDesc, func(id grain.ID) any { return factory(id) }, opts...)
+}

@@ -23,6 +23,13 @@
 // When both are given they must agree. Keys that are not printable ASCII
 // cannot travel as metadata; such a grain type needs a key field.
 //
+// A key is written as grain.ID.Key holds it, in the form of the type's key
+// kind: any non-empty string; an int64 in decimal ("-42"); a canonical
+// lower-case UUID ("123e4567-e89b-12d3-a456-426614174000"); or, for the
+// compound kinds, the int64 or UUID, a '+' and the key extension ("42+eu",
+// "42+" for an empty extension). A compound type's key field is a string
+// holding the whole compound key.
+//
 // The contract:
 //
 //   - A call goes to the grain with grain.Caller.Invoke on the caller

@@ -135,6 +135,17 @@ const (
 	// A UUID written in canonical lower-case 8-4-4-4-12 hex form
 	// (grain.UUIDKey). NewXRef takes a [16]byte.
 	KeyKind_KEY_KIND_UUID KeyKind = 3
+	// A compound key, as in Orleans: an int64 primary key and a key
+	// extension, written "<int64>+<extension>" (grain.Int64CompoundKey), the
+	// int64 as KEY_KIND_INT64 writes it. The '+' is always written; the
+	// extension may be any string, the empty one included. NewXRef takes an
+	// int64 and a string; a grain reads them with grain.ID.Int64Compound.
+	KeyKind_KEY_KIND_INT64_COMPOUND KeyKind = 4
+	// A compound key of a UUID primary key and a key extension, written
+	// "<uuid>+<extension>" (grain.UUIDCompoundKey), the UUID as
+	// KEY_KIND_UUID writes it. NewXRef takes a [16]byte and a string; a
+	// grain reads them with grain.ID.UUIDCompound.
+	KeyKind_KEY_KIND_UUID_COMPOUND KeyKind = 5
 )
 
 // Enum value maps for KeyKind.
@@ -144,12 +155,16 @@ var (
 		1: "KEY_KIND_STRING",
 		2: "KEY_KIND_INT64",
 		3: "KEY_KIND_UUID",
+		4: "KEY_KIND_INT64_COMPOUND",
+		5: "KEY_KIND_UUID_COMPOUND",
 	}
 	KeyKind_value = map[string]int32{
-		"KEY_KIND_UNSPECIFIED": 0,
-		"KEY_KIND_STRING":      1,
-		"KEY_KIND_INT64":       2,
-		"KEY_KIND_UUID":        3,
+		"KEY_KIND_UNSPECIFIED":    0,
+		"KEY_KIND_STRING":         1,
+		"KEY_KIND_INT64":          2,
+		"KEY_KIND_UUID":           3,
+		"KEY_KIND_INT64_COMPOUND": 4,
+		"KEY_KIND_UUID_COMPOUND":  5,
 	}
 )
 
@@ -202,7 +217,7 @@ type GrainOptions struct {
 	// before the silo deactivates it to free its memory; the next call
 	// activates the grain again. Unset or zero means the silo's default.
 	// Must be positive when set, and normalised (seconds and nanos of the
-	// same sign, |nanos| below one second).
+	// same sign, |nanos| below one second). Not allowed with keep_alive.
 	CollectionAge *durationpb.Duration `protobuf:"bytes,3,opt,name=collection_age,json=collectionAge,proto3" json:"collection_age,omitempty"`
 	// Make the type a stateless worker: each silo may run several
 	// activations of one grain ID, all local to the silo that receives the
@@ -232,7 +247,12 @@ type GrainOptions struct {
 	// grain option may be set with it, and the rpcs may not be
 	// always_interleave or read_only; one_way and timeout apply as to a
 	// grain.
-	Observer      bool `protobuf:"varint,8,opt,name=observer,proto3" json:"observer,omitempty"`
+	Observer bool `protobuf:"varint,8,opt,name=observer,proto3" json:"observer,omitempty"`
+	// Never deactivate an activation of the type for being idle: it ends
+	// only when it asks to (grain.Context.DeactivateOnIdle), when it fails,
+	// or when its silo stops. Orleans' [KeepAlive]. Not allowed with
+	// collection_age, which it makes meaningless.
+	KeepAlive     bool `protobuf:"varint,9,opt,name=keep_alive,json=keepAlive,proto3" json:"keep_alive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,6 +339,13 @@ func (x *GrainOptions) GetSiloRole() string {
 func (x *GrainOptions) GetObserver() bool {
 	if x != nil {
 		return x.Observer
+	}
+	return false
+}
+
+func (x *GrainOptions) GetKeepAlive() bool {
+	if x != nil {
+		return x.KeepAlive
 	}
 	return false
 }
@@ -469,9 +496,10 @@ var (
 	//
 	// The field must be a singular string, int64, int32, uint64 or uint32
 	// field; numbers become keys written in decimal. With key_kind
-	// KEY_KIND_INT64 it must be one of the integer types, with
-	// KEY_KIND_STRING or KEY_KIND_UUID a string. A message marks at most one
-	// field. protoc-gen-go-granary refuses any other use of the option, and
+	// KEY_KIND_INT64 it must be one of the integer types; with any other key
+	// kind a string, holding the whole key in the kind's form: for the
+	// compound kinds "<primary>+<extension>", such as "42+eu". A message
+	// marks at most one field. protoc-gen-go-granary refuses any other use of the option, and
 	// so does the silo when it serves the type.
 	//
 	//	message DepositRequest {
@@ -488,7 +516,7 @@ var File_granary_v1_options_proto protoreflect.FileDescriptor
 const file_granary_v1_options_proto_rawDesc = "" +
 	"\n" +
 	"\x18granary/v1/options.proto\x12\n" +
-	"granary.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe3\x02\n" +
+	"granary.v1\x1a google/protobuf/descriptor.proto\x1a\x1egoogle/protobuf/duration.proto\"\x82\x03\n" +
 	"\fGrainOptions\x123\n" +
 	"\tplacement\x18\x01 \x01(\x0e2\x15.granary.v1.PlacementR\tplacement\x12\x1c\n" +
 	"\treentrant\x18\x02 \x01(\bR\treentrant\x12@\n" +
@@ -497,7 +525,9 @@ const file_granary_v1_options_proto_rawDesc = "" +
 	"\x11max_local_workers\x18\x05 \x01(\x05R\x0fmaxLocalWorkers\x12.\n" +
 	"\bkey_kind\x18\x06 \x01(\x0e2\x13.granary.v1.KeyKindR\akeyKind\x12\x1b\n" +
 	"\tsilo_role\x18\a \x01(\tR\bsiloRole\x12\x1a\n" +
-	"\bobserver\x18\b \x01(\bR\bobserver\"\xa7\x01\n" +
+	"\bobserver\x18\b \x01(\bR\bobserver\x12\x1d\n" +
+	"\n" +
+	"keep_alive\x18\t \x01(\bR\tkeepAlive\"\xa7\x01\n" +
 	"\rMethodOptions\x12\x17\n" +
 	"\aone_way\x18\x01 \x01(\bR\x06oneWay\x12+\n" +
 	"\x11always_interleave\x18\x02 \x01(\bR\x10alwaysInterleave\x12\x1b\n" +
@@ -509,12 +539,14 @@ const file_granary_v1_options_proto_rawDesc = "" +
 	"\x16PLACEMENT_PREFER_LOCAL\x10\x02\x12\x12\n" +
 	"\x0ePLACEMENT_HASH\x10\x03\x12\x1e\n" +
 	"\x1aPLACEMENT_ACTIVATION_COUNT\x10\x04\x12\x17\n" +
-	"\x13PLACEMENT_SILO_ROLE\x10\x05*_\n" +
+	"\x13PLACEMENT_SILO_ROLE\x10\x05*\x98\x01\n" +
 	"\aKeyKind\x12\x18\n" +
 	"\x14KEY_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKEY_KIND_STRING\x10\x01\x12\x12\n" +
 	"\x0eKEY_KIND_INT64\x10\x02\x12\x11\n" +
-	"\rKEY_KIND_UUID\x10\x03:Q\n" +
+	"\rKEY_KIND_UUID\x10\x03\x12\x1b\n" +
+	"\x17KEY_KIND_INT64_COMPOUND\x10\x04\x12\x1a\n" +
+	"\x16KEY_KIND_UUID_COMPOUND\x10\x05:Q\n" +
 	"\x05grain\x12\x1f.google.protobuf.ServiceOptions\x18\xa9\x8b\x03 \x01(\v2\x18.granary.v1.GrainOptionsR\x05grain:S\n" +
 	"\x06method\x12\x1e.google.protobuf.MethodOptions\x18\xaa\x8b\x03 \x01(\v2\x19.granary.v1.MethodOptionsR\x06method:1\n" +
 	"\x03key\x12\x1d.google.protobuf.FieldOptions\x18\xab\x8b\x03 \x01(\bR\x03keyB9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"

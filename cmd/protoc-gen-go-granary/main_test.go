@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestPrintOptionsWritesTheCheckedInFile: -print-options writes
+// granary/v1/options.proto byte for byte as this module has it, so an
+// outside module that compiles against the printed file uses the options
+// the plugin knows.
+func TestPrintOptionsWritesTheCheckedInFile(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := command([]string{"-print-options"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d, stderr %q", code, stderr.String())
+	}
+	want := readFile(t, protoRoot+"/granary/v1/options.proto")
+	if got := stdout.String(); got != want {
+		t.Errorf("-print-options differs from %s/granary/v1/options.proto:\n%s", protoRoot, lineDiff(want, got))
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("stderr %q, want nothing", stderr.String())
+	}
+}
+
+// TestPrintedOptionsCompile: the printed file compiles as the import of a
+// grain proto, from an include path that holds nothing else of Granary's.
+func TestPrintedOptionsCompile(t *testing.T) {
+	var stdout bytes.Buffer
+	if code := command([]string{"-print-options"}, &stdout, new(bytes.Buffer)); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	src := badHeader + `service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64_COMPOUND, keep_alive: true}; rpc M(Req) returns (Resp); }` + "\n"
+	resp := runPlugin(t, map[string]string{"bad.proto": src, "granary/v1/options.proto": stdout.String()}, "bad.proto")
+	if resp.Error != nil {
+		t.Fatalf("plugin failed: %s", resp.GetError())
+	}
+	if len(resp.File) != 1 || !strings.Contains(resp.File[0].GetContent(), "KeyKind:   grain.KeyInt64Compound,") {
+		t.Errorf("plugin wrote %d files, want one with KeyKind grain.KeyInt64Compound", len(resp.File))
+	}
+}
+
+// TestVersionNamesGeneratorAndModule: -version, and --version as before,
+// print the generator's version and the module's.
+func TestVersionNamesGeneratorAndModule(t *testing.T) {
+	for _, arg := range []string{"-version", "--version"} {
+		var stdout, stderr bytes.Buffer
+		if code := command([]string{arg}, &stdout, &stderr); code != 0 {
+			t.Fatalf("%s: exit code %d, stderr %q", arg, code, stderr.String())
+		}
+		want := "protoc-gen-go-granary " + version + ", module " + modulePath + " "
+		if got := stdout.String(); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "\n") || strings.Count(got, "\n") != 1 {
+			t.Errorf("%s printed %q, want one line beginning %q", arg, got, want)
+		}
+	}
+}
+
+// TestCommandRefusesBadArguments: arguments other than one flag it knows
+// exit with code 2 and a usage message, and write nothing to stdout.
+func TestCommandRefusesBadArguments(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // in stderr
+	}{
+		{[]string{"-print-options", "-version"}, "give exactly one of -print-options and -version"},
+		{[]string{"-version=false"}, "give exactly one of"},
+		{[]string{"-print-options", "extra"}, `unexpected argument "extra"`},
+		{[]string{"paths=source_relative"}, `unexpected argument "paths=source_relative"`},
+		{[]string{"-frobnicate"}, "flag provided but not defined: -frobnicate"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		if code := command(tt.args, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit code %d, want 2", tt.args, code)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("%q: stdout %q, want nothing", tt.args, stdout.String())
+		}
+		if got := stderr.String(); !strings.Contains(got, tt.want) || !strings.Contains(got, "usage: protoc-gen-go-granary") {
+			t.Errorf("%q: stderr %q, want %q and the usage", tt.args, got, tt.want)
+		}
+	}
+}
+
+// TestCommandReportsAFailedWrite: a stdout that cannot be written to
+// (a closed pipe) exits with code 1 and says why.
+func TestCommandReportsAFailedWrite(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := command([]string{"-print-options"}, failingWriter{}, &stderr); code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if !strings.Contains(stderr.String(), "protoc-gen-go-granary: broken pipe") {
+		t.Errorf("stderr %q, want the write error", stderr.String())
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
