@@ -341,7 +341,7 @@ func startFakeGateway(t *testing.T) *fakeGateway {
 				return nil, err
 			}
 			f.lists.Add(1)
-			return &granaryv1.GatewaysResponse{ClusterId: "fake", Gateways: []*granaryv1.Gateway{{Silo: "fake", Address: *f.addr.Load()}}}, nil
+			return &granaryv1.GatewaysResponse{ClusterId: "fake", Gateways: []*granaryv1.GatewayEndpoint{{Silo: "fake", Address: *f.addr.Load()}}}, nil
 		},
 	}
 	lis, err := transport.ListenGRPCService("127.0.0.1:0", transport.GatewayService, []grpc.MethodDesc{lists}, cfg)

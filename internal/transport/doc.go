@@ -28,6 +28,11 @@
 //     already taken the stream, ends this way too.
 //   - Send sends a one-way envelope; it reports only what fails before the
 //     envelope is queued.
+//   - SetStatus and StatusOf carry an error's whole gRPC status in a
+//     response: code, message and details (status_details), so that a
+//     google.rpc.BadRequest or ErrorInfo crosses every hop. Details that
+//     do not decode are dropped one by one, never the code and message,
+//     and a reply too large with its details is sent without them.
 //   - Incoming envelopes reach the Handler on the stream's reader goroutine,
 //     in the order they were sent; the Handler must not block.
 //   - A malformed frame or envelope is logged and dropped; when its call ID

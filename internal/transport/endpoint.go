@@ -672,7 +672,15 @@ func (r Responder) Reply(resp *granaryv1.Envelope) {
 	}
 	resp.Kind, resp.CallId = granaryv1.EnvelopeKind_ENVELOPE_KIND_RESPONSE, r.id
 	if err := r.ep.send(resp, time.Time{}); err != nil && !r.ep.broken() {
-		// Too large, most likely: answer with the error instead.
+		// Too large, most likely. An error status too large with its
+		// details still goes, without them; anything else is answered
+		// with the error instead.
+		if len(resp.StatusDetails) > 0 && len(resp.Payload) == 0 {
+			resp.StatusDetails = nil
+			if r.ep.send(resp, time.Time{}) == nil || r.ep.broken() {
+				return
+			}
+		}
 		st, _ := status.FromError(err)
 		r.ep.send(&granaryv1.Envelope{Kind: resp.Kind, CallId: r.id, Code: uint32(st.Code()), Message: st.Message()}, time.Time{})
 	}

@@ -33,16 +33,22 @@ type echo struct {
 	oneWays []string
 	got     chan string
 	block   chan struct{} // when set, Deliver waits on it
+	// answer, when set, is the response to every request.
+	answer func(req *granaryv1.Envelope) *granaryv1.Envelope
 }
 
 func newEcho() *echo { return &echo{got: make(chan string, 4096)} }
 
 func (e *echo) Deliver(from string, env *granaryv1.Envelope, r Responder) {
 	e.mu.Lock()
-	block := e.block
+	block, answer := e.block, e.answer
 	e.mu.Unlock()
 	if block != nil {
 		<-block
+	}
+	if answer != nil && r.Expects() {
+		r.Reply(answer(env))
+		return
 	}
 	if !r.Expects() {
 		e.mu.Lock()

@@ -11,8 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/proctest"
 	bankpb "github.com/granaryio/granary/proto/examples/bank"
+	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -225,5 +228,76 @@ func TestGRPCurl(t *testing.T) {
 				t.Errorf("grpcurl printed no code %s with message %q:\n%v", tt.code, tt.msg, r)
 			}
 		})
+	}
+}
+
+// TestGRPCurlDescribesEveryGatewayService: on a silo's own gateway,
+// every service that grpcurl lists through reflection can be described,
+// the Go clients' granary.v1.Gateway included, with its real methods.
+func TestGRPCurlDescribesEveryGatewayService(t *testing.T) {
+	bin := proctest.Grpcurl(t)
+	cfg := silo.DefaultConfig()
+	cfg.Name = "grpcurl-describe"
+	gcfg := silo.DefaultGatewayConfig()
+	gcfg.Listen = "127.0.0.1:0"
+	cfg.Gateway = &gcfg
+	s, err := silo.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bankpb.RegisterAccountGrain(s, func(id grain.ID) bankpb.AccountGrain { return &account{name: id.Key} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := probe.RegisterKeyedProbeGrain(s, func(grain.ID) probe.KeyedProbeGrain { return &keyedProbe{p: newProbes()} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := s.Stop(testContext(t)); err != nil {
+			t.Errorf("silo stop: %v", err)
+		}
+	}()
+
+	r := grpcurl(t, bin, "", "-plaintext", s.GatewayAddr(), "list")
+	if r.exit != 0 {
+		t.Fatalf("grpcurl list failed:\n%v", r)
+	}
+	services := strings.Fields(r.stdout)
+	want := []string{
+		"bank.Account", "granary.v1.Gateway", "grpc.health.v1.Health",
+		"grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
+		"probe.KeyedProbe",
+	}
+	if strings.Join(services, " ") != strings.Join(want, " ") {
+		t.Errorf("grpcurl list printed %q, want %q", services, want)
+	}
+	described := map[string]string{}
+	for _, svc := range services {
+		r := grpcurl(t, bin, "", "-plaintext", s.GatewayAddr(), "describe", svc)
+		if r.exit != 0 || !strings.Contains(r.stdout, svc+" is a service:") {
+			t.Errorf("grpcurl describe %s did not describe a service:\n%v", svc, r)
+		}
+		described[svc] = r.stdout
+	}
+	for _, want := range []string{
+		"service Gateway {",
+		"rpc Connect ( stream .granary.v1.Batch ) returns ( stream .granary.v1.Batch );",
+		"rpc Gateways ( .granary.v1.GatewaysRequest ) returns ( .granary.v1.GatewaysResponse );",
+	} {
+		if !strings.Contains(described["granary.v1.Gateway"], want) {
+			t.Errorf("grpcurl describe granary.v1.Gateway printed no %q:\n%s", want, described["granary.v1.Gateway"])
+		}
+	}
+	// Its health is that of the other services.
+	r = grpcurl(t, bin, "", "-plaintext", "-d", `{"service": "granary.v1.Gateway"}`, s.GatewayAddr(), "grpc.health.v1.Health/Check")
+	if r.exit != 0 || !strings.Contains(r.stdout, `"status": "SERVING"`) {
+		t.Errorf("grpcurl health check of granary.v1.Gateway:\n%v", r)
+	}
+	// The messages of its methods resolve too.
+	r = grpcurl(t, bin, "", "-plaintext", s.GatewayAddr(), "describe", "granary.v1.GatewaysResponse")
+	if r.exit != 0 || !strings.Contains(r.stdout, "repeated .granary.v1.GatewayEndpoint gateways = 2;") {
+		t.Errorf("grpcurl describe granary.v1.GatewaysResponse:\n%v", r)
 	}
 }

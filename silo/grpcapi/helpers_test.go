@@ -3,6 +3,7 @@ package grpcapi_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -217,6 +218,8 @@ type transfer struct {
 //	"nil"       reply nil with no error
 //	"wait"      report on p.waiting, wait until the context ends, report
 //	            its error on p.ended and return it
+//	"details"   fail with detailsError, whose ErrorInfo reason is the text
+//	"wrapped"   fail with detailsError wrapped by fmt.Errorf with %w
 //
 // Tell reports on p.told.
 type keyedProbe struct{ p *probes }
@@ -239,6 +242,10 @@ func (k *keyedProbe) Call(ctx grain.Context, req *probe.KeyedRequest) (*probe.Re
 		ctx.Blocking(func() { <-ctx.Done() })
 		k.p.ended <- ctx.Err()
 		return nil, status.FromContextError(ctx.Err()).Err()
+	case "details":
+		return nil, detailsError(req.GetText())
+	case "wrapped":
+		return nil, fmt.Errorf("keyed probe: %w", detailsError(req.GetText()))
 	}
 	return nil, grain.Errorf(codes.InvalidArgument, "keyed probe: unknown tag %q", req.GetTag())
 }

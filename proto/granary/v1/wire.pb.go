@@ -22,6 +22,12 @@
 // stream a client asks a gateway for the cluster ID and the live gateways
 // with the unary method /granary.v1.Gateway/Gateways (GatewaysRequest,
 // GatewaysResponse).
+//
+// Both services are declared below so that server reflection describes
+// them; internal/transport serves them by hand (its frames are Batches it
+// encodes itself), so no gRPC stubs are generated for them, and
+// protoc-gen-go-granary, which makes grains of services, skips them
+// (buf.gen.yaml).
 
 package granaryv1
 
@@ -265,6 +271,62 @@ func (SiloStatus) EnumDescriptor() ([]byte, []int) {
 	return file_granary_v1_wire_proto_rawDescGZIP(), []int{2}
 }
 
+// Reentry is a call-chain reentrancy scope: whether calls that come
+// back to the link's activation along the chain may run there while
+// its request waits.
+type ChainLink_Reentry int32
+
+const (
+	// The call set no scope: an outer link of the same activation that
+	// set one decides, else the grain type's call-chain reentrancy.
+	ChainLink_REENTRY_UNSPECIFIED ChainLink_Reentry = 0
+	// AllowCallChainReentrancy: they are admitted.
+	ChainLink_REENTRY_ALLOW ChainLink_Reentry = 1
+	// SuppressCallChainReentrancy: they are refused as deadlocks.
+	ChainLink_REENTRY_SUPPRESS ChainLink_Reentry = 2
+)
+
+// Enum value maps for ChainLink_Reentry.
+var (
+	ChainLink_Reentry_name = map[int32]string{
+		0: "REENTRY_UNSPECIFIED",
+		1: "REENTRY_ALLOW",
+		2: "REENTRY_SUPPRESS",
+	}
+	ChainLink_Reentry_value = map[string]int32{
+		"REENTRY_UNSPECIFIED": 0,
+		"REENTRY_ALLOW":       1,
+		"REENTRY_SUPPRESS":    2,
+	}
+)
+
+func (x ChainLink_Reentry) Enum() *ChainLink_Reentry {
+	p := new(ChainLink_Reentry)
+	*p = x
+	return p
+}
+
+func (x ChainLink_Reentry) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ChainLink_Reentry) Descriptor() protoreflect.EnumDescriptor {
+	return file_granary_v1_wire_proto_enumTypes[3].Descriptor()
+}
+
+func (ChainLink_Reentry) Type() protoreflect.EnumType {
+	return &file_granary_v1_wire_proto_enumTypes[3]
+}
+
+func (x ChainLink_Reentry) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ChainLink_Reentry.Descriptor instead.
+func (ChainLink_Reentry) EnumDescriptor() ([]byte, []int) {
+	return file_granary_v1_wire_proto_rawDescGZIP(), []int{4, 0}
+}
+
 // Batch is one message on a silo-to-silo stream.
 type Batch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -357,7 +419,15 @@ type Envelope struct {
 	// The target is an observer (REQUEST, ONE_WAY): an object of the client
 	// whose ID is the key's part before its first '/', reached through the
 	// gateway the directory names as that client's home.
-	Observer      bool `protobuf:"varint,20,opt,name=observer,proto3" json:"observer,omitempty"`
+	Observer bool `protobuf:"varint,20,opt,name=observer,proto3" json:"observer,omitempty"`
+	// The details of an error outcome (RESPONSE) that has any, such as
+	// google.rpc.BadRequest or ErrorInfo: an encoded google.rpc.Status whose
+	// details field carries them and whose code and message are left unset,
+	// since code and message above are the status's. Empty when the status
+	// has no details. Bytes rather than a repeated Any, so that details that
+	// do not decode cost the receiver only the details: it keeps the code
+	// and the message.
+	StatusDetails []byte `protobuf:"bytes,21,opt,name=status_details,json=statusDetails,proto3" json:"status_details,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +602,13 @@ func (x *Envelope) GetObserver() bool {
 	return false
 }
 
+func (x *Envelope) GetStatusDetails() []byte {
+	if x != nil {
+		return x.StatusDetails
+	}
+	return nil
+}
+
 // ReminderTick is the request of the runtime's method ReceiveReminder, by which the
 // silo that owns a grain's reminder delivers a tick to the grain, wherever
 // it is active. Only silos send it.
@@ -661,11 +738,14 @@ func (x *Header) GetValue() string {
 // ChainLink names one request up a call chain: request seq running on
 // activation `activation` of silo `silo`, which is grain `grain`.
 type ChainLink struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Silo          string                 `protobuf:"bytes,1,opt,name=silo,proto3" json:"silo,omitempty"`
-	Activation    uint64                 `protobuf:"varint,2,opt,name=activation,proto3" json:"activation,omitempty"`
-	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
-	Grain         string                 `protobuf:"bytes,4,opt,name=grain,proto3" json:"grain,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Silo       string                 `protobuf:"bytes,1,opt,name=silo,proto3" json:"silo,omitempty"`
+	Activation uint64                 `protobuf:"varint,2,opt,name=activation,proto3" json:"activation,omitempty"`
+	Seq        uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Grain      string                 `protobuf:"bytes,4,opt,name=grain,proto3" json:"grain,omitempty"`
+	// The scope of the call the request made. Set by the silo that made the
+	// link and read only there, when the chain comes back.
+	Reentry       ChainLink_Reentry `protobuf:"varint,5,opt,name=reentry,proto3,enum=granary.v1.ChainLink_Reentry" json:"reentry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -726,6 +806,13 @@ func (x *ChainLink) GetGrain() string {
 		return x.Grain
 	}
 	return ""
+}
+
+func (x *ChainLink) GetReentry() ChainLink_Reentry {
+	if x != nil {
+		return x.Reentry
+	}
+	return ChainLink_REENTRY_UNSPECIFIED
 }
 
 // Hello opens a stream.
@@ -1174,7 +1261,7 @@ type GatewaysResponse struct {
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// The active silos that serve a gateway, the answering one included,
 	// sorted by silo.
-	Gateways []*Gateway `protobuf:"bytes,2,rep,name=gateways,proto3" json:"gateways,omitempty"`
+	Gateways []*GatewayEndpoint `protobuf:"bytes,2,rep,name=gateways,proto3" json:"gateways,omitempty"`
 	// When the gateway authenticates its callers: the prefix that the
 	// client IDs of the calling principal must start with, the same at
 	// every gateway of the cluster. A client takes it before it opens a
@@ -1222,7 +1309,7 @@ func (x *GatewaysResponse) GetClusterId() string {
 	return ""
 }
 
-func (x *GatewaysResponse) GetGateways() []*Gateway {
+func (x *GatewaysResponse) GetGateways() []*GatewayEndpoint {
 	if x != nil {
 		return x.Gateways
 	}
@@ -1236,8 +1323,8 @@ func (x *GatewaysResponse) GetClientIdPrefix() string {
 	return ""
 }
 
-// Gateway is one silo's gateway.
-type Gateway struct {
+// GatewayEndpoint is one silo's gateway.
+type GatewayEndpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The silo's member ID.
 	Silo string `protobuf:"bytes,1,opt,name=silo,proto3" json:"silo,omitempty"`
@@ -1247,20 +1334,20 @@ type Gateway struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *Gateway) Reset() {
-	*x = Gateway{}
+func (x *GatewayEndpoint) Reset() {
+	*x = GatewayEndpoint{}
 	mi := &file_granary_v1_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *Gateway) String() string {
+func (x *GatewayEndpoint) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*Gateway) ProtoMessage() {}
+func (*GatewayEndpoint) ProtoMessage() {}
 
-func (x *Gateway) ProtoReflect() protoreflect.Message {
+func (x *GatewayEndpoint) ProtoReflect() protoreflect.Message {
 	mi := &file_granary_v1_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1272,19 +1359,19 @@ func (x *Gateway) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use Gateway.ProtoReflect.Descriptor instead.
-func (*Gateway) Descriptor() ([]byte, []int) {
+// Deprecated: Use GatewayEndpoint.ProtoReflect.Descriptor instead.
+func (*GatewayEndpoint) Descriptor() ([]byte, []int) {
 	return file_granary_v1_wire_proto_rawDescGZIP(), []int{12}
 }
 
-func (x *Gateway) GetSilo() string {
+func (x *GatewayEndpoint) GetSilo() string {
 	if x != nil {
 		return x.Silo
 	}
 	return ""
 }
 
-func (x *Gateway) GetAddress() string {
+func (x *GatewayEndpoint) GetAddress() string {
 	if x != nil {
 		return x.Address
 	}
@@ -1298,7 +1385,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x15granary/v1/wire.proto\x12\n" +
 	"granary.v1\";\n" +
 	"\x05Batch\x122\n" +
-	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xd0\x05\n" +
+	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xf7\x05\n" +
 	"\bEnvelope\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.granary.v1.EnvelopeKindR\x04kind\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x12\x1d\n" +
@@ -1321,7 +1408,8 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x0fdirectory_reply\x18\x11 \x01(\v2\x1d.granary.v1.DirectoryResponseR\x0edirectoryReply\x12'\n" +
 	"\x05hello\x18\x12 \x01(\v2\x11.granary.v1.HelloR\x05hello\x12 \n" +
 	"\vcancellable\x18\x13 \x01(\bR\vcancellable\x12\x1a\n" +
-	"\bobserver\x18\x14 \x01(\bR\bobserver\"\xaf\x01\n" +
+	"\bobserver\x18\x14 \x01(\bR\bobserver\x12%\n" +
+	"\x0estatus_details\x18\x15 \x01(\fR\rstatusDetails\"\xaf\x01\n" +
 	"\fReminderTick\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x15first_tick_unix_nanos\x18\x02 \x01(\x03R\x12firstTickUnixNanos\x125\n" +
@@ -1329,14 +1417,19 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\fperiod_nanos\x18\x04 \x01(\x03R\vperiodNanos\"0\n" +
 	"\x06Header\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"g\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xed\x01\n" +
 	"\tChainLink\x12\x12\n" +
 	"\x04silo\x18\x01 \x01(\tR\x04silo\x12\x1e\n" +
 	"\n" +
 	"activation\x18\x02 \x01(\x04R\n" +
 	"activation\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
-	"\x05grain\x18\x04 \x01(\tR\x05grain\":\n" +
+	"\x05grain\x18\x04 \x01(\tR\x05grain\x127\n" +
+	"\areentry\x18\x05 \x01(\x0e2\x1d.granary.v1.ChainLink.ReentryR\areentry\"K\n" +
+	"\aReentry\x12\x17\n" +
+	"\x13REENTRY_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rREENTRY_ALLOW\x10\x01\x12\x14\n" +
+	"\x10REENTRY_SUPPRESS\x10\x02\":\n" +
 	"\x05Hello\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -1372,13 +1465,13 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x0fgateway_address\x18\t \x01(\tR\x0egatewayAddress\x12#\n" +
 	"\radmin_address\x18\n" +
 	" \x01(\tR\fadminAddress\"\x11\n" +
-	"\x0fGatewaysRequest\"\x8c\x01\n" +
+	"\x0fGatewaysRequest\"\x94\x01\n" +
 	"\x10GatewaysResponse\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12/\n" +
-	"\bgateways\x18\x02 \x03(\v2\x13.granary.v1.GatewayR\bgateways\x12(\n" +
-	"\x10client_id_prefix\x18\x03 \x01(\tR\x0eclientIdPrefix\"7\n" +
-	"\aGateway\x12\x12\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x127\n" +
+	"\bgateways\x18\x02 \x03(\v2\x1b.granary.v1.GatewayEndpointR\bgateways\x12(\n" +
+	"\x10client_id_prefix\x18\x03 \x01(\tR\x0eclientIdPrefix\"?\n" +
+	"\x0fGatewayEndpoint\x12\x12\n" +
 	"\x04silo\x18\x01 \x01(\tR\x04silo\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress*\x9e\x02\n" +
 	"\fEnvelopeKind\x12\x1d\n" +
@@ -1405,7 +1498,12 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x13SILO_STATUS_JOINING\x10\x01\x12\x16\n" +
 	"\x12SILO_STATUS_ACTIVE\x10\x02\x12\x1d\n" +
 	"\x19SILO_STATUS_SHUTTING_DOWN\x10\x03\x12\x14\n" +
-	"\x10SILO_STATUS_DEAD\x10\x04B9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"
+	"\x10SILO_STATUS_DEAD\x10\x042D\n" +
+	"\rSiloTransport\x123\n" +
+	"\aConnect\x12\x11.granary.v1.Batch\x1a\x11.granary.v1.Batch(\x010\x012\x85\x01\n" +
+	"\aGateway\x123\n" +
+	"\aConnect\x12\x11.granary.v1.Batch\x1a\x11.granary.v1.Batch(\x010\x01\x12E\n" +
+	"\bGateways\x12\x1b.granary.v1.GatewaysRequest\x1a\x1c.granary.v1.GatewaysResponseB9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"
 
 var (
 	file_granary_v1_wire_proto_rawDescOnce sync.Once
@@ -1419,47 +1517,55 @@ func file_granary_v1_wire_proto_rawDescGZIP() []byte {
 	return file_granary_v1_wire_proto_rawDescData
 }
 
-var file_granary_v1_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_granary_v1_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_granary_v1_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_granary_v1_wire_proto_goTypes = []any{
 	(EnvelopeKind)(0),         // 0: granary.v1.EnvelopeKind
 	(DirectoryOp)(0),          // 1: granary.v1.DirectoryOp
 	(SiloStatus)(0),           // 2: granary.v1.SiloStatus
-	(*Batch)(nil),             // 3: granary.v1.Batch
-	(*Envelope)(nil),          // 4: granary.v1.Envelope
-	(*ReminderTick)(nil),      // 5: granary.v1.ReminderTick
-	(*Header)(nil),            // 6: granary.v1.Header
-	(*ChainLink)(nil),         // 7: granary.v1.ChainLink
-	(*Hello)(nil),             // 8: granary.v1.Hello
-	(*DirectoryEntry)(nil),    // 9: granary.v1.DirectoryEntry
-	(*DirectoryRequest)(nil),  // 10: granary.v1.DirectoryRequest
-	(*DirectoryResponse)(nil), // 11: granary.v1.DirectoryResponse
-	(*NodeMeta)(nil),          // 12: granary.v1.NodeMeta
-	(*GatewaysRequest)(nil),   // 13: granary.v1.GatewaysRequest
-	(*GatewaysResponse)(nil),  // 14: granary.v1.GatewaysResponse
-	(*Gateway)(nil),           // 15: granary.v1.Gateway
+	(ChainLink_Reentry)(0),    // 3: granary.v1.ChainLink.Reentry
+	(*Batch)(nil),             // 4: granary.v1.Batch
+	(*Envelope)(nil),          // 5: granary.v1.Envelope
+	(*ReminderTick)(nil),      // 6: granary.v1.ReminderTick
+	(*Header)(nil),            // 7: granary.v1.Header
+	(*ChainLink)(nil),         // 8: granary.v1.ChainLink
+	(*Hello)(nil),             // 9: granary.v1.Hello
+	(*DirectoryEntry)(nil),    // 10: granary.v1.DirectoryEntry
+	(*DirectoryRequest)(nil),  // 11: granary.v1.DirectoryRequest
+	(*DirectoryResponse)(nil), // 12: granary.v1.DirectoryResponse
+	(*NodeMeta)(nil),          // 13: granary.v1.NodeMeta
+	(*GatewaysRequest)(nil),   // 14: granary.v1.GatewaysRequest
+	(*GatewaysResponse)(nil),  // 15: granary.v1.GatewaysResponse
+	(*GatewayEndpoint)(nil),   // 16: granary.v1.GatewayEndpoint
 }
 var file_granary_v1_wire_proto_depIdxs = []int32{
-	4,  // 0: granary.v1.Batch.envelopes:type_name -> granary.v1.Envelope
+	5,  // 0: granary.v1.Batch.envelopes:type_name -> granary.v1.Envelope
 	0,  // 1: granary.v1.Envelope.kind:type_name -> granary.v1.EnvelopeKind
-	6,  // 2: granary.v1.Envelope.headers:type_name -> granary.v1.Header
-	7,  // 3: granary.v1.Envelope.chain:type_name -> granary.v1.ChainLink
-	10, // 4: granary.v1.Envelope.directory:type_name -> granary.v1.DirectoryRequest
-	11, // 5: granary.v1.Envelope.directory_reply:type_name -> granary.v1.DirectoryResponse
-	8,  // 6: granary.v1.Envelope.hello:type_name -> granary.v1.Hello
-	1,  // 7: granary.v1.DirectoryRequest.op:type_name -> granary.v1.DirectoryOp
-	9,  // 8: granary.v1.DirectoryRequest.entries:type_name -> granary.v1.DirectoryEntry
-	9,  // 9: granary.v1.DirectoryResponse.entry:type_name -> granary.v1.DirectoryEntry
-	9,  // 10: granary.v1.DirectoryResponse.rejected:type_name -> granary.v1.DirectoryEntry
-	9,  // 11: granary.v1.DirectoryResponse.winners:type_name -> granary.v1.DirectoryEntry
-	9,  // 12: granary.v1.DirectoryResponse.unplaced:type_name -> granary.v1.DirectoryEntry
-	2,  // 13: granary.v1.NodeMeta.status:type_name -> granary.v1.SiloStatus
-	15, // 14: granary.v1.GatewaysResponse.gateways:type_name -> granary.v1.Gateway
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	7,  // 2: granary.v1.Envelope.headers:type_name -> granary.v1.Header
+	8,  // 3: granary.v1.Envelope.chain:type_name -> granary.v1.ChainLink
+	11, // 4: granary.v1.Envelope.directory:type_name -> granary.v1.DirectoryRequest
+	12, // 5: granary.v1.Envelope.directory_reply:type_name -> granary.v1.DirectoryResponse
+	9,  // 6: granary.v1.Envelope.hello:type_name -> granary.v1.Hello
+	3,  // 7: granary.v1.ChainLink.reentry:type_name -> granary.v1.ChainLink.Reentry
+	1,  // 8: granary.v1.DirectoryRequest.op:type_name -> granary.v1.DirectoryOp
+	10, // 9: granary.v1.DirectoryRequest.entries:type_name -> granary.v1.DirectoryEntry
+	10, // 10: granary.v1.DirectoryResponse.entry:type_name -> granary.v1.DirectoryEntry
+	10, // 11: granary.v1.DirectoryResponse.rejected:type_name -> granary.v1.DirectoryEntry
+	10, // 12: granary.v1.DirectoryResponse.winners:type_name -> granary.v1.DirectoryEntry
+	10, // 13: granary.v1.DirectoryResponse.unplaced:type_name -> granary.v1.DirectoryEntry
+	2,  // 14: granary.v1.NodeMeta.status:type_name -> granary.v1.SiloStatus
+	16, // 15: granary.v1.GatewaysResponse.gateways:type_name -> granary.v1.GatewayEndpoint
+	4,  // 16: granary.v1.SiloTransport.Connect:input_type -> granary.v1.Batch
+	4,  // 17: granary.v1.Gateway.Connect:input_type -> granary.v1.Batch
+	14, // 18: granary.v1.Gateway.Gateways:input_type -> granary.v1.GatewaysRequest
+	4,  // 19: granary.v1.SiloTransport.Connect:output_type -> granary.v1.Batch
+	4,  // 20: granary.v1.Gateway.Connect:output_type -> granary.v1.Batch
+	15, // 21: granary.v1.Gateway.Gateways:output_type -> granary.v1.GatewaysResponse
+	19, // [19:22] is the sub-list for method output_type
+	16, // [16:19] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_granary_v1_wire_proto_init() }
@@ -1472,10 +1578,10 @@ func file_granary_v1_wire_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_granary_v1_wire_proto_rawDesc), len(file_granary_v1_wire_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   13,
 			NumExtensions: 0,
-			NumServices:   0,
+			NumServices:   2,
 		},
 		GoTypes:           file_granary_v1_wire_proto_goTypes,
 		DependencyIndexes: file_granary_v1_wire_proto_depIdxs,

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -158,6 +159,9 @@ func (g *Gateway) Serve(cl *cluster.Cluster, caller grain.Caller) error {
 	if err := g.Lis.Serve(g.tport); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
 	}
+	// Serve registered granary.v1.Gateway after RegisterDiscovery, which
+	// set the health of the services before it.
+	g.health.SetServingStatus(transport.GatewayService, healthpb.HealthCheckResponse_SERVING)
 	g.log.Info("gateway serving clients", zap.String("listen", g.Lis.Addr()), zap.String("advertise", g.Addr))
 	return nil
 }
@@ -213,22 +217,22 @@ func (g *Gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 	}
 	if s.Cl == nil {
 		if !s.Stopping.Load() {
-			resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: g.self, Address: self})
+			resp.Gateways = append(resp.Gateways, &granaryv1.GatewayEndpoint{Silo: g.self, Address: self})
 		}
 		return resp, nil
 	}
 	cl := g.Cl
 	cl.ViewMu.Lock()
 	if cl.SelfStatus == membership.StatusActive && !s.Stopping.Load() {
-		resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: cl.SelfID, Address: self})
+		resp.Gateways = append(resp.Gateways, &granaryv1.GatewayEndpoint{Silo: cl.SelfID, Address: self})
 	}
 	for _, m := range cl.Members {
 		if m.Status == membership.StatusActive && m.GatewayAddr != "" {
-			resp.Gateways = append(resp.Gateways, &granaryv1.Gateway{Silo: m.ID, Address: m.GatewayAddr})
+			resp.Gateways = append(resp.Gateways, &granaryv1.GatewayEndpoint{Silo: m.ID, Address: m.GatewayAddr})
 		}
 	}
 	cl.ViewMu.Unlock()
-	slices.SortFunc(resp.Gateways, func(a, b *granaryv1.Gateway) int { return strings.Compare(a.Silo, b.Silo) })
+	slices.SortFunc(resp.Gateways, func(a, b *granaryv1.GatewayEndpoint) int { return strings.Compare(a.Silo, b.Silo) })
 	return resp, nil
 }
 
