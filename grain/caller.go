@@ -98,3 +98,26 @@ func WithTimeout(d time.Duration) CallOption { return grainrt.WithTimeout(d) }
 
 // OneWay sends the call without waiting for, or getting, a reply.
 func OneWay() CallOption { return grainrt.OneWay() }
+
+// AllowCallChainReentrancy scopes call-chain reentrancy to this call, as
+// Orleans' RequestContext.AllowCallChainReentrancy does: while it runs, a
+// call that comes back to the calling grain's activation along the call's
+// chain (A→B→A, on any silo, however deep) is admitted, interleaved at
+// the calling request's await, instead of failing as a deadlock, even if
+// the type does not have WithCallChainReentrancy. It concerns the calling
+// activation only: the grains the call reaches keep their own rules, and
+// calls they make set their own scopes. It covers everything the call
+// causes, the calls of the requests it lets back in included, unless one
+// of those sets its own scope. It does nothing for a call made outside
+// any grain, which has no chain.
+func AllowCallChainReentrancy() CallOption { return grainrt.AllowCallChainReentrancy() }
+
+// SuppressCallChainReentrancy is the opposite scope: a call that comes
+// back to the calling grain's activation along this call's chain is
+// refused as a deadlock (Aborted) when it cannot start at once, even if
+// the type has WithCallChainReentrancy. It does not make a reentrant type
+// (WithReentrant) wait, nor an always_interleave method or one
+// WithMayInterleave admits. The last of the two options given wins.
+func SuppressCallChainReentrancy() CallOption {
+	return grainrt.SuppressCallChainReentrancy()
+}

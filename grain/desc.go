@@ -90,8 +90,15 @@ type TypeOptions struct {
 	// Reentrant: requests interleave at awaits (grain option reentrant).
 	Reentrant bool
 	// CallChainReentrant admits a request whose call chain already holds
-	// the activation (A→B→A) instead of failing it as a deadlock.
+	// the activation (A→B→A) instead of failing it as a deadlock. It is
+	// the default for calls that set no scope: a call made with
+	// AllowCallChainReentrancy or SuppressCallChainReentrancy decides for
+	// its own chain.
 	CallChainReentrant bool
+	// MayInterleave, when set, runs on each request to the type's methods
+	// before it is admitted; true admits the request as if its method
+	// were always_interleave (WithMayInterleave).
+	MayInterleave MayInterleaveFunc
 	// CollectionAge is how long an activation may stay idle before it is
 	// collected; 0 means the silo's default (grain option collection_age).
 	CollectionAge time.Duration
@@ -160,6 +167,30 @@ func WithReentrant(on bool) RegisterOption { return func(o *TypeOptions) { o.Ree
 // deadlock.
 func WithCallChainReentrancy() RegisterOption {
 	return func(o *TypeOptions) { o.CallChainReentrant = true }
+}
+
+// A MayInterleaveFunc decides whether request req to method m may
+// interleave with anything the activation runs, like an always_interleave
+// method: Orleans' [MayInterleave]. m is the type's own MethodDesc and req
+// its decoded request, which the function must not change or keep.
+//
+// It runs on the silo's receiving path, before the request is admitted
+// and outside any turn: on the caller's goroutine for a call from the same
+// silo, and on the goroutine that reads the stream for a call from another
+// silo or a client, which decodes the request there instead of on the
+// pool. It must therefore be fast, must not block and must not call
+// grains; it may run more than once for one request (when the request is
+// routed again) and on several goroutines at once. A panic in it does not
+// crash the silo: it is logged and counts as false, so the request keeps
+// its method's kind.
+type MayInterleaveFunc func(m *MethodDesc, req proto.Message) bool
+
+// WithMayInterleave admits the type's requests for which fn returns true
+// as interleaving (see MayInterleaveFunc): they start whatever the
+// activation runs, and run while its other requests wait at an await. It
+// does not apply to timer or reminder ticks.
+func WithMayInterleave(fn MayInterleaveFunc) RegisterOption {
+	return func(o *TypeOptions) { o.MayInterleave = fn }
 }
 
 // WithCollectionAge sets how long an idle activation lives.

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+
 	"github.com/granaryio/granary/grain"
 )
 
@@ -87,5 +90,31 @@ func TestRegisterOptions(t *testing.T) {
 				t.Errorf("options %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// WithMayInterleave sets the predicate as given (funcs do not compare, so
+// the test calls it) and leaves the other options alone; nil clears it.
+func TestWithMayInterleave(t *testing.T) {
+	var saw *grain.MethodDesc
+	fn := func(m *grain.MethodDesc, req proto.Message) bool { saw = m; return req != nil }
+	got := grain.TypeOptions{CallChainReentrant: true, CollectionAge: time.Minute}
+	grain.WithMayInterleave(fn)(&got)
+	grain.WithReentrant(false)(&got)
+	if got.MayInterleave == nil {
+		t.Fatal("MayInterleave not set")
+	}
+	m := &grain.MethodDesc{Name: "Get"}
+	if !got.MayInterleave(m, &emptypb.Empty{}) || got.MayInterleave(m, nil) || saw != m {
+		t.Error("MayInterleave is not the predicate given")
+	}
+	got.MayInterleave = nil
+	if want := (grain.TypeOptions{CallChainReentrant: true, CollectionAge: time.Minute}); !reflect.DeepEqual(got, want) {
+		t.Errorf("options %+v, want %+v", got, want)
+	}
+	grain.WithMayInterleave(fn)(&got)
+	grain.WithMayInterleave(nil)(&got)
+	if got.MayInterleave != nil {
+		t.Error("WithMayInterleave(nil) left a predicate")
 	}
 }

@@ -12,13 +12,18 @@
 //     admitted whatever runs.
 //   - A read-only request is admitted while only read-only requests run.
 //   - A request whose call chain holds a request running here is
-//     admitted when the activation allows call-chain reentrancy. If it
-//     cannot start at once otherwise, it is a deadlock: the request it
-//     would wait for is waiting for it. It is refused at once rather than
-//     left to time out.
+//     admitted when the chain allows re-entry there. The call that
+//     request made decides (its Chain: a per-call scope, Orleans'
+//     AllowCallChainReentrancy and SuppressCallChainReentrancy), and the
+//     activation's ChainReentrant option only when that call set no
+//     scope. If it cannot start at once otherwise, it is a deadlock: the
+//     request it would wait for is waiting for it. It is refused at once
+//     rather than left to time out.
 //   - Anything else queues, and queued requests start in arrival order: a
 //     request is never admitted past one queued before it.
 package admission
+
+import "fmt"
 
 // Kind says how a request relates to others.
 type Kind uint8
@@ -33,6 +38,28 @@ const (
 	Interleave
 )
 
+// Chain is what a request's call chain says about the activation it
+// arrives at: whether the chain holds a request running there, and if so
+// whether the call that request made lets the chain back in. A scope
+// belongs to the call that set it, and covers everything that call
+// causes: the owner takes the scope of the innermost running request of
+// the chain whose call set one, and InChain when none did.
+type Chain uint8
+
+const (
+	// NotInChain: the chain holds no request running here.
+	NotInChain Chain = iota
+	// InChain: the chain holds requests running here whose calls set no
+	// scope: the Gate's ChainReentrant decides.
+	InChain
+	// InChainAllowed: the chain holds a request running here whose call
+	// allowed re-entry, whatever ChainReentrant says.
+	InChainAllowed
+	// InChainSuppressed: the chain holds a request running here whose
+	// call suppressed re-entry, whatever ChainReentrant says.
+	InChainSuppressed
+)
+
 // Decision is what Admit decided.
 type Decision uint8
 
@@ -43,7 +70,7 @@ const (
 	// Next, after a running request finished.
 	Queue
 	// Deadlock: the request's call chain holds a running request here,
-	// which it would wait for forever.
+	// which it would wait for forever, and does not allow re-entry.
 	Deadlock
 )
 
@@ -52,6 +79,8 @@ const (
 // activation's lock is held around every method.
 type Gate struct {
 	// Reentrant and ChainReentrant are the activation's type options.
+	// ChainReentrant is the default for calls that set no call-chain
+	// reentrancy scope (see Chain).
 	Reentrant      bool
 	ChainReentrant bool
 
@@ -88,26 +117,47 @@ func (g *Gate) Holds(seq uint64) bool {
 }
 
 // Admit decides on a new request seq of kind k. inChain reports whether
-// the request's call chain holds a request running here (see Holds). When
-// it returns Queue, the owner queues the request after those it holds.
-//
-// Interleaving requests, requests of a reentrant activation and
-// chain-reentrant requests start past the queue: they never wait for a
-// running request, so holding them behind queued ones would only delay
-// them (and, for a chain-reentrant one, deadlock). A read-only request
-// queues behind a queued one, so a stream of readers cannot starve a
-// writer.
+// the request's call chain holds a request running here (see Holds), whose
+// call set no scope: it is AdmitChain with InChain, else NotInChain.
 func (g *Gate) Admit(seq uint64, k Kind, inChain bool) Decision {
+	ch := NotInChain
+	if inChain {
+		ch = InChain
+	}
+	return g.AdmitChain(seq, k, ch)
+}
+
+// AdmitChain decides on a new request seq of kind k whose call chain says
+// ch about this activation. When it returns Queue, the owner queues the
+// request after those it holds.
+//
+// Interleaving requests, requests of a reentrant activation and requests
+// whose chain may re-enter start past the queue: they never wait for a
+// running request, so holding them behind queued ones would only delay
+// them (and, for a re-entering one, deadlock). A read-only request queues
+// behind a queued one, so a stream of readers cannot starve a writer. A
+// suppressed chain does not make a reentrant activation, or an
+// interleaving request, wait: it only withholds call-chain reentrancy.
+func (g *Gate) AdmitChain(seq uint64, k Kind, ch Chain) Decision {
+	if ch > InChainSuppressed {
+		panic(fmt.Sprintf("admission: AdmitChain with unknown Chain %d", ch))
+	}
 	switch {
-	case k == Interleave, g.Reentrant, inChain && g.ChainReentrant,
+	case k == Interleave, g.Reentrant, g.reenters(ch),
 		g.queued == 0 && g.admissible(k):
 		g.start(seq, k)
 		return Start
-	case inChain:
+	case ch != NotInChain:
 		return Deadlock
 	}
 	g.queued++
 	return Queue
+}
+
+// reenters reports whether a chain that says ch may re-enter: the call's
+// scope decides, the activation's option only when the call set none.
+func (g *Gate) reenters(ch Chain) bool {
+	return ch == InChainAllowed || ch == InChain && g.ChainReentrant
 }
 
 // Next offers the oldest queued request, seq of kind k, again. It returns

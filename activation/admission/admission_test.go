@@ -15,10 +15,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // A step is one line of a scripted scenario: a call on the Gate and what it
 // must answer, or a check of the Gate's state.
 type step struct {
-	op      string // "admit", "next", "finish", "drop", "state", "holds"
-	seq     uint64
-	kind    admission.Kind
-	inChain bool
+	op    string // "admit", "next", "finish", "drop", "state", "holds"
+	seq   uint64
+	kind  admission.Kind
+	chain admission.Chain
 
 	decision admission.Decision // admit
 	ok       bool               // next: started; holds: held
@@ -31,7 +31,12 @@ func admit(seq uint64, k admission.Kind, want admission.Decision) step {
 }
 
 func admitInChain(seq uint64, k admission.Kind, want admission.Decision) step {
-	return step{op: "admit", seq: seq, kind: k, inChain: true, decision: want}
+	return step{op: "admit", seq: seq, kind: k, chain: admission.InChain, decision: want}
+}
+
+// admitChain admits through AdmitChain with a chain that set a scope.
+func admitChain(seq uint64, k admission.Kind, ch admission.Chain, want admission.Decision) step {
+	return step{op: "admit", seq: seq, kind: k, chain: ch, decision: want}
 }
 
 func next(seq uint64, k admission.Kind, started bool) step {
@@ -50,7 +55,10 @@ func holds(seq uint64, want bool) step { return step{op: "holds", seq: seq, ok: 
 func (s step) String() string {
 	switch s.op {
 	case "admit":
-		return fmt.Sprintf("Admit(%d, %s, inChain=%t)", s.seq, kindName(s.kind), s.inChain)
+		if s.chain > admission.InChain {
+			return fmt.Sprintf("AdmitChain(%d, %s, %s)", s.seq, kindName(s.kind), chainName(s.chain))
+		}
+		return fmt.Sprintf("Admit(%d, %s, inChain=%t)", s.seq, kindName(s.kind), s.chain == admission.InChain)
 	case "next":
 		return fmt.Sprintf("Next(%d, %s)", s.seq, kindName(s.kind))
 	case "finish":
@@ -77,6 +85,20 @@ func kindName(k admission.Kind) string {
 	return fmt.Sprintf("Kind(%d)", k)
 }
 
+func chainName(c admission.Chain) string {
+	switch c {
+	case admission.NotInChain:
+		return "NotInChain"
+	case admission.InChain:
+		return "InChain"
+	case admission.InChainAllowed:
+		return "InChainAllowed"
+	case admission.InChainSuppressed:
+		return "InChainSuppressed"
+	}
+	return fmt.Sprintf("Chain(%d)", c)
+}
+
 func decisionName(d admission.Decision) string {
 	switch d {
 	case admission.Start:
@@ -89,13 +111,22 @@ func decisionName(d admission.Decision) string {
 	return fmt.Sprintf("Decision(%d)", d)
 }
 
+// admitStep plays an admit step: through Admit for a chain that set no
+// scope, so the scenarios check both entries, else through AdmitChain.
+func admitStep(g *admission.Gate, s step) admission.Decision {
+	if s.chain > admission.InChain {
+		return g.AdmitChain(s.seq, s.kind, s.chain)
+	}
+	return g.Admit(s.seq, s.kind, s.chain == admission.InChain)
+}
+
 // runScript plays steps on g, failing at the first answer that differs.
 func runScript(t *testing.T, g *admission.Gate, steps []step) {
 	t.Helper()
 	for i, s := range steps {
 		switch s.op {
 		case "admit":
-			if got := g.Admit(s.seq, s.kind, s.inChain); got != s.decision {
+			if got := admitStep(g, s); got != s.decision {
 				t.Fatalf("step %d: %v = %s, want %s", i, s, decisionName(got), decisionName(s.decision))
 			}
 		case "next":
@@ -308,6 +339,84 @@ func TestGateScenarios(t *testing.T) {
 			},
 		},
 		{
+			// Orleans' AllowCallChainReentrancy: the scope of the call
+			// the running request made lets its chain back in.
+			name: "InChainAllowed starts past the queue without ChainReentrant",
+			steps: []step{
+				admit(1, ex, admission.Start),
+				admit(2, ex, admission.Queue),
+				admitChain(3, ex, admission.InChainAllowed, admission.Start), state(2, 1), holds(3, true),
+				admitChain(4, ro, admission.InChainAllowed, admission.Start), state(3, 1),
+				finish(3), next(2, ex, false),
+				finish(4), next(2, ex, false),
+				finish(1), next(2, ex, true), state(1, 0),
+			},
+		},
+		{
+			name: "InChainAllowed starts while readers run and a writer queues",
+			steps: []step{
+				admit(1, ro, admission.Start),
+				admit(2, ex, admission.Queue),
+				admitChain(3, ex, admission.InChainAllowed, admission.Start), state(2, 1),
+				finish(1), next(2, ex, false),
+				finish(3), next(2, ex, true),
+			},
+		},
+		{
+			name:           "InChainAllowed on a ChainReentrant gate starts",
+			chainReentrant: true,
+			steps: []step{
+				admit(1, ex, admission.Start),
+				admitChain(2, ex, admission.InChainAllowed, admission.Start), state(2, 0),
+			},
+		},
+		{
+			// Orleans' SuppressCallChainReentrancy: the type's option is
+			// only the default for calls that set no scope.
+			name:           "InChainSuppressed on a ChainReentrant gate is a deadlock",
+			chainReentrant: true,
+			steps: []step{
+				admit(1, ex, admission.Start),
+				admitChain(2, ex, admission.InChainSuppressed, admission.Deadlock), state(1, 0), holds(2, false),
+				admitChain(3, ro, admission.InChainSuppressed, admission.Deadlock), state(1, 0),
+				admitInChain(4, ex, admission.Start), state(2, 0),
+			},
+		},
+		{
+			name:           "InChainSuppressed ReadOnly behind a queued writer is a deadlock",
+			chainReentrant: true,
+			steps: []step{
+				admit(1, ro, admission.Start),
+				admit(2, ex, admission.Queue),
+				admitChain(3, ro, admission.InChainSuppressed, admission.Deadlock), state(1, 1),
+			},
+		},
+		{
+			name:           "InChainSuppressed that may start at once starts",
+			chainReentrant: true,
+			steps: []step{
+				admit(1, ro, admission.Start),
+				admitChain(2, ro, admission.InChainSuppressed, admission.Start), state(2, 0),
+			},
+		},
+		{
+			name:           "InChainSuppressed does not stop an Interleave",
+			chainReentrant: true,
+			steps: []step{
+				admit(1, ex, admission.Start),
+				admit(2, ex, admission.Queue),
+				admitChain(3, il, admission.InChainSuppressed, admission.Start), state(2, 1),
+			},
+		},
+		{
+			name:      "InChainSuppressed does not stop a Reentrant gate",
+			reentrant: true,
+			steps: []step{
+				admit(1, ex, admission.Start),
+				admitChain(2, ex, admission.InChainSuppressed, admission.Start), state(2, 0),
+			},
+		},
+		{
 			name: "Next starts the head only when admissible",
 			steps: []step{
 				admit(1, ex, admission.Start),
@@ -402,6 +511,7 @@ func TestGatePanics(t *testing.T) {
 		{"Next with nothing queued", nil, func(g *admission.Gate) { g.Next(1, ex) }},
 		{"Next after the queue drained", []step{admit(1, ex, admission.Start), admit(2, ex, admission.Queue), finish(1), next(2, ex, true)}, func(g *admission.Gate) { g.Next(3, ex) }},
 		{"Drop with nothing queued", nil, func(g *admission.Gate) { g.Drop() }},
+		{"AdmitChain with an unknown Chain", []step{admit(1, ex, admission.Start), admit(2, ex, admission.Queue)}, func(g *admission.Gate) { g.AdmitChain(3, il, admission.InChainSuppressed+1) }},
 		{"Drop after the queue drained", []step{admit(1, ex, admission.Start), admit(2, ex, admission.Queue), drop()}, func(g *admission.Gate) { g.Drop() }},
 	}
 	for _, tt := range tests {

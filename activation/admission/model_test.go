@@ -16,8 +16,25 @@ const (
 	plain      how = iota // nothing it had to run alone with or behind was in the way
 	bypassKind            // Interleave: starts whatever runs
 	bypassGate            // the gate is Reentrant
-	bypassLoop            // call-chain reentrancy on a ChainReentrant gate
+	bypassLoop            // call-chain reentrancy: the chain may re-enter
 )
+
+// mayReenter is the call-chain reentrancy table, indexed by what the chain
+// says and by the gate's ChainReentrant: the scope of the call the running
+// request made decides, and the type's option only when it set none.
+var mayReenter = map[admission.Chain][2]bool{
+	admission.NotInChain:        {false, false}, // nothing to re-enter
+	admission.InChain:           {false, true},
+	admission.InChainAllowed:    {true, true},
+	admission.InChainSuppressed: {false, false},
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 type req struct {
 	seq     uint64
@@ -52,21 +69,21 @@ func (m *model) fitsAlongside(k admission.Kind) bool {
 }
 
 // admit returns the decision for a new request, and why it starts.
-func (m *model) admit(k admission.Kind, inChain bool) (admission.Decision, how) {
+func (m *model) admit(k admission.Kind, ch admission.Chain) (admission.Decision, how) {
 	if m.reentrant {
 		return admission.Start, bypassGate
 	}
 	if k == admission.Interleave {
 		return admission.Start, bypassKind
 	}
-	if inChain && m.chainReentrant {
+	if mayReenter[ch][b2i(m.chainReentrant)] {
 		return admission.Start, bypassLoop
 	}
 	// Anyone else waits for requests queued before it.
 	if len(m.queue) == 0 && m.fitsAlongside(k) {
 		return admission.Start, plain
 	}
-	if inChain {
+	if ch != admission.NotInChain {
 		// Waiting would mean waiting for a request that waits for us.
 		return admission.Deadlock, plain
 	}
@@ -100,6 +117,7 @@ func checkAgainstModel(t *testing.T, reentrant, chainReentrant bool, seed uint64
 	var lastFromQueue uint64 // seq of the last request Next started
 	var startOrder int
 	decisions := map[admission.Decision]int{}
+	byChain := map[admission.Chain]map[admission.Decision]int{}
 	maxQueue := 0
 
 	fail := func(step int, format string, args ...any) {
@@ -142,22 +160,32 @@ func checkAgainstModel(t *testing.T, reentrant, chainReentrant bool, seed uint64
 		case r < arrive: // a request arrives
 			nextSeq++
 			k := []admission.Kind{ex, ex, ro, ro, ro, il}[rng.IntN(6)]
-			inChain := false
+			ch := admission.NotInChain
 			if len(m.running) > 0 && rng.IntN(3) == 0 {
 				holder := m.running[rng.IntN(len(m.running))]
 				if !g.Holds(holder.seq) {
 					fail(step, "Holds(%d) = false for a running request", holder.seq)
 				}
-				inChain = true
+				// Half the calls that made a chain set no scope.
+				ch = []admission.Chain{admission.InChain, admission.InChain, admission.InChainAllowed, admission.InChainSuppressed}[rng.IntN(4)]
 			}
-			want, why := m.admit(k, inChain)
+			want, why := m.admit(k, ch)
 			queuedBefore := len(m.queue)
-			got := g.Admit(nextSeq, k, inChain)
+			var got admission.Decision
+			if ch <= admission.InChain && rng.IntN(2) == 0 {
+				got = g.Admit(nextSeq, k, ch == admission.InChain)
+			} else {
+				got = g.AdmitChain(nextSeq, k, ch)
+			}
 			if got != want {
-				fail(step, "Admit(%d, %s, inChain=%t) = %s, model says %s",
-					nextSeq, kindName(k), inChain, decisionName(got), decisionName(want))
+				fail(step, "Admit(%d, %s, %s) = %s, model says %s",
+					nextSeq, kindName(k), chainName(ch), decisionName(got), decisionName(want))
 			}
 			decisions[got]++
+			if byChain[ch] == nil {
+				byChain[ch] = map[admission.Decision]int{}
+			}
+			byChain[ch][got]++
 			switch got {
 			case admission.Start:
 				// Nothing started plainly past a queued request.
@@ -223,8 +251,17 @@ func checkAgainstModel(t *testing.T, reentrant, chainReentrant bool, seed uint64
 				t.Errorf("seed %d: no %s decisions in %d steps", seed, decisionName(d), steps)
 			}
 		}
-		if !chainReentrant && decisions[admission.Deadlock] == 0 {
+		if decisions[admission.Deadlock] == 0 {
 			t.Errorf("seed %d: no Deadlock decisions in %d steps", seed, steps)
+		}
+		// Each scope was put to the test where it differs from the
+		// type's option: an allowed chain re-entered a gate that is not
+		// chain-reentrant, a suppressed one was refused by one that is.
+		if !chainReentrant && byChain[admission.InChainAllowed][admission.Start] == 0 {
+			t.Errorf("seed %d: no allowed chain started in %d steps", seed, steps)
+		}
+		if chainReentrant && byChain[admission.InChainSuppressed][admission.Deadlock] == 0 {
+			t.Errorf("seed %d: no suppressed chain refused in %d steps", seed, steps)
 		}
 		if maxQueue < 3 {
 			t.Errorf("seed %d: queue never grew past %d", seed, maxQueue)

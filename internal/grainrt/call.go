@@ -8,11 +8,34 @@ import (
 )
 
 // CallOption is grain.CallOption, which is an alias of it: one call's
-// option, made by grain.WithTimeout and grain.OneWay.
+// option, made by grain.WithTimeout, grain.OneWay,
+// grain.AllowCallChainReentrancy and grain.SuppressCallChainReentrancy.
 type CallOption struct {
 	timeout time.Duration
 	oneWay  bool
+	reentry ChainReentry
 }
+
+// ChainReentry is a call's call-chain reentrancy scope: whether calls that
+// come back, along the call's chain, to the grain that made it may run
+// there while the request that made it waits (Orleans'
+// RequestContext.AllowCallChainReentrancy and
+// SuppressCallChainReentrancy). The scope belongs to the calling grain: it
+// says nothing about the other grains of the chain.
+type ChainReentry uint8
+
+const (
+	// ChainReentryDefault: the call sets no scope. The scope of an outer
+	// call of the same activation on the chain decides, else the
+	// calling grain's type (grain.TypeOptions.CallChainReentrant).
+	ChainReentryDefault ChainReentry = iota
+	// ChainReentryAllow: calls back along the chain are admitted.
+	ChainReentryAllow
+	// ChainReentrySuppress: calls back along the chain are refused as
+	// deadlocks when they cannot start at once, as on a type without
+	// call-chain reentrancy.
+	ChainReentrySuppress
+)
 
 // WithTimeout implements grain.WithTimeout.
 func WithTimeout(d time.Duration) CallOption { return CallOption{timeout: d} }
@@ -20,11 +43,23 @@ func WithTimeout(d time.Duration) CallOption { return CallOption{timeout: d} }
 // OneWay implements grain.OneWay.
 func OneWay() CallOption { return CallOption{oneWay: true} }
 
+// AllowCallChainReentrancy implements grain.AllowCallChainReentrancy.
+func AllowCallChainReentrancy() CallOption { return CallOption{reentry: ChainReentryAllow} }
+
+// SuppressCallChainReentrancy implements grain.SuppressCallChainReentrancy.
+func SuppressCallChainReentrancy() CallOption {
+	return CallOption{reentry: ChainReentrySuppress}
+}
+
 // CallOptions is what a list of CallOptions comes to, with a method's own
 // options applied first. Callers' implementations use it.
 type CallOptions struct {
 	Timeout time.Duration // 0: the runtime's default
 	OneWay  bool
+	// ChainReentry is the call's call-chain reentrancy scope: the last
+	// Allow or Suppress given wins. Runtimes that make no call chain (a
+	// client's) ignore it.
+	ChainReentry ChainReentry
 }
 
 // ResolveCallOptions applies the options of the method called (its
@@ -37,6 +72,9 @@ func ResolveCallOptions(timeout time.Duration, oneWay bool, opts []CallOption) C
 		}
 		if op.oneWay {
 			o.OneWay = true
+		}
+		if op.reentry != ChainReentryDefault {
+			o.ChainReentry = op.reentry
 		}
 	}
 	return o

@@ -36,6 +36,12 @@ func TestResolveCallOptions(t *testing.T) {
 		{"one-way and timeout", plain, []grain.CallOption{grain.OneWay(), grain.WithTimeout(time.Second)}, grainrt.CallOptions{Timeout: time.Second, OneWay: true}},
 		{"timeout does not undo one-way", oneWay, []grain.CallOption{grain.WithTimeout(2 * time.Second)}, grainrt.CallOptions{Timeout: 2 * time.Second, OneWay: true}},
 		{"zero CallOption changes nothing", oneWay, []grain.CallOption{{}}, grainrt.CallOptions{Timeout: time.Second, OneWay: true}},
+		{"allow call-chain reentrancy", plain, []grain.CallOption{grain.AllowCallChainReentrancy()}, grainrt.CallOptions{ChainReentry: grainrt.ChainReentryAllow}},
+		{"suppress call-chain reentrancy", plain, []grain.CallOption{grain.SuppressCallChainReentrancy()}, grainrt.CallOptions{ChainReentry: grainrt.ChainReentrySuppress}},
+		{"last reentrancy scope wins", plain, []grain.CallOption{grain.AllowCallChainReentrancy(), grain.SuppressCallChainReentrancy()}, grainrt.CallOptions{ChainReentry: grainrt.ChainReentrySuppress}},
+		{"last reentrancy scope wins, the other way", plain, []grain.CallOption{grain.SuppressCallChainReentrancy(), grain.AllowCallChainReentrancy()}, grainrt.CallOptions{ChainReentry: grainrt.ChainReentryAllow}},
+		{"other options keep the scope", timed, []grain.CallOption{grain.AllowCallChainReentrancy(), grain.WithTimeout(time.Second), grain.OneWay(), {}}, grainrt.CallOptions{Timeout: time.Second, OneWay: true, ChainReentry: grainrt.ChainReentryAllow}},
+		{"the scope keeps other options", oneWay, []grain.CallOption{grain.SuppressCallChainReentrancy()}, grainrt.CallOptions{Timeout: time.Second, OneWay: true, ChainReentry: grainrt.ChainReentrySuppress}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,8 +7,9 @@
 //     kept, with the header plumbing that carries them between processes
 //     (AppendHeaders, HeadersFromPairs) and the implementation of
 //     grain.WithHeader and grain.Header;
-//   - the resolved call options (CallOptions, ResolveCallOptions), and the
-//     representation of grain.CallOption;
+//   - the resolved call options (CallOptions, ResolveCallOptions), the
+//     representation of grain.CallOption, and call-chain reentrancy
+//     scopes (ChainReentry);
 //   - state binding: StateStore, BoundState, StateDecl and StateHost,
 //     through which a runtime binds the states a grain declares to its
 //     storage providers;

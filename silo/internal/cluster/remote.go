@@ -309,7 +309,7 @@ func (cl *Cluster) envelope(c *local.Call, placed bool, o Outgoing) error {
 			env.Chain = append(env.Chain, l.Remote)
 			continue
 		}
-		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.SelfID, Activation: l.Act.ActID, Seq: l.Seq, Grain: l.Act.ID.String()})
+		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.SelfID, Activation: l.Act.ActID, Seq: l.Seq, Grain: l.Act.ID.String(), Reentry: l.WireReentry()})
 	}
 	return nil
 }
@@ -375,7 +375,7 @@ func (cl *Cluster) chainFrom(links []*granaryv1.ChainLink) *local.ChainLink {
 		if pl.Silo == cl.SelfID {
 			if id, err := grain.ParseID(pl.Grain); err == nil {
 				if a := cl.s.ActivationByID(id, pl.Activation); a != nil {
-					l.Act, l.Remote = a, nil
+					l.Act, l.Remote, l.Reentry = a, nil, local.ReentryFromWire(pl)
 				}
 			}
 		}

@@ -162,7 +162,7 @@ func (a *Activation) holdFirst(c *Call) {
 func (a *Activation) admitLocked(c *Call) admission.Decision {
 	a.seq++
 	c.seq = a.seq
-	d := a.gate.Admit(c.seq, c.kind, a.holdsChainLocked(c))
+	d := a.gate.AdmitChain(c.seq, c.kind, a.chainLocked(c))
 	if d == admission.Queue {
 		a.pushLocked(c)
 	}
@@ -178,6 +178,29 @@ func (a *Activation) holdsChainLocked(c *Call) bool {
 		}
 	}
 	return false
+}
+
+// chainLocked is what c's call chain says about this activation, for the
+// gate. Of the links whose requests run here, the innermost that set a
+// call-chain reentrancy scope decides: a scope covers everything its call
+// causes, the calls of requests that re-entered through it included,
+// unless one of those sets its own. Without one the type decides
+// (InChain). mu held.
+func (a *Activation) chainLocked(c *Call) admission.Chain {
+	ch := admission.NotInChain
+	for l := c.Chain; l != nil; l = l.Next {
+		if l.Act != a || !a.gate.Holds(l.Seq) {
+			continue
+		}
+		switch l.Reentry {
+		case grainrt.ChainReentryAllow:
+			return admission.InChainAllowed
+		case grainrt.ChainReentrySuppress:
+			return admission.InChainSuppressed
+		}
+		ch = admission.InChain
+	}
+	return ch
 }
 
 // inChainLocked reports whether c's call chain passes through this
@@ -480,7 +503,7 @@ func deadlockError(c *Call) error {
 	}
 	b.WriteString(c.ID.String())
 	return status.Errorf(codes.Aborted,
-		"granary: deadlock: call chain %s: %s is waiting for this call and does not admit it (make the grain reentrant, the method always_interleave, or allow call-chain reentrancy)",
+		"granary: deadlock: call chain %s: %s is waiting for this call and does not admit it (make the grain reentrant, the method always_interleave, or allow call-chain reentrancy, for the type or on the call that waits)",
 		b.String(), c.ID)
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/activation/admission"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"google.golang.org/grpc/codes"
@@ -141,11 +142,38 @@ const (
 // activation act, which waits for the calls it made. Links are immutable
 // and shared by every call below them. A link to a request on another
 // silo has no act; remote says which it is, so the chain can travel on.
+// Reentry is the call-chain reentrancy scope of the call the request made
+// (grain.AllowCallChainReentrancy): it decides, for act only, whether the
+// chain may come back in.
 type ChainLink struct {
-	Act    *Activation
-	Seq    uint64
-	Next   *ChainLink
-	Remote *granaryv1.ChainLink
+	Act     *Activation
+	Seq     uint64
+	Next    *ChainLink
+	Remote  *granaryv1.ChainLink
+	Reentry grainrt.ChainReentry
+}
+
+// WireReentry is the link's scope for the wire (ChainLink.reentry).
+func (l *ChainLink) WireReentry() granaryv1.ChainLink_Reentry {
+	switch l.Reentry {
+	case grainrt.ChainReentryAllow:
+		return granaryv1.ChainLink_REENTRY_ALLOW
+	case grainrt.ChainReentrySuppress:
+		return granaryv1.ChainLink_REENTRY_SUPPRESS
+	}
+	return granaryv1.ChainLink_REENTRY_UNSPECIFIED
+}
+
+// ReentryFromWire is the scope of a link of this silo that came back from
+// another; a value it does not know sets no scope.
+func ReentryFromWire(pl *granaryv1.ChainLink) grainrt.ChainReentry {
+	switch pl.GetReentry() {
+	case granaryv1.ChainLink_REENTRY_ALLOW:
+		return grainrt.ChainReentryAllow
+	case granaryv1.ChainLink_REENTRY_SUPPRESS:
+		return grainrt.ChainReentrySuppress
+	}
+	return grainrt.ChainReentryDefault
 }
 
 // grainID is the link's grain.

@@ -149,7 +149,7 @@ func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *gr
 		c.Headers = ctx.Value(headerCtxKey)
 	default:
 		p := from.C
-		c.Chain = &ChainLink{Act: p.act, Seq: p.seq, Next: p.Chain}
+		c.Chain = &ChainLink{Act: p.act, Seq: p.seq, Next: p.Chain, Reentry: o.ChainReentry}
 		c.Depth = p.Depth + 1
 		if inTurn {
 			c.inPool, c.caller = true, p
@@ -187,7 +187,9 @@ func (s *Runtime) send(c *Call) *activation.Exec {
 }
 
 // Route delivers c to its activation and queues its turn if admitted.
-// Failures settle it. e is the running turn's worker, or nil.
+// Failures settle it. e is the running turn's worker, or nil. It
+// classifies c first (kindOf, and the type's MayInterleave predicate,
+// which runs here, on the caller's or the stream reader's goroutine).
 func (s *Runtime) Route(e *activation.Exec, c *Call) {
 	c.kind = kindOf(c.Method)
 	t := s.ByMethod[c.Method] // a registered method: checked by RegisterGrain
@@ -210,6 +212,7 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 			return
 		}
 	}
+	s.maybeInterleave(t, c)
 	for range maxReroutes {
 		a, remote, queued, err := s.activationFor(c.ID, t, c)
 		switch {

@@ -2,11 +2,14 @@ package local
 
 import (
 	"math"
+	"runtime/debug"
 	"sync"
 
 	"github.com/granaryio/granary/activation/admission"
 	"github.com/granaryio/granary/activation/lifecycle"
 	"github.com/granaryio/granary/grain"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 )
 
 // WorkerSet holds the local activations of one stateless-worker grain ID.
@@ -104,4 +107,53 @@ func kindOf(m *grain.MethodDesc) admission.Kind {
 		return admission.ReadOnly
 	}
 	return admission.Exclusive
+}
+
+// maybeInterleave makes c, a request to a method of type t, interleave
+// when t's MayInterleave predicate says it may (grain.WithMayInterleave).
+// It runs on the receiving path, before c is offered to an activation: a
+// request from another process is decoded here for the predicate, and
+// keeps both forms, the decoded one for its turn and the encoded one in
+// case it is relayed. A request that does not decode is left for its turn
+// to refuse. Any goroutine, no lock held: the predicate is user code.
+func (s *Runtime) maybeInterleave(t *GrainType, c *Call) {
+	fn := t.Opts.MayInterleave
+	if fn == nil || c.kind == admission.Interleave || c.Method == &ReminderMethod {
+		return
+	}
+	idx := c.Method.Index
+	if idx < 0 || idx >= len(t.Desc.Methods) || t.Desc.Methods[idx].Name != c.Method.Name {
+		return // not one of t's methods: Route refuses it
+	}
+	m := &t.Desc.Methods[idx]
+	req := c.Req
+	if req == nil {
+		if c.Raw == nil {
+			return
+		}
+		req = m.NewRequest()
+		if proto.Unmarshal(c.Raw, req) != nil {
+			return
+		}
+		c.Req = req
+	}
+	if s.askMayInterleave(fn, m, c, req) {
+		c.kind = admission.Interleave
+	}
+}
+
+// askMayInterleave calls fn. A panic in it counts as false, so the
+// request keeps its method's kind, and is logged: a bug in a hint about
+// concurrency must not fail calls, nor crash the silo whose receiving
+// path it runs on.
+func (s *Runtime) askMayInterleave(fn grain.MayInterleaveFunc, m *grain.MethodDesc, c *Call, req proto.Message) (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			ok = false
+			s.Log.Error("MayInterleave panicked; the request keeps its method's kind",
+				zap.Stringer("grain", c.ID), zap.String("method", m.Name),
+				zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+		}
+	}()
+	return fn(m, req)
 }
