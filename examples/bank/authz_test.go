@@ -12,6 +12,7 @@ import (
 	"github.com/granaryio/granary/security/certs"
 	"github.com/granaryio/granary/security/tlsfiles"
 	"github.com/granaryio/granary/silo"
+	"github.com/granaryio/granary/silo/granarytest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
@@ -67,24 +68,12 @@ func bankGateway(t *testing.T, anonymous bool) (addr, caFile string) {
 		authn = auth.Chain(authn, auth.Anonymous())
 	}
 
-	cfg := silo.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.IncomingFilters = []grain.IncomingFilter{authorize}
-	g := silo.DefaultGatewayConfig()
-	g.Listen = "127.0.0.1:0"
-	g.Credentials = credentials.NewTLS(tlsCfg)
-	g.Authenticator = authn
-	cfg.Gateway = &g
-	s, err := startSilo(testCtx(t), cfg, newLedger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(testCtx(t)); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return s.GatewayAddr(), caFile
+	c := granarytest.New(t, granarytest.Gateway(), registerBank(newLedger()), granarytest.Configure(func(cfg *silo.Config) {
+		cfg.IncomingFilters = []grain.IncomingFilter{authorize}
+		cfg.Gateway.Credentials = credentials.NewTLS(tlsCfg)
+		cfg.Gateway.Authenticator = authn
+	}))
+	return c.Silo(0).GatewayAddr(), caFile
 }
 
 // dialBank dials a Go client over TLS, with token unless it is "".

@@ -10,6 +10,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	bankpb "github.com/granaryio/granary/proto/examples/bank"
 	"github.com/granaryio/granary/silo"
+	"github.com/granaryio/granary/silo/granarytest"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -87,30 +88,33 @@ func TestRunKeepsBalances(t *testing.T) {
 	}
 }
 
-// newTestSilo starts a silo hosting the bank's grains, with filters, and
-// stops it when the test ends.
-func newTestSilo(t *testing.T, l *ledger, filters ...grain.IncomingFilter) *silo.Silo {
+// newTestBank starts a cluster of one silo hosting the bank's grains,
+// with filters, and returns a Caller through it; the cluster stops when
+// the test ends.
+func newTestBank(t *testing.T, l *ledger, filters ...grain.IncomingFilter) grain.Caller {
 	t.Helper()
-	cfg := silo.DefaultConfig()
-	cfg.IncomingFilters = filters
-	cfg.DataDir = t.TempDir()
-	s, err := startSilo(testCtx(t), cfg, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(testCtx(t)); err != nil {
-			t.Errorf("Stop: %v", err)
+	c := granarytest.New(t, registerBank(l), granarytest.Configure(func(cfg *silo.Config) {
+		cfg.IncomingFilters = filters
+	}))
+	return c.Caller()
+}
+
+// registerBank registers the bank's grain types as startSilo does, their
+// grains recording to l.
+func registerBank(l *ledger) granarytest.Option {
+	return granarytest.Register(func(s *silo.Silo) error {
+		if err := bankpb.RegisterAccountGrain(s, newAccount(l), grain.WithState(balanceState)); err != nil {
+			return err
 		}
+		return bankpb.RegisterTransferGrain(s, newTransfer)
 	})
-	return s
 }
 
 // TestAccountRefuses: bad amounts and overdrafts fail with their codes and
 // change nothing.
 func TestAccountRefuses(t *testing.T) {
 	l := newLedger()
-	s := newTestSilo(t, l)
+	s := newTestBank(t, l)
 	ctx := testCtx(t)
 	acct := bankpb.NewAccountRef(s, "carol")
 	if _, err := acct.Deposit(ctx, &bankpb.DepositRequest{Amount: 10}); err != nil {
@@ -170,7 +174,7 @@ func TestTransferCompensates(t *testing.T) {
 		return next(ctx, req)
 	}
 	l := newLedger()
-	s := newTestSilo(t, l, closed)
+	s := newTestBank(t, l, closed)
 	ctx := testCtx(t)
 	if _, err := bankpb.NewAccountRef(s, "dave").Deposit(ctx, &bankpb.DepositRequest{Amount: 10}); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	chatpb "github.com/granaryio/granary/proto/examples/chat"
 	"github.com/granaryio/granary/silo"
+	"github.com/granaryio/granary/silo/granarytest"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -62,36 +63,19 @@ func (r *recorder) next(t *testing.T) *chatpb.Post {
 	}
 }
 
-// startRoomSilo starts a silo alone that hosts rooms on clock and serves
-// a gateway on loopback, and returns it; t.Cleanup stops it.
-func startRoomSilo(t *testing.T, ctx context.Context, clock *fakeClock) *silo.Silo {
+// startRooms starts a cluster of one silo that hosts rooms on clock and
+// serves a gateway on loopback, and returns it; the cluster stops when
+// the test ends.
+func startRooms(t *testing.T, clock *fakeClock) *granarytest.Cluster {
 	t.Helper()
-	cfg := silo.DefaultConfig()
-	cfg.Name = "rooms"
-	gc := silo.DefaultGatewayConfig()
-	gc.Listen = "127.0.0.1:0"
-	cfg.Gateway = &gc
-	if testing.Verbose() {
-		cfg.Logger, _ = zap.NewDevelopment()
-	}
-	s, err := silo.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := registerRoom(s, clock.now); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-		defer cancel()
-		if err := s.Stop(stopCtx); err != nil {
-			t.Errorf("stopping the silo: %v", err)
-		}
-	})
-	return s
+	return granarytest.New(t, granarytest.Gateway(),
+		granarytest.Register(func(s *silo.Silo) error { return registerRoom(s, clock.now) }),
+		granarytest.Configure(func(cfg *silo.Config) {
+			cfg.Name = "rooms"
+			if testing.Verbose() {
+				cfg.Logger, _ = zap.NewDevelopment()
+			}
+		}))
 }
 
 // chatter is a member of a room for the test: a client of its own, with
@@ -104,13 +88,9 @@ type chatter struct {
 	name string
 }
 
-func newChatter(t *testing.T, ctx context.Context, gateway, room, name string) *chatter {
+func newChatter(t *testing.T, rooms *granarytest.Cluster, room, name string) *chatter {
 	t.Helper()
-	c, err := client.Dial(ctx, client.WithGateways(gateway))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := rooms.Client(t)
 	rec := newRecorder(name)
 	obs, err := chatpb.CreateRoomObserver(c, rec)
 	if err != nil {
@@ -168,9 +148,9 @@ func TestRoom(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	clock := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	s := startRoomSilo(t, ctx, clock)
-	alice := newChatter(t, ctx, s.GatewayAddr(), "lobby", "alice")
-	bob := newChatter(t, ctx, s.GatewayAddr(), "lobby", "bob")
+	rooms := startRooms(t, clock)
+	alice := newChatter(t, rooms, "lobby", "alice")
+	bob := newChatter(t, rooms, "lobby", "bob")
 	text := func(seq uint64) string { return fmt.Sprintf("post %d", seq) }
 
 	// Both join an empty room, of one epoch.

@@ -2,47 +2,29 @@ package main
 
 import (
 	"context"
-	"github.com/granaryio/granary/examples/cluster/counter"
 	"io"
 	"strings"
 	"testing"
 
-	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/examples/cluster/counter"
 	clusterpb "github.com/granaryio/granary/proto/examples/cluster"
 	"github.com/granaryio/granary/silo"
-	"github.com/granaryio/granary/silo/storage"
+	"github.com/granaryio/granary/silo/granarytest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
-// TestCounterPersistent runs persistent counters on a silo alone whose
-// default provider is an in-memory store, which the test also writes to
-// behind a counter's back. The counter's next Add fails with
+// TestCounterPersistent runs persistent counters on a test cluster of one
+// silo, whose default provider is an in-memory store, which the test also
+// writes to behind a counter's back. The counter's next Add fails with
 // FailedPrecondition; the Adds after it go to a new activation, which
 // reads the count the test wrote and goes on from it.
 func TestCounterPersistent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
-	m := storage.NewMemory(0)
-	cfg := silo.DefaultConfig()
-	cfg.Name = "solo"
-	cfg.Storage = map[string]storage.Provider{grain.DefaultStorage: m}
-	s, err := silo.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := counter.Register(s, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stopping the silo: %v", err)
-		}
-	}()
+	c := granarytest.New(t, granarytest.Register(func(s *silo.Silo) error { return counter.Register(s, true) }))
+	m, s := c.Storage(), c.Silo(0)
 
 	ref := clusterpb.NewCounterRef(s, "c")
 	add := func(delta int64) (*clusterpb.AddReply, error) {

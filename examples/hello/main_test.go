@@ -12,6 +12,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	hellopb "github.com/granaryio/granary/proto/examples/hello"
 	"github.com/granaryio/granary/silo"
+	"github.com/granaryio/granary/silo/granarytest"
 	"go.uber.org/goleak"
 )
 
@@ -52,21 +53,20 @@ func TestConcurrentGreetings(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	var deactivated atomic.Int64
-	s, err := startSilo(ctx, silo.DefaultConfig(), &deactivated)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	c := granarytest.New(t, granarytest.Register(func(s *silo.Silo) error {
+		newGreeter := func(grain.ID) hellopb.GreeterGrain { return &greeter{deactivated: &deactivated} }
+		return hellopb.RegisterGreeterGrain(s, newGreeter)
+	}))
 
 	const n = 50
-	busy := hellopb.NewGreeterRef(s, "busy")
+	busy := hellopb.NewGreeterRef(c.Caller(), "busy")
 	replies := make([]grain.Future[*hellopb.HelloReply], n)
 	waiters := make([]grain.Waiter, n)
 	for i := range replies {
 		replies[i] = busy.SayHelloAsync(ctx, &hellopb.HelloRequest{Name: fmt.Sprint("guest", i)})
 		waiters[i] = replies[i]
 	}
-	quiet, err := hellopb.NewGreeterRef(s, "quiet").SayHello(ctx, &hellopb.HelloRequest{Name: "solo"})
+	quiet, err := hellopb.NewGreeterRef(c.Caller(), "quiet").SayHello(ctx, &hellopb.HelloRequest{Name: "solo"})
 	if err != nil || quiet.GetCount() != 1 {
 		t.Fatalf("quiet greeter: %v, %v; want count 1", quiet, err)
 	}
@@ -92,9 +92,7 @@ func TestConcurrentGreetings(t *testing.T) {
 		t.Fatalf("Greetings: %d names, %v; want %d", len(list.GetNames()), err, n)
 	}
 
-	if err := s.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c.Stop(0)
 	if got := deactivated.Load(); got != 2 {
 		t.Fatalf("OnDeactivate ran %d times, want 2", got)
 	}

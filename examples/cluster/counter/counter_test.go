@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/granaryio/granary/grain"
 	clusterpb "github.com/granaryio/granary/proto/examples/cluster"
 	"github.com/granaryio/granary/silo"
-	"github.com/granaryio/granary/silo/storage"
+	"github.com/granaryio/granary/silo/granarytest"
 	"go.uber.org/goleak"
 )
 
@@ -16,26 +15,12 @@ const defaultTestTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// startSilo starts a silo alone named name, with Counter registered and,
-// if store is not nil, store as its default provider.
-func startSilo(t *testing.T, ctx context.Context, name string, store storage.Provider) *silo.Silo {
+// newCluster starts a cluster of one silo with Counter registered,
+// persistent or not, on the cluster's shared memory storage; it stops
+// when the test ends.
+func newCluster(t *testing.T, persistent bool) *granarytest.Cluster {
 	t.Helper()
-	cfg := silo.DefaultConfig()
-	cfg.Name = name
-	if store != nil {
-		cfg.Storage = map[string]storage.Provider{grain.DefaultStorage: store}
-	}
-	s, err := silo.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Register(s, store != nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return granarytest.New(t, granarytest.Register(func(s *silo.Silo) error { return Register(s, persistent) }))
 }
 
 func add(t *testing.T, ctx context.Context, s *silo.Silo, key string, delta int64) *clusterpb.AddReply {
@@ -55,35 +40,29 @@ func TestCounts(t *testing.T) {
 	defer cancel()
 	tests := []struct {
 		name        string
-		store       storage.Provider
+		persistent  bool
 		afterMoving int64 // the count after adding 5 on a second silo
 	}{
-		{"memory", nil, 5},
-		{"persistent", storage.NewMemory(0), 8},
+		{"memory", false, 5},
+		{"persistent", true, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			first := startSilo(t, ctx, "first", tt.store)
+			c := newCluster(t, tt.persistent)
+			first := c.Silo(0)
 			add(t, ctx, first, "k", 1)
 			r := add(t, ctx, first, "k", 2)
-			if r.GetValue() != 3 || r.GetSilo() != "first" || r.GetActivation() == 0 {
-				t.Errorf("second Add: %v; want 3 from an activation on first", r)
+			if r.GetValue() != 3 || r.GetSilo() != first.Member() || r.GetActivation() == 0 {
+				t.Errorf("second Add: %v; want 3 from an activation on %s", r, first.Member())
 			}
 			if other := add(t, ctx, first, "other", 1); other.GetValue() != 1 {
 				t.Errorf("another counter: %d; want 1", other.GetValue())
 			}
-			if err := first.Stop(ctx); err != nil {
-				t.Fatal(err)
-			}
+			c.Stop(0)
 
-			second := startSilo(t, ctx, "second", tt.store)
-			defer func() {
-				if err := second.Stop(ctx); err != nil {
-					t.Errorf("stopping: %v", err)
-				}
-			}()
-			if r := add(t, ctx, second, "k", 5); r.GetValue() != tt.afterMoving || r.GetSilo() != "second" {
-				t.Errorf("Add on the second silo: %v; want %d from second", r, tt.afterMoving)
+			second := c.Silo(c.StartSilo())
+			if r := add(t, ctx, second, "k", 5); r.GetValue() != tt.afterMoving || r.GetSilo() != second.Member() {
+				t.Errorf("Add on the second silo: %v; want %d from %s", r, tt.afterMoving, second.Member())
 			}
 		})
 	}

@@ -1,0 +1,53 @@
+package silo
+
+import (
+	"time"
+
+	"github.com/granaryio/granary/grain"
+)
+
+// This file holds the views of a silo's runtime that package
+// silo/granarytest needs to run silos on a fake clock and to tell when
+// the work a clock event started is done. They are for that package:
+// other code should not use them, and they change with the runtime.
+
+// TestHooks are a silo's hooks for package silo/granarytest; see
+// Silo.TestHooks.
+type TestHooks struct{ s *Silo }
+
+// TestHooks returns the silo's hooks for package silo/granarytest. Not
+// for other code.
+func (s *Silo) TestHooks() TestHooks { return TestHooks{s} }
+
+// OnCollected makes the idle collector call fn, on its own goroutine,
+// with the clock's time when it starts and after each of its ticks, once
+// the activations that tick found idle have been asked to deactivate.
+// Before Start only.
+func (h TestHooks) OnCollected(fn func(now time.Time)) { h.s.rt.Collected = fn }
+
+// CollectionTick is the period of the idle collector's ticker: the
+// shortest collection interval of the silo and of its grain types. Valid
+// once the types are registered; any goroutine after Start.
+func (h TestHooks) CollectionTick() time.Duration {
+	tick := h.s.rt.Cfg.CollectionInterval
+	for _, t := range h.s.rt.Types {
+		tick = min(tick, t.Interval)
+	}
+	return tick
+}
+
+// TimersSwept reports whether the grain-timer wheel has collected every
+// grain timer due by now, a time of the silo's clock, and queued its
+// tick: the wheel's clock timer is set for later, or for nothing, or the
+// wheel has stopped. Any goroutine after Start.
+func (h TestHooks) TimersSwept(now time.Time) bool {
+	w := &h.s.rt.TimerWheel
+	w.ArmMu.Lock()
+	defer w.ArmMu.Unlock()
+	return w.Halted || time.Duration(w.Armed.Load()) > now.Sub(h.s.rt.Epoch)
+}
+
+// Holds reports whether the silo's catalog holds an activation of id
+// (for a stateless worker, any of its activations), whatever the
+// directory says. Any goroutine.
+func (h TestHooks) Holds(id grain.ID) bool { return len(h.s.localActivations(id)) > 0 }
