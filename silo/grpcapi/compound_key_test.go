@@ -1,10 +1,8 @@
 package grpcapi_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 
@@ -15,7 +13,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -33,43 +30,19 @@ var compoundTypes = []*grain.ServiceDesc{
 // connection to it. All of it stops when the test ends.
 func newCompoundGateway(t *testing.T) *grpc.ClientConn {
 	t.Helper()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	cfg := silo.DefaultConfig()
 	cfg.Name = "grpcapi-compound-test"
-	s, err := silo.New(cfg)
-	must(err)
-	must(probe.RegisterInt64CompoundProbeGrain(s, func(grain.ID) probe.Int64CompoundProbeGrain { return compoundProbe{} }))
-	must(probe.RegisterUUIDCompoundProbeGrain(s, func(grain.ID) probe.UUIDCompoundProbeGrain { return compoundProbe{} }))
-	must(s.Start(testContext(t)))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("silo stop: %v", err)
-		}
+	s := startSilo(t, cfg, func(s *silo.Silo) error {
+		return errors.Join(
+			probe.RegisterInt64CompoundProbeGrain(s, func(grain.ID) probe.Int64CompoundProbeGrain { return compoundProbe{} }),
+			probe.RegisterUUIDCompoundProbeGrain(s, func(grain.ID) probe.UUIDCompoundProbeGrain { return compoundProbe{} }),
+		)
 	})
-
 	srv := grpc.NewServer()
-	must(grpcapi.Register(srv, s, compoundTypes, zap.NewNop()))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(err)
-	t.Cleanup(func() { _ = cc.Close() })
-	return cc
+	if err := grpcapi.Register(srv, s, compoundTypes, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	return serveLoopback(t, srv)
 }
 
 // compoundProbe replies with the primary key and the extension it reads

@@ -64,26 +64,40 @@ type gateway struct {
 func newGateway(t *testing.T) *gateway {
 	t.Helper()
 	g := &gateway{t: t, p: newProbes()}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-
 	cfg := silo.DefaultConfig()
 	cfg.Name = "grpcapi-test"
+	s := startSilo(t, cfg, func(s *silo.Silo) error {
+		return errors.Join(
+			bankpb.RegisterAccountGrain(s, func(id grain.ID) bankpb.AccountGrain { return &account{name: id.Key} }),
+			bankpb.RegisterTransferGrain(s, func(grain.ID) bankpb.TransferGrain { return transfer{} }),
+			probe.RegisterKeyedProbeGrain(s, func(grain.ID) probe.KeyedProbeGrain { return &keyedProbe{p: g.p} }),
+			probe.RegisterIntKeyedProbeGrain(s, func(grain.ID) probe.IntKeyedProbeGrain { return intKeyedProbe{} }),
+		)
+	})
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(testMaxRecv), grpc.UnaryInterceptor(g.intercept))
+	if err := grpcapi.Register(srv, s, servedTypes, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	grpcapi.RegisterDiscovery(srv)
+	g.cc = serveLoopback(t, srv)
+	g.addr = g.cc.Target()
+	return g
+}
+
+// startSilo starts a silo alone with cfg and the types register
+// registers, and stops it gracefully when the test ends.
+func startSilo(t *testing.T, cfg silo.Config, register func(s *silo.Silo) error) *silo.Silo {
+	t.Helper()
 	s, err := silo.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+	if err := register(s); err != nil {
+		t.Fatal(err)
 	}
-	must(bankpb.RegisterAccountGrain(s, func(id grain.ID) bankpb.AccountGrain { return &account{name: id.Key} }))
-	must(bankpb.RegisterTransferGrain(s, func(grain.ID) bankpb.TransferGrain { return transfer{} }))
-	must(probe.RegisterKeyedProbeGrain(s, func(grain.ID) probe.KeyedProbeGrain { return &keyedProbe{p: g.p} }))
-	must(probe.RegisterIntKeyedProbeGrain(s, func(grain.ID) probe.IntKeyedProbeGrain { return intKeyedProbe{} }))
-	must(s.Start(ctx))
+	if err := s.Start(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 		defer cancel()
@@ -91,13 +105,17 @@ func newGateway(t *testing.T) *gateway {
 			t.Errorf("silo stop: %v", err)
 		}
 	})
+	return s
+}
 
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(testMaxRecv), grpc.UnaryInterceptor(g.intercept))
-	must(grpcapi.Register(srv, s, servedTypes, zap.NewNop()))
-	grpcapi.RegisterDiscovery(srv)
+// serveLoopback serves srv on a loopback port until the test ends and
+// returns a plaintext client connection to it, closed when the test ends.
+func serveLoopback(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	g.addr = lis.Addr().String()
+	if err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	t.Cleanup(func() {
@@ -106,12 +124,12 @@ func newGateway(t *testing.T) *gateway {
 			t.Errorf("serve: %v", err)
 		}
 	})
-
-	cc, err := grpc.NewClient(g.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(err)
-	g.cc = cc
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = cc.Close() })
-	return g
+	return cc
 }
 
 // intercept is the test server's unary interceptor: it records each call

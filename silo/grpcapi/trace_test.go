@@ -2,8 +2,6 @@ package grpcapi_test
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync"
 	"testing"
 
@@ -18,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -69,43 +66,22 @@ func (traceProbe) Tell(grain.Context, *probe.KeyedRequest) (*emptypb.Empty, erro
 // and returns a client connection to the server and what the grains saw.
 func newTracedGateway(t *testing.T, tp trace.TracerProvider) (*grpc.ClientConn, func(key string) traceSeen) {
 	t.Helper()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	tr, err := tracing.New(testContext(t), tracing.Config{TracerProvider: tp})
-	must(err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := silo.DefaultConfig()
 	cfg.Name = "grpcapi-trace-test"
 	p := traceProbe{mu: &sync.Mutex{}, seen: map[string]traceSeen{}}
 	cfg.IncomingFilters = []grain.IncomingFilter{p.record, tr.IncomingFilter()}
-	s, err := silo.New(cfg)
-	must(err)
-	must(probe.RegisterKeyedProbeGrain(s, func(grain.ID) probe.KeyedProbeGrain { return p }))
-	must(s.Start(testContext(t)))
-	t.Cleanup(func() {
-		if err := s.Stop(testContext(t)); err != nil {
-			t.Errorf("silo stop: %v", err)
-		}
+	s := startSilo(t, cfg, func(s *silo.Silo) error {
+		return probe.RegisterKeyedProbeGrain(s, func(grain.ID) probe.KeyedProbeGrain { return p })
 	})
-
 	srv := grpc.NewServer()
-	must(grpcapi.Register(srv, s, []*grain.ServiceDesc{&probe.KeyedProbe_ServiceDesc}, nil))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	must(err)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(err)
-	t.Cleanup(func() { _ = cc.Close() })
+	if err := grpcapi.Register(srv, s, []*grain.ServiceDesc{&probe.KeyedProbe_ServiceDesc}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cc := serveLoopback(t, srv)
 	return cc, func(key string) traceSeen {
 		p.mu.Lock()
 		defer p.mu.Unlock()
