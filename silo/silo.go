@@ -253,6 +253,7 @@ func (s *Silo) Stop(ctx context.Context) error {
 // running turns finish, no OnDeactivate runs. It waits for the silo's
 // goroutines. Idempotent; safe alongside Stop.
 func (s *Silo) Close() error {
+	s.rt.BeginClose()
 	s.stop()
 	s.closeAll()
 	return nil

@@ -60,8 +60,9 @@
 // before the registration answered (Close while Registering), Registered
 // still answers StartActivate, once, and the activation stays Dead: the
 // runtime queues the activate turn as it always did (a closed pool
-// refuses it; one not closed yet runs OnActivate, whose end, like every
-// late event, changes nothing). A registration that lost or failed after
+// refuses it; one not closed yet runs the turn, which skips OnActivate
+// once the silo closes, and whose end, like every late event, changes
+// nothing). A registration that lost or failed after
 // that Close was its answer: no Registered follows.
 //
 // RegistrationLost(quiet): the directory holds another activation of the
@@ -202,7 +203,8 @@
 //	StartActivation (a silo alone, a  Registered; the runtime performs
 //	  worker, or the cluster's          StartActivate with start(), and
 //	  registration won)                 ActivateDone(failed) if start fails
-//	StartActivation, silo stopping    Deactivate(DeactivateShutdown, quiet)
+//	StartActivation, silo draining    Deactivate(DeactivateShutdown, quiet)
+//	  (Stop's DeactivateAll began)
 //	Abandon(winner, nil)              RegistrationLost(quiet)
 //	  (the registration lost)
 //	Abandon(_, err)                   RegistrationFailed

@@ -80,6 +80,14 @@ type Runtime struct {
 	ready     atomic.Bool // Start finished: outside calls are taken
 	wheelOnce sync.Once
 	Stopping  atomic.Bool // no new activations; outside calls refused
+	// draining: DeactivateAll began, so the silo stops gracefully and
+	// every activation is to deactivate for shutdown. Stopping alone
+	// does not say so: Close marks the silo stopping too, before it
+	// aborts the runtime, and runs no OnDeactivate.
+	draining atomic.Bool
+	// aborted: Abort began; no lifecycle hook (OnActivate, OnDeactivate)
+	// starts after it. See Call.Run.
+	aborted   atomic.Bool
 	collStop  chan struct{}
 	collDone  chan struct{}
 	emptyc    chan struct{} // closed when live reaches 0 while stopping
@@ -178,16 +186,28 @@ func (s *Runtime) StopReminders() {
 }
 
 // DeactivateAll asks every activation to deactivate for shutdown and
-// returns a channel closed when the catalog is empty.
+// returns a channel closed when the catalog is empty. It marks the silo
+// draining before it looks at the catalog, so an activation added to the
+// catalog after the look is asked by StartActivation instead.
 func (s *Runtime) DeactivateAll() <-chan struct{} {
+	s.draining.Store(true)
 	s.ForEachActivation(func(a *Activation) { a.RequestDeactivation(grain.DeactivateShutdown) })
 	s.maybeEmpty()
 	return s.emptyc
 }
 
+// BeginClose marks the runtime aborted ahead of Abort, for Close: from
+// here on no lifecycle hook (OnActivate, OnDeactivate) starts, even in
+// the moment before Abort, when the runtime cannot otherwise tell Close
+// from a Stop that begins.
+func (s *Runtime) BeginClose() { s.aborted.Store(true) }
+
 // Abort fails every queued request with Unavailable, wakes sleeping
 // turns and closes the pool, which waits for the running turns.
 func (s *Runtime) Abort() {
+	// First: a hook turn that starts from here on, queued already or by
+	// an activation that ends meanwhile, skips grain code (Call.Run).
+	s.aborted.Store(true)
 	s.StopReminders()
 	// Fail what is queued first: the pool's Close waits for running turns,
 	// and a turn may be waiting for one of these calls. Before the
@@ -381,12 +401,16 @@ func (s *Runtime) activated(a *Activation) {
 
 // StartActivation tells a new activation that its registration won, or
 // that it needs none (Registered): it queues the activate turn. If the
-// silo began stopping meanwhile, the activation is asked to deactivate as
-// soon as it is up.
+// silo began draining meanwhile (Stop's DeactivateAll), the activation
+// is asked to deactivate as soon as it is up. Stopping alone is not
+// enough: a silo that closes (Close, Abort) is stopping too, and runs no
+// OnDeactivate. The activation is in the catalog already, and
+// DeactivateAll marks the silo draining before it looks there: either
+// this sees the mark or DeactivateAll sees the activation.
 func (s *Runtime) StartActivation(a *Activation) {
 	a.Mu.Lock()
 	a.unlockDo(nil, a.life.Registered(), nil, directory.Entry{})
-	if s.Stopping.Load() {
+	if s.draining.Load() {
 		a.RequestDeactivation(grain.DeactivateShutdown)
 	}
 }

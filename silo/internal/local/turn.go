@@ -10,11 +10,18 @@ import (
 )
 
 // Run is the turn of a request, a timer tick or a lifecycle hook. The pool
-// runs it holding the activation's group token.
+// runs it holding the activation's group token. Once the runtime is
+// aborted (Close) a hook runs no grain code: the activate turn fails with
+// Unavailable and the deactivate turn just ends, as if the pool had
+// dropped them, which it would a moment later.
 func (c *Call) Run(e *activation.Exec) {
 	c.exec = e
 	defer func() { c.exec = nil }()
 	switch {
+	case c.hook != hookNone && c.s.aborted.Load():
+		if c.hook == hookActivate {
+			c.resErr = Unavailable(c.s, "its silo is shutting down")
+		}
 	case c.hook == hookActivate:
 		a := c.act
 		a.impl = a.typ.Factory(a.ID)
