@@ -309,7 +309,7 @@ func (cl *Cluster) envelope(c *local.Call, placed bool, o Outgoing) error {
 			env.Chain = append(env.Chain, l.Remote)
 			continue
 		}
-		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.SelfID, Activation: l.Act.ActID, Seq: l.Seq, Grain: l.Act.ID.String(), Reentry: l.WireReentry()})
+		env.Chain = append(env.Chain, &granaryv1.ChainLink{Silo: cl.SelfID, Activation: l.Act.ActID, Seq: l.Seq(), Grain: l.Act.ID.String(), Reentry: l.WireReentry()})
 	}
 	return nil
 }
@@ -371,11 +371,12 @@ func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 func (cl *Cluster) chainFrom(links []*granaryv1.ChainLink) *local.ChainLink {
 	var head, tail *local.ChainLink
 	for _, pl := range links {
-		l := &local.ChainLink{Seq: pl.Seq, Remote: pl}
+		l := local.NewChainLink(nil, pl.Seq, nil, local.ReentryFromWire(pl))
+		l.Remote = pl
 		if pl.Silo == cl.SelfID {
 			if id, err := grain.ParseID(pl.Grain); err == nil {
 				if a := cl.s.ActivationByID(id, pl.Activation); a != nil {
-					l.Act, l.Remote, l.Reentry = a, nil, local.ReentryFromWire(pl)
+					l.Act, l.Remote = a, nil
 				}
 			}
 		}

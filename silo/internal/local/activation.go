@@ -173,7 +173,7 @@ func (a *Activation) admitLocked(c *Call) admission.Decision {
 // mu held.
 func (a *Activation) holdsChainLocked(c *Call) bool {
 	for l := c.Chain; l != nil; l = l.Next {
-		if l.Act == a && a.gate.Holds(l.Seq) {
+		if l.Act == a && a.gate.Holds(l.Seq()) {
 			return true
 		}
 	}
@@ -189,10 +189,10 @@ func (a *Activation) holdsChainLocked(c *Call) bool {
 func (a *Activation) chainLocked(c *Call) admission.Chain {
 	ch := admission.NotInChain
 	for l := c.Chain; l != nil; l = l.Next {
-		if l.Act != a || !a.gate.Holds(l.Seq) {
+		if l.Act != a || !a.gate.Holds(l.Seq()) {
 			continue
 		}
-		switch l.Reentry {
+		switch l.Reentry() {
 		case grainrt.ChainReentryAllow:
 			return admission.InChainAllowed
 		case grainrt.ChainReentrySuppress:

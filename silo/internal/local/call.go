@@ -146,16 +146,35 @@ const (
 // (grain.AllowCallChainReentrancy): it decides, for act only, whether the
 // chain may come back in.
 type ChainLink struct {
-	Act     *Activation
-	Seq     uint64
-	Next    *ChainLink
-	Remote  *granaryv1.ChainLink
-	Reentry grainrt.ChainReentry
+	Act    *Activation
+	Next   *ChainLink
+	Remote *granaryv1.ChainLink
+	// seqReentry is the request's seq shifted left by reentryBits, with
+	// the scope in the low bits: one word for both keeps a link, which
+	// every grain-to-grain call allocates, in the 32-byte size class.
+	seqReentry uint64
+}
+
+// reentryBits hold a ChainLink's scope; seqs stay far below 2^62.
+const reentryBits = 2
+
+// NewChainLink returns the link of request seq on act, whose call set the
+// scope r, above next.
+func NewChainLink(act *Activation, seq uint64, next *ChainLink, r grainrt.ChainReentry) *ChainLink {
+	return &ChainLink{Act: act, Next: next, seqReentry: seq<<reentryBits | uint64(r)}
+}
+
+// Seq is the request's seq on its activation.
+func (l *ChainLink) Seq() uint64 { return l.seqReentry >> reentryBits }
+
+// Reentry is the scope the request's call set.
+func (l *ChainLink) Reentry() grainrt.ChainReentry {
+	return grainrt.ChainReentry(l.seqReentry & (1<<reentryBits - 1))
 }
 
 // WireReentry is the link's scope for the wire (ChainLink.reentry).
 func (l *ChainLink) WireReentry() granaryv1.ChainLink_Reentry {
-	switch l.Reentry {
+	switch l.Reentry() {
 	case grainrt.ChainReentryAllow:
 		return granaryv1.ChainLink_REENTRY_ALLOW
 	case grainrt.ChainReentrySuppress:

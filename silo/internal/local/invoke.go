@@ -149,7 +149,7 @@ func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *gr
 		c.Headers = ctx.Value(headerCtxKey)
 	default:
 		p := from.C
-		c.Chain = &ChainLink{Act: p.act, Seq: p.seq, Next: p.Chain, Reentry: o.ChainReentry}
+		c.Chain = NewChainLink(p.act, p.seq, p.Chain, o.ChainReentry)
 		c.Depth = p.Depth + 1
 		if inTurn {
 			c.inPool, c.caller = true, p

@@ -1,11 +1,14 @@
 package local
 
 import (
+	"unsafe"
+
 	"context"
 	"testing"
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/silo/storage"
 	"go.uber.org/goleak"
@@ -81,5 +84,22 @@ func TestCollectScheduleStaysOnGrid(t *testing.T) {
 	sched := []collectSchedule{{typ: typ, next: t0.Add(time.Second)}, {typ: typ, next: t0.Add(iv)}}
 	if got := earliest(sched).Sub(t0); got != iv {
 		t.Errorf("earliest = %v, want %v", got, iv)
+	}
+}
+
+// TestChainLinkStaysIn32Bytes: every grain-to-grain call allocates
+// a link, so it stays in the 32-byte size class, its seq and scope
+// sharing a word, and both read back as written.
+func TestChainLinkStaysIn32Bytes(t *testing.T) {
+	if size := unsafe.Sizeof(ChainLink{}); size > 32 {
+		t.Errorf("ChainLink is %d bytes, want at most 32", size)
+	}
+	for _, r := range []grainrt.ChainReentry{grainrt.ChainReentryDefault, grainrt.ChainReentryAllow, grainrt.ChainReentrySuppress} {
+		for _, seq := range []uint64{0, 1, 1<<62 - 1} {
+			l := NewChainLink(nil, seq, nil, r)
+			if l.Seq() != seq || l.Reentry() != r {
+				t.Errorf("NewChainLink(seq %d, scope %d) reads back seq %d, scope %d", seq, r, l.Seq(), l.Reentry())
+			}
+		}
 	}
 }
