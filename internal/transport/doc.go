@@ -29,7 +29,8 @@
 //   - Send sends a one-way envelope; it reports only what fails before the
 //     envelope is queued.
 //   - SetStatus and StatusOf carry an error's whole gRPC status in a
-//     response: code, message and details (status_details), so that a
+//     response: code, message and details (in the payload, which an error
+//     response has no other use for), so that a
 //     google.rpc.BadRequest or ErrorInfo crosses every hop. Details that
 //     do not decode are dropped one by one, never the code and message,
 //     and a reply too large with its details is sent without them.

@@ -675,8 +675,8 @@ func (r Responder) Reply(resp *granaryv1.Envelope) {
 		// Too large, most likely. An error status too large with its
 		// details still goes, without them; anything else is answered
 		// with the error instead.
-		if len(resp.StatusDetails) > 0 && len(resp.Payload) == 0 {
-			resp.StatusDetails = nil
+		if resp.Code != uint32(codes.OK) && len(resp.Payload) > 0 {
+			resp.Payload = nil
 			if r.ep.send(resp, time.Time{}) == nil || r.ep.broken() {
 				return
 			}

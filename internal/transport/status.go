@@ -28,7 +28,9 @@ func SetStatus(env *granaryv1.Envelope, err error) *granaryv1.Envelope {
 		st = status.FromContextError(err)
 	}
 	env.Code, env.Message = uint32(st.Code()), st.Message()
-	env.StatusDetails = encodeDetails(st)
+	if st.Code() != codes.OK {
+		env.Payload = encodeDetails(st) // an error response has no reply
+	}
 	return env
 }
 
@@ -58,7 +60,7 @@ func StatusOf(env *granaryv1.Envelope) error {
 	if code == codes.OK {
 		return nil
 	}
-	if len(env.StatusDetails) > 0 {
+	if len(env.Payload) > 0 {
 		return statusWithDetails(code, env)
 	}
 	return status.Error(code, env.Message)
@@ -66,7 +68,7 @@ func StatusOf(env *granaryv1.Envelope) error {
 
 // statusWithDetails is StatusOf for an envelope that carries details.
 func statusWithDetails(code codes.Code, env *granaryv1.Envelope) error {
-	details := decodeDetails(env.StatusDetails)
+	details := decodeDetails(env.Payload)
 	if len(details) == 0 {
 		return status.Error(code, env.Message)
 	}

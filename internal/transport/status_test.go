@@ -83,8 +83,8 @@ func TestStatusCrossesAnEnvelopeWithItsDetails(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env := SetStatus(&granaryv1.Envelope{}, tt.err)
-			if len(tt.details) == 0 && env.StatusDetails != nil {
-				t.Errorf("SetStatus wrote details %x for an error without any", env.StatusDetails)
+			if len(tt.details) == 0 && env.Payload != nil {
+				t.Errorf("SetStatus wrote details %x for an error without any", env.Payload)
 			}
 			// Across the wire, as the transport encodes it.
 			b, err := proto.Marshal(env)
@@ -160,7 +160,7 @@ func TestStatusOfMalformedDetailsKeepsCodeAndMessage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := &granaryv1.Envelope{Code: uint32(codes.Aborted), Message: "from a peer", StatusDetails: tt.details}
+			env := &granaryv1.Envelope{Code: uint32(codes.Aborted), Message: "from a peer", Payload: tt.details}
 			err := StatusOf(env)
 			st := status.Convert(err)
 			if st.Code() != codes.Aborted || st.Message() != "from a peer" {
@@ -187,7 +187,7 @@ func FuzzStatusOf(f *testing.F) {
 	f.Add([]byte{0x1a, 0x02, 0x0a, 0xff})
 	f.Add(badUTF8Any())
 	f.Fuzz(func(t *testing.T, details []byte) {
-		err := StatusOf(&granaryv1.Envelope{Code: uint32(codes.Internal), Message: "m", StatusDetails: details})
+		err := StatusOf(&granaryv1.Envelope{Code: uint32(codes.Internal), Message: "m", Payload: details})
 		st := status.Convert(err)
 		if st.Code() != codes.Internal || st.Message() != "m" {
 			t.Fatalf("StatusOf = %v, want Internal m", err)

@@ -386,7 +386,15 @@ type Envelope struct {
 	// receiver checks that both agree with its own table.
 	Method      string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
 	MethodIndex uint32 `protobuf:"varint,6,opt,name=method_index,json=methodIndex,proto3" json:"method_index,omitempty"`
-	// The encoded request (REQUEST, ONE_WAY) or response (RESPONSE).
+	// The encoded request (REQUEST, ONE_WAY) or response (RESPONSE with code
+	// 0). A RESPONSE with an error code carries here the error's details,
+	// such as google.rpc.BadRequest or ErrorInfo, when it has any: an
+	// encoded google.rpc.Status whose details field carries them and whose
+	// code and message are left unset, since code and message below are the
+	// status's. Bytes rather than a repeated Any, so that details that do
+	// not decode cost the receiver only the details: it keeps the code and
+	// the message. An error response has no reply to carry, so its details
+	// take no field of their own, which every envelope would carry.
 	Payload []byte `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
 	// The time left before the caller's deadline, in nanoseconds, when the
 	// envelope was queued. A relative budget, as gRPC's own grpc-timeout, so
@@ -419,15 +427,7 @@ type Envelope struct {
 	// The target is an observer (REQUEST, ONE_WAY): an object of the client
 	// whose ID is the key's part before its first '/', reached through the
 	// gateway the directory names as that client's home.
-	Observer bool `protobuf:"varint,20,opt,name=observer,proto3" json:"observer,omitempty"`
-	// The details of an error outcome (RESPONSE) that has any, such as
-	// google.rpc.BadRequest or ErrorInfo: an encoded google.rpc.Status whose
-	// details field carries them and whose code and message are left unset,
-	// since code and message above are the status's. Empty when the status
-	// has no details. Bytes rather than a repeated Any, so that details that
-	// do not decode cost the receiver only the details: it keeps the code
-	// and the message.
-	StatusDetails []byte `protobuf:"bytes,21,opt,name=status_details,json=statusDetails,proto3" json:"status_details,omitempty"`
+	Observer      bool `protobuf:"varint,20,opt,name=observer,proto3" json:"observer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,13 +600,6 @@ func (x *Envelope) GetObserver() bool {
 		return x.Observer
 	}
 	return false
-}
-
-func (x *Envelope) GetStatusDetails() []byte {
-	if x != nil {
-		return x.StatusDetails
-	}
-	return nil
 }
 
 // ReminderTick is the request of the runtime's method ReceiveReminder, by which the
@@ -1385,7 +1378,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x15granary/v1/wire.proto\x12\n" +
 	"granary.v1\";\n" +
 	"\x05Batch\x122\n" +
-	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xf7\x05\n" +
+	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xd0\x05\n" +
 	"\bEnvelope\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.granary.v1.EnvelopeKindR\x04kind\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x12\x1d\n" +
@@ -1408,8 +1401,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x0fdirectory_reply\x18\x11 \x01(\v2\x1d.granary.v1.DirectoryResponseR\x0edirectoryReply\x12'\n" +
 	"\x05hello\x18\x12 \x01(\v2\x11.granary.v1.HelloR\x05hello\x12 \n" +
 	"\vcancellable\x18\x13 \x01(\bR\vcancellable\x12\x1a\n" +
-	"\bobserver\x18\x14 \x01(\bR\bobserver\x12%\n" +
-	"\x0estatus_details\x18\x15 \x01(\fR\rstatusDetails\"\xaf\x01\n" +
+	"\bobserver\x18\x14 \x01(\bR\bobserver\"\xaf\x01\n" +
 	"\fReminderTick\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x15first_tick_unix_nanos\x18\x02 \x01(\x03R\x12firstTickUnixNanos\x125\n" +
