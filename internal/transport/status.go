@@ -34,9 +34,25 @@ func SetStatus(env *granaryv1.Envelope, err error) *granaryv1.Envelope {
 	return env
 }
 
+// The bounds of an error's details on the wire. Details are for a few
+// small messages (a BadRequest, an ErrorInfo, a RetryInfo); the bounds
+// keep a peer from making a caller decode millions of them, and match
+// what a gRPC client takes in the grpc-status-details-bin trailer, whose
+// metadata many clients cap at 8 KiB.
+const (
+	// MaxDetailsSize bounds the encoded details: larger ones are dropped
+	// whole, by the sender and by the receiver, and the error keeps its
+	// code and message.
+	MaxDetailsSize = 8 << 10
+	// MaxDetails bounds how many details a receiver decodes; it keeps the
+	// first ones.
+	MaxDetails = 16
+)
+
 // encodeDetails returns the encoding of st's details as a google.rpc.Status
-// with only its details field set, or nil when st has none (or they do not
-// encode, which only a status built by hand from a bad proto can cause).
+// with only its details field set, or nil when st has none, when they do
+// not encode (which only a status built by hand from a bad proto can
+// cause), or when they exceed MaxDetailsSize.
 func encodeDetails(st *status.Status) []byte {
 	// Details decodes each one, but allocates nothing when there are
 	// none, which is the path that must stay cheap; Proto, which copies,
@@ -45,7 +61,7 @@ func encodeDetails(st *status.Status) []byte {
 		return nil
 	}
 	b, err := proto.Marshal(&spb.Status{Details: st.Proto().GetDetails()})
-	if err != nil {
+	if err != nil || len(b) > MaxDetailsSize {
 		return nil
 	}
 	return b
@@ -53,14 +69,15 @@ func encodeDetails(st *status.Status) []byte {
 
 // StatusOf is the error a response envelope carries, or nil. Details
 // that do not decode are left out, each alone: the error keeps the code,
-// the message and the details that do decode, so nothing a peer sends
-// there can cost the caller more than those details.
+// the message and the details that do decode. Details past MaxDetailsSize
+// are left out whole, and only the first MaxDetails are read, so a peer
+// can cost the caller no more than decoding that much.
 func StatusOf(env *granaryv1.Envelope) error {
 	code := codes.Code(env.Code)
 	if code == codes.OK {
 		return nil
 	}
-	if len(env.Payload) > 0 {
+	if len(env.Payload) > 0 && len(env.Payload) <= MaxDetailsSize {
 		return statusWithDetails(code, env)
 	}
 	return status.Error(code, env.Message)
@@ -81,10 +98,10 @@ const detailsField = 3
 // decodeDetails reads the details of b, an encoded google.rpc.Status,
 // one by one: a detail that is not a valid Any is skipped, and damage to
 // the encoding itself ends the reading with the details before it. Any
-// other field is ignored.
+// other field is ignored, and reading stops at MaxDetails details.
 func decodeDetails(b []byte) []*anypb.Any {
 	var details []*anypb.Any
-	for len(b) > 0 {
+	for len(b) > 0 && len(details) < MaxDetails {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			break

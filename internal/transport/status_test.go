@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -156,7 +157,9 @@ func TestStatusOfMalformedDetailsKeepsCodeAndMessage(t *testing.T) {
 		{name: "value does not decode", details: encodeStatus(t, garbage), want: 1},
 		{name: "other fields", details: protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 5)},
 		{name: "wrong wire type", details: protowire.AppendVarint(protowire.AppendTag(nil, detailsField, protowire.VarintType), 5)},
-		{name: "large", details: encodeStatus(t, &anypb.Any{TypeUrl: "type.googleapis.com/x.Big", Value: make([]byte, 1<<20)}), want: 1},
+		{name: "at the size bound", details: encodeStatus(t, &anypb.Any{TypeUrl: "type.googleapis.com/x.Big", Value: make([]byte, MaxDetailsSize-64)}), want: 1},
+		{name: "past the size bound", details: encodeStatus(t, &anypb.Any{TypeUrl: "type.googleapis.com/x.Big", Value: make([]byte, MaxDetailsSize)})},
+		{name: "many empty details", details: bytes.Repeat([]byte{0x1a, 0x00}, MaxDetailsSize/2), want: MaxDetails},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
