@@ -188,8 +188,11 @@ func (s *Runtime) send(c *Call) *activation.Exec {
 
 // Route delivers c to its activation and queues its turn if admitted.
 // Failures settle it. e is the running turn's worker, or nil. It
-// classifies c first (kindOf, and the type's MayInterleave predicate,
-// which runs here, on the caller's or the stream reader's goroutine).
+// classifies c (kindOf, and the type's MayInterleave predicate, which
+// runs here, on the caller's or the stream reader's goroutine) once it
+// knows the activation is local: a call that goes on to another silo is
+// classified there, so this silo neither decodes it nor asks the
+// predicate for nothing.
 func (s *Runtime) Route(e *activation.Exec, c *Call) {
 	c.kind = kindOf(c.Method)
 	t := s.ByMethod[c.Method] // a registered method: checked by RegisterGrain
@@ -212,7 +215,11 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 			return
 		}
 	}
-	s.maybeInterleave(t, c)
+	// A stateless worker's activations are local: classify at once.
+	classified := t.Opts.StatelessWorker
+	if classified {
+		s.maybeInterleave(t, c)
+	}
 	for range maxReroutes {
 		a, remote, queued, err := s.activationFor(c.ID, t, c)
 		switch {
@@ -227,6 +234,10 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 		case a == nil:
 			s.Fail(e, c, Unavailable(s, "it is stopping and activates no new grains"))
 			return
+		}
+		if !classified {
+			s.maybeInterleave(t, c)
+			classified = true
 		}
 		start, retry := a.submit(c)
 		if retry {

@@ -359,6 +359,7 @@ func (s *Runtime) activationFor(id grain.ID, t *GrainType, c *Call) (a *Activati
 	if s.Placing != nil {
 		s.Placing(id)
 	}
+	s.maybeInterleave(t, c) // the request is held before Route could classify it
 	a = s.newActivation(id, t)
 	a.holdFirst(c)
 	if actual, loaded := t.Acts.loadOrStore(id.Key, a); loaded {
