@@ -51,7 +51,9 @@ type Config struct {
 	// CollectionInterval is how often the collector looks for idle
 	// activations of types that set no interval of their own: an idle
 	// activation lives between CollectionAge and CollectionAge plus
-	// CollectionInterval. Default 1 min, as in Orleans.
+	// CollectionInterval, give or take the scheduling of the collector and
+	// of the deactivation (milliseconds on a machine that keeps up).
+	// Default 1 min, as in Orleans.
 	CollectionInterval time.Duration
 
 	// Types overrides collection per grain type, keyed by type name.

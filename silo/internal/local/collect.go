@@ -1,6 +1,7 @@
 package local
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/granaryio/granary/directory"
@@ -15,13 +16,15 @@ import (
 // or its last active turn ended; see IdleNow) is collected at the first
 // look at or after t+age, and looks at a type are one interval apart, so
 // it lives between age and age+interval of idleness, plus the time the
-// collector's wake-up and the deactivate turn take to be scheduled.
+// collector's wake-up and the deactivate turn take to be scheduled. The
+// idle time comes from the timeout wheel's coarse clock, so the lower
+// bound also gives way by as much as the wheel's sweeper runs late (a
+// pause of the whole process, say), which is small next to any age.
 //
 // Looks are scheduled on a fixed grid per type (the collector's start
 // plus whole intervals), with one clock timer set for the earliest, which
-// fires at or after it: no look is skipped because a ticker fired a little
-// before a recorded due time, and the grid does not drift by the time
-// each look takes. A look that comes late (a loaded machine, or a fake
+// fires at or after it: every look happens at or after its grid point,
+// and the grid does not drift by the time each look takes. A look that comes late (a loaded machine, or a fake
 // clock moved by several intervals) moves its type to the next grid point
 // after it. Types that are keep-alive are never looked at.
 func (s *Runtime) collect() {
@@ -29,6 +32,11 @@ func (s *Runtime) collect() {
 	start := s.Clock.Now()
 	var sched []collectSchedule
 	for _, t := range s.Types {
+		if t.Interval <= 0 && !t.Opts.KeepAlive {
+			// The silo's config validation refuses it; a grid of no
+			// interval would never advance.
+			panic(fmt.Sprintf("local: grain type %s has collection interval %v", t.Desc.Type, t.Interval))
+		}
 		if !t.Opts.KeepAlive {
 			sched = append(sched, collectSchedule{typ: t, next: start.Add(t.Interval)})
 		}

@@ -1,11 +1,10 @@
 package local
 
 import (
-	"unsafe"
-
 	"context"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/grainrt"
