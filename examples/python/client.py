@@ -39,7 +39,9 @@ followed by one "  detail TYPE JSON" line per detail; with --json, one JSON
 object instead, {"method", "key", "code", "reply"} or {"method", "key",
 "code", "message", "details"}, where details are JSON objects with an
 "@type". It exits 0 when the call succeeded, 1 when it failed with a gRPC
-status, and 2 on a usage or setup error.
+status, and 2 on a usage or setup error (a bad flag, an unreadable file,
+a module under DIR that does not import), which it explains in one line on
+stderr.
 
 It uses only Debian's python3-grpcio and python3-protobuf: grpcio's
 generic channel.unary_unary takes the place of the stubs that
@@ -50,12 +52,19 @@ import argparse
 import base64
 import importlib
 import json
+import math
 import os
 import pathlib
 import sys
 
-import grpc
-from google.protobuf import descriptor_pool, json_format, message_factory, symbol_database
+try:
+    import grpc
+    from google.protobuf import descriptor_pool, json_format, message_factory, symbol_database
+    from google.protobuf.message import DecodeError
+except ImportError as e:
+    print(f"client: {e}: this python3 ({sys.executable}) lacks grpc or google.protobuf; "
+          "apt-get install python3-grpcio python3-protobuf, and run it with /usr/bin/python3", file=sys.stderr)
+    sys.exit(2)
 
 KEY_HEADER = "granary-key"
 AUTHORIZATION_HEADER = "authorization"
@@ -67,17 +76,50 @@ class SetupError(Exception):
     """A problem with the arguments or the generated modules: exit 2."""
 
 
+def check_metadata_value(what, value, secret=False):
+    """Raises SetupError unless value can be a gRPC metadata value.
+
+    A metadata key not ending in -bin takes printable ASCII only (the gRPC
+    over HTTP/2 spec's ASCII-Value, 0x20 to 0x7E): grpcio refuses anything
+    else with a bare "metadata was invalid". what names the value in the
+    error, which shows the value too unless it is secret.
+    """
+    for i, c in enumerate(value):
+        if not " " <= c <= "~":
+            shown = "" if secret else f" {value!r}"
+            raise SetupError(f"{what}{shown}: a gRPC metadata value must be printable ASCII "
+                             f"(0x20 to 0x7E), and {c!r} at index {i} is not")
+
+
+def check_args(args):
+    """Checks the flags that need no file or module, naming the bad one."""
+    if args.key is not None:
+        check_metadata_value("--key", args.key)
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise SetupError(f"--timeout {args.timeout}: want a finite number of seconds above 0")
+
+
 def load_modules(pb_dir):
     """Imports every *_pb2.py module under pb_dir, registering its types."""
     root = pathlib.Path(pb_dir).resolve()
     if not root.is_dir():
         raise SetupError(f"--pb {pb_dir}: not a directory")
     sys.path.insert(0, str(root))
-    found = 0
-    for path in sorted(root.rglob("*_pb2.py")):
-        importlib.import_module(".".join(path.relative_to(root).with_suffix("").parts))
-        found += 1
-    if found == 0:
+    try:
+        paths = sorted(root.rglob("*_pb2.py"))
+    except OSError as e:
+        raise SetupError(f"--pb {pb_dir}: {e}") from None
+    for path in paths:
+        parts = path.relative_to(root).with_suffix("").parts
+        bad = [p for p in parts if not p.isidentifier()]
+        if bad:
+            raise SetupError(f"--pb {pb_dir}: {path} cannot be imported: {bad[0]!r} is not a Python "
+                             "module name; is DIR the directory protoc --python_out wrote?")
+        try:
+            importlib.import_module(".".join(parts))
+        except Exception as e:  # an import runs the module: anything can go wrong
+            raise SetupError(f"--pb {pb_dir}: {path} does not import: {type(e).__name__}: {e}") from None
+    if not paths:
         raise SetupError(f"--pb {pb_dir}: no *_pb2.py modules; generate them with protoc --python_out")
 
 
@@ -104,14 +146,27 @@ def find_method(name):
     return m
 
 
-def read_token(path):
-    """Reads a bearer token the way granaryctl does (auth.ReadToken)."""
-    with open(path, encoding="ascii", errors="strict") as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#"):
-                return line.split()[0]
-    raise SetupError(f"token file {path}: holds no token: every line is blank or a comment")
+def read_token(path, source):
+    """Reads a bearer token the way granaryctl does (auth.ReadToken).
+
+    source names where path came from (--token-file or the environment)
+    for the errors.
+    """
+    where = f"{source} {path}"
+    try:
+        with open(path, encoding="ascii", errors="strict") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise SetupError(f"{where}: not ASCII text: byte {e.object[e.start]:#04x} at offset {e.start}") from None
+    except OSError as e:
+        raise SetupError(f"{where}: {e.strerror or e}") from None
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith("#"):
+            token = line.split()[0]
+            check_metadata_value(f"{where}: the token", token, secret=True)
+            return token
+    raise SetupError(f"{where}: holds no token: every line is blank or a comment")
 
 
 def status_details(err):
@@ -132,7 +187,12 @@ def status_details(err):
         print(f"client: the call's {STATUS_DETAILS_TRAILER} trailer cannot be decoded: "
               "generate google/rpc/status.proto into --pb", file=sys.stderr)
         return []
-    st = status_pb2.Status.FromString(raw)
+    try:
+        st = status_pb2.Status.FromString(raw)
+    except DecodeError as e:
+        print(f"client: the call's {STATUS_DETAILS_TRAILER} trailer is not a google.rpc.Status "
+              f"({e}): its details are ignored", file=sys.stderr)
+        return []
     if st.code != err.code().value[0]:
         # The trailer must repeat the call's status; one that does not
         # describes some other error.
@@ -143,7 +203,7 @@ def status_details(err):
     for any_msg in st.details:
         try:
             details.append(json_format.MessageToDict(any_msg))
-        except (TypeError, KeyError):  # a type no loaded module defines
+        except (TypeError, KeyError, DecodeError):  # a type no loaded module defines, or bad bytes
             details.append({"@type": any_msg.type_url,
                             "value": base64.b64encode(any_msg.value).decode("ascii")})
     return details
@@ -162,13 +222,19 @@ def call(args):
     metadata = []
     if args.key is not None:
         metadata.append((KEY_HEADER, args.key))
-    token_file = args.token_file or os.environ.get(TOKEN_FILE_ENV)
+    token_file, source = args.token_file, "--token-file"
+    if not token_file:
+        token_file, source = os.environ.get(TOKEN_FILE_ENV), TOKEN_FILE_ENV
     if token_file:
-        metadata.append((AUTHORIZATION_HEADER, "Bearer " + read_token(token_file)))
+        metadata.append((AUTHORIZATION_HEADER, "Bearer " + read_token(token_file, source)))
 
     if args.ca:
-        with open(args.ca, "rb") as f:
-            channel = grpc.secure_channel(args.target, grpc.ssl_channel_credentials(root_certificates=f.read()))
+        try:
+            with open(args.ca, "rb") as f:
+                ca = f.read()
+        except OSError as e:
+            raise SetupError(f"--ca {args.ca}: {e.strerror or e}") from None
+        channel = grpc.secure_channel(args.target, grpc.ssl_channel_credentials(root_certificates=ca))
     elif token_file:
         raise SetupError("a bearer token needs --ca: it would cross the network in the clear")
     else:
@@ -222,6 +288,7 @@ def main(argv):
                    help="the request message in JSON (default {})")
     args = p.parse_args(argv)
     try:
+        check_args(args)
         load_modules(args.pb)
         return call(args)
     except (SetupError, OSError, UnicodeError) as e:

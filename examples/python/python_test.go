@@ -8,11 +8,15 @@ package python
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +34,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -49,29 +54,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // generateStubs writes the Python message classes of every .proto file
 // under the repository's proto/ and of google/rpc/status.proto and
-// error_details.proto into a directory of the test, and returns it.
-func generateStubs(t *testing.T, ctx context.Context, tools proctest.PythonTools) string {
+// error_details.proto into a directory of the test, and returns it. It
+// runs stubs.sh, as run.sh does, so that the two run the same protoc.
+func generateStubs(t *testing.T, tools proctest.PythonTools) string {
 	t.Helper()
-	protoDir, err := filepath.Abs(filepath.Join("..", "..", "proto"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []string
-	err = filepath.WalkDir(protoDir, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".proto") {
-			rel, _ := filepath.Rel(protoDir, path)
-			files = append(files, filepath.ToSlash(rel))
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
 	out := t.TempDir()
-	args := append([]string{"-I", protoDir, "-I", tools.GoogleRPC, "--python_out=" + out}, files...)
-	args = append(args, "google/rpc/status.proto", "google/rpc/error_details.proto")
-	if msg, err := exec.CommandContext(ctx, tools.Protoc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("protoc %q: %v\n%s", args, err, msg)
+	cmd := exec.CommandContext(ctx, "bash", "stubs.sh", out)
+	cmd.Env = tools.Env()
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("stubs.sh: %v\n%s", err, msg)
 	}
 	return out
 }
@@ -158,9 +151,9 @@ type outcome struct {
 	Details []json.RawMessage `json:"details"`
 }
 
-// runClient runs client.py --json with args and returns what it printed
-// and its exit status.
-func runClient(t *testing.T, python string, args ...string) (outcome, int) {
+// execClient runs client.py --json with args and returns what it printed
+// on stdout and stderr and its exit status.
+func execClient(t *testing.T, python string, args ...string) (stdout, stderr string, exit int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
@@ -170,27 +163,33 @@ func runClient(t *testing.T, python string, args ...string) (outcome, int) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
-	exit := 0
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
-		t.Fatalf("client.py %q did not finish within %v\nstdout:\n%s\nstderr:\n%s", args, defaultTestTimeout, &stdout, &stderr)
+		t.Fatalf("client.py %q did not finish within %v\nstdout:\n%s\nstderr:\n%s", args, defaultTestTimeout, &out, &errOut)
 	case errors.As(err, &ee):
 		exit = ee.ExitCode()
 	case err != nil:
 		t.Fatalf("client.py %q: %v", args, err)
 	}
-	var o outcome
-	if err := json.Unmarshal(stdout.Bytes(), &o); err != nil {
-		t.Fatalf("client.py %q exited %d printing no JSON outcome (%v)\nstdout:\n%s\nstderr:\n%s", args, exit, err, &stdout, &stderr)
+	return out.String(), errOut.String(), exit
+}
+
+// runClient runs client.py --json with args and returns the outcome it
+// printed, what it printed on stderr, and its exit status.
+func runClient(t *testing.T, python string, args ...string) (o outcome, stderr string, exit int) {
+	t.Helper()
+	stdout, stderr, exit := execClient(t, python, args...)
+	if err := json.Unmarshal([]byte(stdout), &o); err != nil {
+		t.Fatalf("client.py %q exited %d printing no JSON outcome (%v)\nstdout:\n%s\nstderr:\n%s", args, exit, err, stdout, stderr)
 	}
-	if stderr.Len() > 0 {
-		t.Logf("client.py %q stderr:\n%s", args, &stderr)
+	if stderr != "" {
+		t.Logf("client.py %q stderr:\n%s", args, stderr)
 	}
-	return o, exit
+	return o, stderr, exit
 }
 
 // writeFile writes text to a new file of the test and returns its path.
@@ -212,9 +211,7 @@ func writeFile(t *testing.T, name, text string) string {
 // GRANARY_TEST_PYTHON_REQUIRED=1.
 func TestPythonClient(t *testing.T) {
 	tools := proctest.Python(t)
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	defer cancel()
-	pb := generateStubs(t, ctx, tools)
+	pb := generateStubs(t, tools)
 	caFile, certFile, keyFile := writePKI(t)
 	addr := startSilo(t, certFile, keyFile, writeFile(t, "tokens", "# the test's clients\n"+testToken+" "+testPrincipal+"\n"))
 	good := writeFile(t, "token", testToken+"\n")
@@ -257,7 +254,7 @@ func TestPythonClient(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o, exit := runClient(t, tools.Python, tt.args...)
+			o, _, exit := runClient(t, tools.Python, tt.args...)
 			if wantExit := map[bool]int{true: 0, false: 1}[tt.code == "OK"]; exit != wantExit {
 				t.Errorf("client.py exited %d; want %d", exit, wantExit)
 			}
@@ -291,5 +288,122 @@ func TestPythonClient(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPythonClientSetupErrors runs client.py with bad flags, files and
+// modules: each must exit 2 with one line on stderr that names the
+// problem, not a Python traceback, and print nothing on stdout. None gets
+// as far as a call, so no silo runs.
+func TestPythonClientSetupErrors(t *testing.T) {
+	tools := proctest.Python(t)
+	pb := generateStubs(t, tools)
+
+	// A module that does not import, as under a --pb of the wrong directory.
+	brokenPB := t.TempDir()
+	if err := os.WriteFile(filepath.Join(brokenPB, "broken_pb2.py"), []byte("import granary_no_such_module\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A module whose directory is no Python module name.
+	dashedPB := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dashedPB, "not-a-package"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dashedPB, "not-a-package", "x_pb2.py"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notASCII := writeFile(t, "token-latin1", "t\xf6ken\n")
+	control := writeFile(t, "token-control", "secret\x01token\n")
+
+	call := func(pb string, flags ...string) []string {
+		args := append([]string{"--pb", pb, "--target", "127.0.0.1:1"}, flags...)
+		return append(args, "hello.Greeter/SayHello", `{"name": "Bob"}`)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want []string // parts of the message
+		not  string   // what the message must not show
+	}{
+		{name: "key with a newline", args: call(pb, "--key", "a\nb"), want: []string{"--key", "printable ASCII"}},
+		{name: "key not ASCII", args: call(pb, "--key", "\u00e5lice"), want: []string{"--key", "printable ASCII"}},
+		{name: "timeout nan", args: call(pb, "--timeout", "nan"), want: []string{"--timeout nan", "finite"}},
+		{name: "timeout inf", args: call(pb, "--timeout", "inf"), want: []string{"--timeout inf", "finite"}},
+		{name: "timeout negative", args: call(pb, "--timeout", "-1"), want: []string{"--timeout -1", "above 0"}},
+		{name: "timeout zero", args: call(pb, "--timeout", "0"), want: []string{"--timeout 0", "above 0"}},
+		{name: "module that does not import", args: call(brokenPB),
+			want: []string{"--pb " + brokenPB, "broken_pb2.py", "granary_no_such_module"}},
+		{name: "module under a bad name", args: call(dashedPB), want: []string{"--pb " + dashedPB, "x_pb2.py", "not-a-package"}},
+		{name: "pb not a directory", args: call(notASCII), want: []string{"--pb " + notASCII, "not a directory"}},
+		{name: "token not ASCII", args: call(pb, "--token-file", notASCII), want: []string{"--token-file " + notASCII, "not ASCII"}},
+		{name: "token with a control character", args: call(pb, "--token-file", control),
+			want: []string{"--token-file " + control, "printable ASCII"}, not: "secret"},
+		{name: "no CA file", args: call(pb, "--ca", filepath.Join(t.TempDir(), "ca.crt")), want: []string{"--ca ", "ca.crt"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, exit := execClient(t, tools.Python, tt.args...)
+			if exit != 2 {
+				t.Errorf("client.py exited %d; want 2", exit)
+			}
+			if stdout != "" {
+				t.Errorf("client.py printed on stdout:\n%s", stdout)
+			}
+			if strings.Contains(stderr, "Traceback") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+				t.Errorf("client.py printed a traceback or more than one line on stderr:\n%s", stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q does not say %q", stderr, w)
+				}
+			}
+			if tt.not != "" && strings.Contains(stderr, tt.not) {
+				t.Errorf("stderr %q shows %q", stderr, tt.not)
+			}
+		})
+	}
+}
+
+// TestPythonClientBadStatusDetails answers client.py's call, from an
+// HTTP/2 server standing in for a gateway, with INVALID_ARGUMENT and a
+// grpc-status-details-bin trailer that is no google.rpc.Status: the
+// client must warn about the trailer and still report the call's code and
+// message, exiting 1.
+func TestPythonClientBadStatusDetails(t *testing.T) {
+	tools := proctest.Python(t)
+	pb := generateStubs(t, tools)
+	caFile, certFile, keyFile := writePKI(t)
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 2 || r.Header.Get("Content-Type") != "application/grpc" {
+			http.Error(w, "want gRPC over HTTP/2", http.StatusBadRequest)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set(http.TrailerPrefix+"Grpc-Status", fmt.Sprint(int(codes.InvalidArgument)))
+		w.Header().Set(http.TrailerPrefix+"Grpc-Message", "bad%20details")
+		// Not a google.rpc.Status: a field tag whose varint never ends.
+		w.Header().Set(http.TrailerPrefix+"Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString([]byte{0xff, 0xff, 0xff}))
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	o, stderr, exit := runClient(t, tools.Python, "--pb", pb, "--target", srv.Listener.Addr().String(), "--ca", caFile,
+		"--key", "alice", "hello.Greeter/SayHello", `{"name": "Bob"}`)
+	if exit != 1 {
+		t.Errorf("client.py exited %d; want 1", exit)
+	}
+	if o.Code != "INVALID_ARGUMENT" || o.Message != "bad details" || len(o.Details) != 0 {
+		t.Errorf("client.py printed code %s, message %q, details %s; want INVALID_ARGUMENT, %q, none", o.Code, o.Message, o.Details, "bad details")
+	}
+	if !strings.Contains(stderr, "grpc-status-details-bin") || strings.Contains(stderr, "Traceback") {
+		t.Errorf("client.py's stderr does not warn about the trailer, or holds a traceback:\n%s", stderr)
 	}
 }

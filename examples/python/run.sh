@@ -49,12 +49,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "# protoc --python_out: the message classes of proto/ and google/rpc" >&2
-mkdir "$tmp/pb"
-# shellcheck disable=SC2046 # one word per .proto file
-"$PROTOC" -I proto -I "$GOOGLE_RPC" --python_out="$tmp/pb" \
-	$(cd proto && find . -name '*.proto' | sed 's|^\./||' | sort) \
-	google/rpc/status.proto google/rpc/error_details.proto 2>&1 || die "protoc failed"
+echo "# protoc --python_out: the message classes of proto/ and google/rpc (stubs.sh)" >&2
+GRANARY_PROTOC="$PROTOC" GRANARY_GOOGLE_RPC_PROTO="$GOOGLE_RPC" examples/python/stubs.sh "$tmp/pb" 2>&1 ||
+	die "protoc failed"
 echo "# building the silo and granaryctl, making a CA and the gateway's certificate" >&2
 "$GO" build -o "$tmp/silo" ./examples/python/silo
 "$GO" build -o "$tmp/granaryctl" ./cmd/granaryctl

@@ -54,6 +54,16 @@ type PythonTools struct {
 	GoogleRPC string
 }
 
+// Env returns the environment of this process with PythonEnv, ProtocEnv
+// and GoogleRPCProtoEnv set to these tools, for a script such as
+// examples/python/stubs.sh that reads them, so that it runs what the test
+// found.
+func (pt PythonTools) Env() []string {
+	env := os.Environ()
+	return append(env[:len(env):len(env)],
+		PythonEnv+"="+pt.Python, ProtocEnv+"="+pt.Protoc, GoogleRPCProtoEnv+"="+pt.GoogleRPC)
+}
+
 // Python finds the tools of a Python gRPC client: the first of
 // $GRANARY_PYTHON, python3 on PATH and /usr/bin/python3 that imports grpc
 // and google.protobuf (a python3 of pyenv or a virtualenv first on PATH
