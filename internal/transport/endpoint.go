@@ -50,6 +50,10 @@ type endpoint struct {
 	spacec  chan struct{}
 	waiting bool // a sender waits on spacec for room
 	sending bool // the writer holds frames it took and has not sent yet
+	// takenEnvs is the number of envelopes in the frames the writer took
+	// last: set by take, so it counts them until the writer's next take
+	// (after it wrote them) or the endpoint breaks. For Stats.
+	takenEnvs int
 	// flushc is closed when the queue is empty and the writer holds
 	// nothing: what was queued has been written. Made by flush.
 	flushc chan struct{}
@@ -284,6 +288,10 @@ func (ep *endpoint) take(out [][]byte, envs []int) ([][]byte, []int) {
 		ep.cur, ep.curEnvs = nil, 0
 	}
 	ep.queued = 0
+	ep.takenEnvs = 0
+	for _, n := range envs {
+		ep.takenEnvs += n
+	}
 	if ep.waiting {
 		ep.waiting = false
 		close(ep.spacec)
@@ -599,7 +607,7 @@ func (ep *endpoint) fail(err error) {
 	conn, dialCancel := ep.conn, ep.dialCancel
 	close(ep.done)
 	ep.frames, ep.cur, ep.spare, ep.queued = nil, nil, nil, 0
-	ep.envs, ep.curEnvs = nil, 0
+	ep.envs, ep.curEnvs, ep.takenEnvs = nil, 0, 0
 	ep.mu.Unlock()
 	if dialCancel != nil {
 		dialCancel()
@@ -643,6 +651,19 @@ func (ep *endpoint) pendingCount() int {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	return len(ep.pending)
+}
+
+// unsentCount is the number of envelopes queued and not yet written:
+// waiting in the queue, or taken by the writer and not yet sent (those
+// it has just written count until its next take). Any goroutine.
+func (ep *endpoint) unsentCount() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	n := ep.curEnvs + ep.takenEnvs
+	for _, e := range ep.envs {
+		n += e
+	}
+	return n
 }
 
 // sendGoAway tells the dialling silo of an accepted endpoint that this

@@ -57,6 +57,11 @@ type Stats struct {
 	Peers   int // known peers
 	Streams int // streams up, both directions
 	Pending int // calls waiting for a response
+	// EnvelopesUnsent is the number of envelopes queued on the streams up
+	// and not yet written (those the writer has just written may count
+	// until it looks for more). Taken from the queues under their locks,
+	// so the send path pays nothing for it.
+	EnvelopesUnsent uint64
 
 	BytesSent         uint64 // frame bytes written to streams
 	BytesReceived     uint64 // frame bytes read from streams and delivered
@@ -82,6 +87,7 @@ func (t *Transport) Stats() Stats {
 	st.Streams = len(eps)
 	for _, ep := range eps {
 		st.Pending += ep.pendingCount()
+		st.EnvelopesUnsent += uint64(ep.unsentCount())
 	}
 	// The counters are read in the reverse of the order sent and received
 	// add them, so a frame counted in one is counted in those read after:

@@ -114,10 +114,15 @@ func TestStatsCountBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	release()
 	const total = n + 2 // the hello and the warm-up call
+	// Each envelope is either written or still unsent (one just written
+	// may be both, until the writer looks for more), never neither.
+	if st := p.a.Stats(); st.EnvelopesSent+st.EnvelopesUnsent < total {
+		t.Errorf("with b's reader held: %d envelopes sent and %d unsent, want at least %d in all", st.EnvelopesSent, st.EnvelopesUnsent, total)
+	}
+	release()
 	a, b := waitStats(t, p, func(a, b Stats) bool {
-		return b.EnvelopesReceived == total && a.BatchesSent == b.BatchesReceived
+		return b.EnvelopesReceived == total && a.BatchesSent == b.BatchesReceived && a.EnvelopesUnsent == 0
 	})
 	if a.EnvelopesSent != total {
 		t.Errorf("a sent %d envelopes, want %d", a.EnvelopesSent, total)
