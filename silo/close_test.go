@@ -37,7 +37,7 @@ func TestCloseRunsNoHookForActivationStartedWhileClosing(t *testing.T) {
 		}
 	})
 	t.Cleanup(unblock) // before the harness's Stop, which waits for the collector
-	h.clock.Advance(h.s.TestHooks().CollectionTick())
+	h.clock.Advance(h.s.rt.Cfg.CollectionInterval) // the collector's first look
 	testwait.For(t, defaultTestTimeout, "the collector to block in its tick", collectorBlocked())
 
 	placing, proceed := make(chan struct{}), make(chan struct{})

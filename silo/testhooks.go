@@ -19,22 +19,11 @@ type TestHooks struct{ s *Silo }
 // for other code.
 func (s *Silo) TestHooks() TestHooks { return TestHooks{s} }
 
-// OnCollected makes the idle collector call fn, on its own goroutine,
-// with the clock's time when it starts and after each of its ticks, once
-// the activations that tick found idle have been asked to deactivate.
-// Before Start only.
-func (h TestHooks) OnCollected(fn func(now time.Time)) { h.s.rt.Collected = fn }
-
-// CollectionTick is the period of the idle collector's ticker: the
-// shortest collection interval of the silo and of its grain types. Valid
-// once the types are registered; any goroutine after Start.
-func (h TestHooks) CollectionTick() time.Duration {
-	tick := h.s.rt.Cfg.CollectionInterval
-	for _, t := range h.s.rt.Types {
-		tick = min(tick, t.Interval)
-	}
-	return tick
-}
+// CollectorCaughtUp reports whether the idle collector has made every
+// look due by now, a time of the silo's clock, and asked the grains it
+// found idle to deactivate; true when it has no type to look at, and
+// false until it starts. Any goroutine after Start.
+func (h TestHooks) CollectorCaughtUp(now time.Time) bool { return h.s.rt.CollectorCaughtUp(now) }
 
 // TimersSwept reports whether the grain-timer wheel has collected every
 // grain timer due by now, a time of the silo's clock, and queued its

@@ -83,12 +83,19 @@ func startSilo(ctx context.Context, cfg silo.Config, deactivated *atomic.Int64) 
 	if err != nil {
 		return nil, err
 	}
-	newGreeter := func(grain.ID) hellopb.GreeterGrain { return &greeter{deactivated: deactivated} }
-	if err := hellopb.RegisterGreeterGrain(s, newGreeter); err != nil {
+	if err := registerGreeter(s, deactivated); err != nil {
 		return nil, err
 	}
 	if err := s.Start(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// registerGreeter registers the Greeter type on s, its greeters counting
+// their deactivations in deactivated: the program's registration, which
+// the tests use too.
+func registerGreeter(s *silo.Silo, deactivated *atomic.Int64) error {
+	newGreeter := func(grain.ID) hellopb.GreeterGrain { return &greeter{deactivated: deactivated} }
+	return hellopb.RegisterGreeterGrain(s, newGreeter)
 }

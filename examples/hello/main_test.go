@@ -54,8 +54,7 @@ func TestConcurrentGreetings(t *testing.T) {
 	defer cancel()
 	var deactivated atomic.Int64
 	c := granarytest.New(t, granarytest.Register(func(s *silo.Silo) error {
-		newGreeter := func(grain.ID) hellopb.GreeterGrain { return &greeter{deactivated: &deactivated} }
-		return hellopb.RegisterGreeterGrain(s, newGreeter)
+		return registerGreeter(s, &deactivated)
 	}))
 
 	const n = 50

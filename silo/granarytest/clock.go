@@ -127,10 +127,14 @@ func (c *fakeClock) NewTicker(d time.Duration) clockwork.Ticker {
 }
 
 // armLocked sets w to fire d from now; a timer of d <= 0 fires at once.
-// mu held.
+// A tick still in w's channel is dropped, as a real timer's or ticker's
+// Reset drops a stale one since Go 1.23, so its owner never reads an
+// early tick, and a tick that no one will read does not keep Advance
+// waiting (rearmed settles it). mu held.
 func (c *fakeClock) armLocked(w *fakeWaiter, d time.Duration) {
 	c.version++
 	c.disarmLocked(w)
+	w.drain()
 	w.rearmed = true
 	if d <= 0 && w.period == 0 {
 		c.fireLocked(w)
@@ -264,6 +268,17 @@ func (c *fakeClock) unsettled() (string, uint64) {
 	return strings.Join(what, "; "), c.version
 }
 
+// drain drops the tick in w's channel, if any. mu held.
+func (w *fakeWaiter) drain() {
+	if w.ch == nil {
+		return
+	}
+	select {
+	case <-w.ch:
+	default:
+	}
+}
+
 func (w *fakeWaiter) kind() string {
 	switch {
 	case w.period > 0:
@@ -274,9 +289,11 @@ func (w *fakeWaiter) kind() string {
 	return "timer"
 }
 
-// retireLocked forgets w's fired tick: its owner stopped it, and may
-// never read what is left in its channel. mu held.
+// retireLocked forgets w's fired tick and drops it from w's channel:
+// its owner stopped it, and a real timer's or ticker's Stop drops a stale
+// tick since Go 1.23. mu held.
 func (c *fakeClock) retireLocked(w *fakeWaiter) {
+	w.drain()
 	if w.pending {
 		w.pending, w.seen = false, time.Time{}
 		c.fired = slices.DeleteFunc(c.fired, func(o *fakeWaiter) bool { return o == w })

@@ -69,3 +69,54 @@ func TestFakeClock(t *testing.T) {
 		t.Fatalf("next step %v, want t2's reset time", next)
 	}
 }
+
+// TestFakeClockResetDropsStaleTick: as with real timers since Go 1.23, a
+// Reset or Stop drops a tick fired and not read, so the owner never reads
+// an early tick and the unread tick does not keep Advance waiting.
+func TestFakeClockResetDropsStaleTick(t *testing.T) {
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := newFakeClock(start)
+	tm := c.NewTimer(time.Second)
+	tk := c.NewTicker(time.Second)
+	defer tk.Stop()
+	c.moveTo(start.Add(time.Second))
+	if busy, _ := c.unsettled(); busy == "" {
+		t.Fatal("the ticks are in their channels, and settled")
+	}
+	tm.Reset(2 * time.Second)
+	tk.Reset(2 * time.Second)
+	for name, ch := range map[string]<-chan time.Time{"timer": tm.Chan(), "ticker": tk.Chan()} {
+		select {
+		case v := <-ch:
+			t.Fatalf("the %s's stale tick of %v is still there after Reset", name, v)
+		default:
+		}
+	}
+	if busy, _ := c.unsettled(); busy != "" {
+		t.Fatalf("unsettled after the Resets dropped the ticks: %s", busy)
+	}
+	c.moveTo(start.Add(3 * time.Second))
+	if got := <-tm.Chan(); !got.Equal(start.Add(3 * time.Second)) {
+		t.Fatalf("the timer fired at %v after its Reset, want 3 s", got)
+	}
+
+	tm.Reset(time.Second)
+	c.moveTo(start.Add(4 * time.Second))
+	if tm.Stop() {
+		t.Fatal("Stop of a fired timer reported it armed")
+	}
+	select {
+	case v := <-tm.Chan():
+		t.Fatalf("the stale tick of %v is still there after Stop", v)
+	default:
+	}
+	tk.Stop()
+	select {
+	case v := <-tk.Chan():
+		t.Fatalf("the ticker's stale tick of %v is still there after Stop", v)
+	default:
+	}
+	if busy, _ := c.unsettled(); busy != "" {
+		t.Fatalf("unsettled after the Stops: %s", busy)
+	}
+}

@@ -2,6 +2,7 @@ package granarytest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -35,8 +36,12 @@ const loadReportInterval = 100 * time.Millisecond
 
 // Cluster is silos in one process, on an in-memory network and membership,
 // sharing one fake clock and one memory storage provider. Make one with
-// New. Its methods may be called from any goroutine, but not from grain
-// code (they wait for the cluster), and not after the test ends.
+// New. Its methods are for the test's goroutine, the one running the
+// test function: they fail the test with t.Fatalf, which must be called
+// there. Those that only look and fail nothing (Len, Running,
+// Activations, ActivationCount, Now, the calls of Caller, ReadState) may
+// be called from any goroutine. None is for grain code (they wait for the
+// cluster), nor for after the test ends.
 type Cluster struct {
 	t     reporter
 	o     options
@@ -47,6 +52,9 @@ type Cluster struct {
 	// settleAfterChange is how far membership changes move the fake
 	// clock: the silos' longest directory recovery window. mu.
 	settleAfterChange time.Duration
+	// lost is how many more envelopes the silos wrote than they received
+	// because streams broke with frames in flight (see lossGrace). mu.
+	lost int64
 
 	// mu serialises what changes the cluster (starting, stopping, killing,
 	// partitioning silos, Advance) so Advance never steps while a silo
@@ -64,14 +72,6 @@ type member struct {
 	s    *silo.Silo
 	up   bool // started, and not stopped or killed; smu
 	cut  bool // on the cut-off side of a partition; smu
-
-	// The idle collector's ticker: its period, and the times it started
-	// and last reported (see TestHooks.OnCollected). cmu.
-	cmu        sync.Mutex
-	tick       time.Duration
-	cstart     time.Time
-	clast      time.Time
-	collectorc chan struct{} // closed at the collector's first report
 }
 
 // New starts a cluster of silos (one, unless Silos says otherwise) with
@@ -138,8 +138,9 @@ func newCluster(t reporter, opts []Option) *Cluster {
 	}
 	if !o.realClock {
 		// The real time: a call's context deadline is a time, which the
-		// silos read on their clock, so a context with a deadline works
-		// until Advance moves the clock past it (testwait.Context's
+		// silos read on their clock, so a context with a deadline given
+		// to a silo directly works until Advance moves the clock past it
+		// (Caller turns it into a timeout on this clock; testwait.Context's
 		// cancelled contexts work always).
 		c.clock = newFakeClock(time.Now())
 	}
@@ -175,7 +176,7 @@ func (c *Cluster) startLocked() *member {
 	c.smu.RLock()
 	i := len(c.silos)
 	c.smu.RUnlock()
-	m := &member{i: i, name: "silo" + strconv.Itoa(i), collectorc: make(chan struct{})}
+	m := &member{i: i, name: "silo" + strconv.Itoa(i)}
 	addr := m.name + ":7947"
 	cfg := silo.DefaultConfig()
 	cfg.Name = m.name
@@ -215,50 +216,23 @@ func (c *Cluster) startLocked() *member {
 			c.t.Fatalf("granarytest: registering grain types on silo %s: %v", m.name, err)
 		}
 	}
-	s.TestHooks().OnCollected(m.collected)
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	if err := s.Start(ctx); err != nil {
 		c.t.Fatalf("granarytest: starting silo %s: %v", m.name, err)
 	}
-	m.tick = s.TestHooks().CollectionTick()
 	c.smu.Lock()
 	m.up = true
 	c.silos = append(c.silos, m)
 	c.smu.Unlock()
-	// Once the collector has its ticker, Advance can tell its ticks.
-	c.waitFor("the idle collector of silo "+m.name+" to start", func() bool {
-		select {
-		case <-m.collectorc:
-			return true
-		default:
-			return false
-		}
-	})
 	return m
 }
 
-// collected is the idle collector's report: at its start, and after each
-// tick. The collector's goroutine.
-func (m *member) collected(now time.Time) {
-	m.cmu.Lock()
-	defer m.cmu.Unlock()
-	if m.cstart.IsZero() {
-		m.cstart = now
-		close(m.collectorc)
-	}
-	m.clast = now
-}
-
-// collectorDone reports whether the idle collector has taken every tick
-// due by now: its ticker fires at cstart plus multiples of tick, and it
-// reads the clock once it has the tick, which does not move until
-// Advance sees it done.
-func (m *member) collectorDone(now time.Time) bool {
-	m.cmu.Lock()
-	defer m.cmu.Unlock()
-	next := m.cstart.Add((m.clast.Sub(m.cstart)/m.tick + 1) * m.tick)
-	return next.After(now)
+// isUp reports whether m runs. Any goroutine.
+func (c *Cluster) isUp(m *member) bool {
+	c.smu.RLock()
+	defer c.smu.RUnlock()
+	return m.up
 }
 
 // all returns the silos, by index.
@@ -313,35 +287,41 @@ func (c *Cluster) Running() []int {
 	return is
 }
 
-// Caller returns a grain.Caller that calls grains through the first silo
-// that runs at the time of each call, so that refs made from it outlive
-// the silos the test stops:
-//
-//	hellopb.NewGreeterRef(c.Caller(), "en")
-func (c *Cluster) Caller() grain.Caller { return clusterCaller{c} }
-
-type clusterCaller struct{ c *Cluster }
-
-func (cc clusterCaller) via() *silo.Silo {
-	if ms := cc.c.running(); len(ms) > 0 {
-		return ms[0].s
-	}
-	return cc.c.all()[0].s // stopped: its calls fail, saying so
-}
-
-func (cc clusterCaller) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
-	return cc.via().Invoke(ctx, id, m, req, opts...)
-}
-
-func (cc clusterCaller) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
-	return cc.via().InvokeAsync(ctx, id, m, req, opts...)
-}
-
 // Storage returns the memory provider that every silo keeps grain state
 // and reminders in, under grain.DefaultStorage: what a grain wrote
-// survives its silo being killed, and a test can read it, or make it
-// fail (SetDown, SetFault).
+// survives its silo being killed, and a test can read it (ReadState
+// decodes a state; the provider's ReadState gives the raw record, and
+// GrainReminders the reminders), or make it fail (SetDown, SetFault).
 func (c *Cluster) Storage() *storage.Memory { return c.store }
+
+// ReadState reads grain id's state of spec from the cluster's storage
+// (Storage), as the grain last wrote it, whatever silo it ran on and
+// whether it runs now or not. It returns the decoded state and true, or
+// a new empty T and false when the grain never wrote the state or
+// cleared it. It fails when spec's provider is not grain.DefaultStorage
+// (the only one the cluster keeps), when the storage fails (SetDown,
+// SetFault) or does not answer within Timeout, and when the record does
+// not decode as a T. Any goroutine but grain code's.
+func ReadState[T proto.Message](c *Cluster, id grain.ID, spec *grain.StateSpec[T]) (T, bool, error) {
+	var zero T
+	v := zero.ProtoReflect().New().Interface().(T)
+	if p := spec.ProviderName(); p != grain.DefaultStorage {
+		return v, false, fmt.Errorf("granarytest: state %q is kept by provider %q; the cluster keeps %q only", spec.StateName(), p, grain.DefaultStorage)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	rec, err := c.store.ReadState(ctx, id, spec.StateName())
+	if err != nil {
+		return v, false, fmt.Errorf("granarytest: reading state %q of %v: %w", spec.StateName(), id, err)
+	}
+	if !rec.Exists {
+		return v, false, nil
+	}
+	if err := proto.Unmarshal(rec.Data, v); err != nil {
+		return v, false, fmt.Errorf("granarytest: state %q of %v does not decode as %s: %w", spec.StateName(), id, v.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return v, true, nil
+}
 
 // Clock returns the cluster's clock: the fake one that Advance moves, or
 // the real one with WithRealClock. Give it to grain code that needs the
@@ -461,7 +441,9 @@ func (c *Cluster) Partition(side ...int) {
 
 // Heal ends a partition and waits until every running silo sees every
 // other again. Duplicate activations made during the partition are
-// resolved by the silos, as they would be after a real one.
+// resolved by the silos, as they would be after a real one: on the fake
+// clock, that takes time, so they resolve as Advance moves the clock on
+// (Activations tells when a grain is down to one).
 func (c *Cluster) Heal() {
 	c.t.Helper()
 	c.mu.Lock()

@@ -33,12 +33,20 @@
 // tells callers to retry. A test that counts timer ticks across such a
 // change should count on it.
 //
-// The fake clock starts at the real time, so a call whose context has a
-// deadline in real time works as usual until Advance moves the clock past
-// that deadline; the silos then take the call for late. Contexts that are
-// cancelled rather than given a deadline work whatever the clock says.
+// A call's context deadline is a time in real time, which the fake clock
+// leaves behind once Advance moves it on. So calls through Caller turn
+// it into a timeout on the cluster's clock: a call made with
+// context.WithTimeout(ctx, 5*time.Second) gets grain.WithTimeout of the
+// time left until the deadline when it starts (or its own WithTimeout,
+// or its method's timeout, if shorter), and runs with a context without
+// the deadline that is still cancelled when the caller's context ends.
+// It works whatever Advance did before, and fails with DeadlineExceeded
+// once Advance moves the clock past its timeout. Calls made through a
+// Silo(i) directly, or by a Client, keep the deadline as it is, which the
+// silos read on the fake clock. Contexts that are cancelled rather than
+// given a deadline work whatever the clock says.
 //
-// The methods of a Cluster are for the test's goroutines, never for grain
-// code: they wait for the cluster, and a grain that waits for its own
-// silo waits for ever.
+// The methods of a Cluster are for the test's goroutine (they fail the
+// test with t.Fatalf), never for grain code: they wait for the cluster,
+// and a grain that waits for its own silo waits for ever.
 package granarytest

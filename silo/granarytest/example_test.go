@@ -139,3 +139,29 @@ func ExampleCluster_Advance() {
 	// after 5 minutes: 1 []
 	// after 15 minutes: 0 [en (idle)]
 }
+
+// ReadState reads what a grain wrote to the cluster's storage, without a
+// call that would activate it again, here after its silo was killed.
+func ExampleReadState() {
+	c, err := granarytest.Start(granarytest.Silos(2), granarytest.Register(registerGreeter))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	if _, err := hellopb.NewGreeterRef(c.Caller(), "de").SayHello(context.Background(), &hellopb.HelloRequest{Name: "Emmy"}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	id := grain.NewID(hellopb.GreeterGrainType, "de")
+	c.Kill(c.Activations(id)[0])
+
+	st, ok, err := granarytest.ReadState(c, id, greeted)
+	fmt.Println(st.GetNames(), ok, err)
+	_, ok, err = granarytest.ReadState(c, grain.NewID(hellopb.GreeterGrainType, "it"), greeted)
+	fmt.Println("never written:", ok, err)
+	// Output:
+	// [Emmy] true <nil>
+	// never written: false <nil>
+}

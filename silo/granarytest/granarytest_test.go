@@ -16,7 +16,8 @@ import (
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/granarytest"
 	"go.uber.org/goleak"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,11 +32,12 @@ type record struct {
 	mu          sync.Mutex
 	ticks       map[string]int // timer ticks per greeter
 	reminders   map[string]int // reminder ticks per greeter
+	woke        map[string]int // sleeps ended per greeter
 	deactivated map[string][]grain.DeactivationReason
 }
 
 func newRecord() *record {
-	return &record{ticks: map[string]int{}, reminders: map[string]int{}, deactivated: map[string][]grain.DeactivationReason{}}
+	return &record{ticks: map[string]int{}, reminders: map[string]int{}, woke: map[string]int{}, deactivated: map[string][]grain.DeactivationReason{}}
 }
 
 func (r *record) get(m map[string]int, key string) int {
@@ -98,6 +100,9 @@ func (g *greeter) SayHello(ctx grain.Context, req *hellopb.HelloRequest) (*hello
 			if err := ctx.Sleep(d); err != nil {
 				return nil, err
 			}
+			g.rec.mu.Lock()
+			g.rec.woke[key]++
+			g.rec.mu.Unlock()
 			return &hellopb.HelloReply{Message: "awake"}, nil
 		}
 	}
@@ -187,6 +192,27 @@ func TestAdvanceCollectsIdleGrains(t *testing.T) {
 	}
 }
 
+// TestAdvanceKeepsKeepAliveGrains: a keep-alive type is never collected,
+// and Advance settles though the collector, with no other type to look
+// at, makes no look at all.
+func TestAdvanceKeepsKeepAliveGrains(t *testing.T) {
+	t.Parallel()
+	rec := newRecord()
+	c := granarytest.New(t, granarytest.Register(func(r *silo.Silo) error {
+		return hellopb.RegisterGreeterGrain(r, func(grain.ID) hellopb.GreeterGrain { return &greeter{rec: rec} }, grain.WithState(names), grain.WithKeepAlive())
+	}), granarytest.Configure(func(cfg *silo.Config) {
+		cfg.CollectionAge, cfg.CollectionInterval = time.Minute, time.Second
+	}))
+	sayHello(t, c.Caller(), "kept", "x")
+	c.Advance(2 * time.Hour)
+	if at := c.Activations(greeterID("kept")); len(at) != 1 {
+		t.Fatalf("after 2 idle hours: activations on %v, want one", at)
+	}
+	if got := rec.deactivations("kept"); len(got) != 0 {
+		t.Fatalf("OnDeactivate ran for a keep-alive grain: %v", got)
+	}
+}
+
 // TestAdvanceTicksTimers: a periodic timer ticks once per period that
 // Advance moves over, exactly, every time.
 func TestAdvanceTicksTimers(t *testing.T) {
@@ -234,12 +260,8 @@ func TestAdvanceWaitsForCallsBetweenSilos(t *testing.T) {
 		for i := range 6 {
 			// Read from the storage, not by a call, which would wait its
 			// turn behind whatever is still on its way.
-			rec, err := c.Storage().ReadState(testCtx(t), greeterID(fmt.Sprint("r", i, "-relayed")), names.StateName())
+			st, _, err := granarytest.ReadState(c, greeterID(fmt.Sprint("r", i, "-relayed")), names)
 			if err != nil {
-				t.Fatal(err)
-			}
-			var st hellopb.GreetingsReply
-			if err := proto.Unmarshal(rec.Data, &st); err != nil {
 				t.Fatal(err)
 			}
 			if len(st.GetNames()) != step {
@@ -281,15 +303,20 @@ func TestAdvanceFiresReminders(t *testing.T) {
 // Advance moves past its sleep, not before.
 func TestAdvanceWakesSleepers(t *testing.T) {
 	t.Parallel()
-	c := granarytest.New(t, register(newRecord()))
+	rec := newRecord()
+	c := granarytest.New(t, register(rec))
 	f := hellopb.NewGreeterRef(c.Caller(), "s").SayHelloAsync(testCtx(t), &hellopb.HelloRequest{Name: "sleep:1h"}, grain.WithTimeout(2*time.Hour))
 	c.Advance(59 * time.Minute)
-	ctx, cancel := context.WithCancel(testCtx(t))
-	cancel()
-	if _, err := f.Await(ctx); err == nil {
-		t.Fatal("the sleeper answered before its hour passed")
+	// Not f.Await with a cancelled context: it may return the context's
+	// error even when the reply is in. Advance has run the turn to its
+	// end if the sleep ended, so the record tells.
+	if got := rec.get(rec.woke, "s"); got != 0 {
+		t.Fatalf("the sleeper woke %d times before its hour passed", got)
 	}
 	c.Advance(time.Minute)
+	if got := rec.get(rec.woke, "s"); got != 1 {
+		t.Fatalf("the sleeper woke %d times when its hour passed, want 1", got)
+	}
 	r, err := f.Await(testCtx(t))
 	if err != nil || r.GetMessage() != "awake" {
 		t.Fatalf("after the hour: %v, %v", r, err)
@@ -374,5 +401,35 @@ func TestRealClock(t *testing.T) {
 	c := granarytest.New(t, granarytest.WithRealClock(), register(newRecord()))
 	if r := sayHello(t, c.Caller(), "rc", "sleep:1ms"); r.GetMessage() != "awake" {
 		t.Fatalf("reply %v", r)
+	}
+}
+
+// TestRealDeadlineOnClusterClock: a call's real-time context deadline is
+// a timeout on the cluster's clock, so it works after Advance moved the
+// clock past it, and fails the call when Advance passes it; a shorter
+// WithTimeout wins.
+func TestRealDeadlineOnClusterClock(t *testing.T) {
+	t.Parallel()
+	c := granarytest.New(t, register(newRecord()))
+	c.Advance(time.Minute)
+	ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+	defer cancel()
+	ref := hellopb.NewGreeterRef(c.Caller(), "d")
+	if _, err := ref.SayHello(ctx, &hellopb.HelloRequest{Name: "Ada"}); err != nil {
+		t.Fatalf("a call with 5 s left in real time, the clock a minute on: %v", err)
+	}
+
+	f := ref.SayHelloAsync(ctx, &hellopb.HelloRequest{Name: "sleep:1h"})
+	c.Advance(10 * time.Second)
+	if _, err := f.Await(testCtx(t)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call sleeping past its 5 s, once the clock passed them: %v, want DeadlineExceeded", err)
+	}
+
+	long, cancelLong := context.WithTimeout(testCtx(t), time.Hour)
+	defer cancelLong()
+	f = hellopb.NewGreeterRef(c.Caller(), "e").SayHelloAsync(long, &hellopb.HelloRequest{Name: "sleep:1h"}, grain.WithTimeout(2*time.Second))
+	c.Advance(3 * time.Second)
+	if _, err := f.Await(testCtx(t)); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call with an hour left and a 2 s timeout, 3 s on: %v, want DeadlineExceeded", err)
 	}
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/granaryio/granary/directory"
@@ -29,6 +30,7 @@ import (
 // after it. Types that are keep-alive are never looked at.
 func (s *Runtime) collect() {
 	defer close(s.collDone)
+	defer s.collNext.Store(math.MaxInt64)
 	start := s.Clock.Now()
 	var sched []collectSchedule
 	for _, t := range s.Types {
@@ -42,6 +44,7 @@ func (s *Runtime) collect() {
 		}
 	}
 	if len(sched) == 0 { // nothing to collect, ever
+		s.collNext.Store(math.MaxInt64)
 		if s.Collected != nil {
 			s.Collected(start)
 		}
@@ -50,6 +53,7 @@ func (s *Runtime) collect() {
 	}
 	timer := s.Clock.NewTimer(earliest(sched).Sub(start))
 	defer timer.Stop()
+	s.collNext.Store(int64(earliest(sched).Sub(s.Epoch)))
 	if s.Collected != nil {
 		s.Collected(start)
 	}
@@ -74,6 +78,7 @@ func (s *Runtime) collect() {
 		if len(due) > 0 {
 			s.collectIdle(now, due)
 		}
+		s.collNext.Store(int64(earliest(sched).Sub(s.Epoch)))
 		if s.Collected != nil {
 			s.Collected(now)
 		}

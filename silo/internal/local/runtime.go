@@ -87,14 +87,18 @@ type Runtime struct {
 	draining atomic.Bool
 	// aborted: Abort began; no lifecycle hook (OnActivate, OnDeactivate)
 	// starts after it. See Call.Run.
-	aborted   atomic.Bool
-	collStop  chan struct{}
-	collDone  chan struct{}
+	aborted  atomic.Bool
+	collStop chan struct{}
+	collDone chan struct{}
+	// collNext is when, since Epoch, the collector makes its next look,
+	// stored once every look due before it is made: math.MaxInt64 when
+	// it makes none (no type to collect, or stopped), 0 before it starts.
+	collNext  atomic.Int64
 	emptyc    chan struct{} // closed when live reaches 0 while stopping
 	emptyOnce sync.Once
 
 	// Collected, when set before Start, is told the clock's time when
-	// the collector starts and after each of its ticks. Tests only.
+	// the collector starts and after each look. Tests only.
 	Collected func(now time.Time)
 	// Placing, when set before Start, is called when a call is about to
 	// make an activation, after the stopping check. Tests only.
@@ -279,6 +283,14 @@ func (s *Runtime) CallNow() time.Duration {
 		return s.wheel.coarseNow()
 	}
 	return s.Since()
+}
+
+// CollectorCaughtUp reports whether the idle collector has made every
+// look due by now, a time of the runtime's clock, and asked the grains it
+// found idle to deactivate; true once it stopped or when it has no type
+// to look at. Any goroutine.
+func (s *Runtime) CollectorCaughtUp(now time.Time) bool {
+	return time.Duration(s.collNext.Load()) > now.Sub(s.Epoch)
 }
 
 // IdleNow is the time a turn ends at, for idle collection: it restarts
