@@ -127,5 +127,8 @@ type TimerOption func(*grainrt.TimerOptions)
 // Interleave lets the timer's ticks interleave with requests at awaits.
 func Interleave() TimerOption { return func(o *grainrt.TimerOptions) { o.Interleave = true } }
 
-// KeepAlive keeps the activation alive while the timer runs.
+// KeepAlive makes each of the timer's ticks count as activity, so the
+// activation is not collected for being idle while the timer runs. To keep
+// every activation of a type alive for as long as the silo runs, register
+// the type with WithKeepAlive instead.
 func KeepAlive() TimerOption { return func(o *grainrt.TimerOptions) { o.KeepAlive = true } }

@@ -199,7 +199,11 @@ func WithCollectionAge(d time.Duration) RegisterOption {
 }
 
 // WithKeepAlive keeps the type's activations from being collected for
-// being idle, as long as the silo runs.
+// being idle, as long as the silo runs (grain option keep_alive). It
+// cannot be combined with WithCollectionAge or a collection age for the
+// type in the silo's configuration: RegisterGrain refuses the pair. To
+// keep one activation alive only while a timer runs, start the timer
+// with KeepAlive instead.
 func WithKeepAlive() RegisterOption { return func(o *TypeOptions) { o.KeepAlive = true } }
 
 // WithStatelessWorker makes the type a stateless worker with at most max

@@ -62,6 +62,12 @@ func TestRegisterOptions(t *testing.T) {
 			want: grain.TypeOptions{Placement: grain.PlacementSiloRole, SiloRole: "edge"},
 		},
 		{
+			name: "keep alive",
+			from: grain.TypeOptions{KeyKind: grain.KeyUUID},
+			opts: []grain.RegisterOption{grain.WithKeepAlive()},
+			want: grain.TypeOptions{KeepAlive: true, KeyKind: grain.KeyUUID},
+		},
+		{
 			name: "every option",
 			opts: []grain.RegisterOption{
 				grain.WithPlacement(grain.PlacementHash),

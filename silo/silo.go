@@ -130,6 +130,15 @@ func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opt
 	if t.Opts.MaxLocalWorkers < 0 {
 		return fmt.Errorf("silo: RegisterGrain %s: MaxLocalWorkers %d is negative", desc.Type, t.Opts.MaxLocalWorkers)
 	}
+	// A kept-alive activation is never collected for being idle, so a
+	// collection age for its type is a mistake, as the generator says of
+	// the grain options.
+	if t.Opts.KeepAlive && t.Opts.CollectionAge > 0 {
+		return fmt.Errorf("silo: RegisterGrain %s: WithKeepAlive (grain option keep_alive) cannot be combined with WithCollectionAge (grain option collection_age): a kept-alive activation is never collected for being idle, so a collection age would have no effect", desc.Type)
+	}
+	if tc := s.cfg.Types[desc.Type]; t.Opts.KeepAlive && tc.CollectionAge > 0 {
+		return fmt.Errorf("silo: RegisterGrain %s: WithKeepAlive (grain option keep_alive) cannot be combined with Config.Types[%q].CollectionAge: a kept-alive activation is never collected for being idle, so a collection age would have no effect", desc.Type, desc.Type)
+	}
 	t.Age, t.Interval = s.cfg.CollectionAge, s.cfg.CollectionInterval
 	if t.Opts.CollectionAge > 0 {
 		t.Age = t.Opts.CollectionAge

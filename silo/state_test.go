@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/testwait"
@@ -120,6 +121,54 @@ func TestStateMissingProvider(t *testing.T) {
 	dup := grain.WithState(registerState)
 	if err := probe.RegisterRegisterGrain(s, func(grain.ID) probe.RegisterGrain { return &registerGrain{} }, grain.WithState(registerState), dup); err == nil {
 		t.Fatal("a state declared twice was accepted")
+	}
+}
+
+// RegisterGrain refuses a kept-alive type with a collection age, from a
+// register option or from the silo's per-type configuration, naming both
+// settings; keep-alive alone, or with another type's age, is accepted.
+func TestRegisterGrainRefusesKeepAliveWithCollectionAge(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		types map[string]TypeConfig
+		opts  []grain.RegisterOption
+		want  string // "" for success
+	}{
+		{name: "keep-alive alone", opts: []grain.RegisterOption{grain.WithKeepAlive()}},
+		{
+			name:  "another type's age",
+			types: map[string]TypeConfig{"other.Type": {CollectionAge: time.Minute}},
+			opts:  []grain.RegisterOption{grain.WithKeepAlive()},
+		},
+		{
+			name: "with WithCollectionAge",
+			opts: []grain.RegisterOption{grain.WithCollectionAge(time.Minute), grain.WithKeepAlive()},
+			want: "WithKeepAlive (grain option keep_alive) cannot be combined with WithCollectionAge (grain option collection_age)",
+		},
+		{
+			name:  "with Config.Types",
+			types: map[string]TypeConfig{probe.RegisterGrainType: {CollectionAge: time.Minute}},
+			opts:  []grain.RegisterOption{grain.WithKeepAlive()},
+			want:  `WithKeepAlive (grain option keep_alive) cannot be combined with Config.Types["` + probe.RegisterGrainType + `"].CollectionAge`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Types = tt.types
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = probe.RegisterRegisterGrain(s, func(grain.ID) probe.RegisterGrain { return &registerGrain{} }, tt.opts...)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("RegisterGrain: %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("RegisterGrain: %v, want an error with %q", err, tt.want)
+			}
+		})
 	}
 }
 
