@@ -91,6 +91,27 @@ func (k KeyKind) String() string {
 	return "KeyKind(" + strconv.Itoa(int(k)) + ")"
 }
 
+// keyForms are the forms Form gives the key kinds, by value.
+var keyForms = [...]string{
+	KeyString:        "<non-empty string>",
+	KeyInt64:         "<decimal int64>",
+	KeyUUID:          "<canonical UUID>",
+	KeyInt64Compound: "<decimal int64>+<extension>",
+	KeyUUIDCompound:  "<canonical UUID>+<extension>",
+}
+
+// Form describes the form of k's keys, such as
+// "<decimal int64>+<extension>" for KeyInt64Compound, for messages that
+// say what key was expected. The errors of CheckKey, the generator's
+// problems and a silo's gRPC service all spell forms this way. An unknown
+// kind has the form "<unknown key kind N>".
+func (k KeyKind) Form() string {
+	if k >= 0 && int(k) < len(keyForms) {
+		return keyForms[k]
+	}
+	return "<unknown key kind " + strconv.Itoa(int(k)) + ">"
+}
+
 // ErrBadKey is wrapped by the errors CheckKey, ParseUUIDKey and the typed
 // accessors of ID return for a key not of the form asked for.
 var ErrBadKey = errors.New("grain: bad key")
@@ -124,57 +145,59 @@ func (k KeyKind) CheckKey(key string) error {
 
 // parseInt64Key reads a key that IntKey formatted.
 func parseInt64Key(key string) (int64, error) {
-	n, err := strconv.ParseInt(key, 10, 64)
-	if err != nil || !isIntKey(key, n) {
+	n, ok := parseInt64(key)
+	if !ok {
 		return 0, fmt.Errorf("%w: %q is not a decimal int64", ErrBadKey, key)
 	}
 	return n, nil
 }
 
-// isIntKey reports whether s is n as IntKey writes it, without allocating:
-// every call checks its key.
-func isIntKey(s string, n int64) bool {
+// parseInt64 reads s as IntKey writes an int64: decimal, with no '+', no
+// leading zeros and no "-0". It does not allocate: every call checks its
+// key.
+func parseInt64(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, false
+	}
 	var b [20]byte
-	return string(strconv.AppendInt(b[:0], n, 10)) == s
+	if string(strconv.AppendInt(b[:0], n, 10)) != s {
+		return 0, false
+	}
+	return n, true
 }
 
-// splitCompound splits a compound key at its first '+'. form names the
-// compound form, for the error.
-func splitCompound(key, form string) (primary, ext string, err error) {
+// splitCompound splits a compound key of kind at its first '+'.
+func splitCompound(key string, kind KeyKind) (primary, ext string, err error) {
 	primary, ext, ok := strings.Cut(key, compoundSep)
 	if !ok {
-		return "", "", fmt.Errorf("%w: %q is not of the form %s: it has no '+'", ErrBadKey, key, form)
+		return "", "", fmt.Errorf("%w: %q is not of the form %s: it has no '+'", ErrBadKey, key, kind.Form())
 	}
 	return primary, ext, nil
 }
 
-const (
-	int64CompoundForm = "<decimal int64>+<extension>"
-	uuidCompoundForm  = "<canonical UUID>+<extension>"
-)
-
 // parseInt64Compound reads a key that Int64CompoundKey formatted.
 func parseInt64Compound(key string) (int64, string, error) {
-	primary, ext, err := splitCompound(key, int64CompoundForm)
+	primary, ext, err := splitCompound(key, KeyInt64Compound)
 	if err != nil {
 		return 0, "", err
 	}
-	n, err := strconv.ParseInt(primary, 10, 64)
-	if err != nil || !isIntKey(primary, n) {
-		return 0, "", fmt.Errorf("%w: %q is not of the form %s: %q is not a decimal int64", ErrBadKey, key, int64CompoundForm, primary)
+	n, ok := parseInt64(primary)
+	if !ok {
+		return 0, "", fmt.Errorf("%w: %q is not of the form %s: %q is not a decimal int64", ErrBadKey, key, KeyInt64Compound.Form(), primary)
 	}
 	return n, ext, nil
 }
 
 // parseUUIDCompound reads a key that UUIDCompoundKey formatted.
 func parseUUIDCompound(key string) ([16]byte, string, error) {
-	primary, ext, err := splitCompound(key, uuidCompoundForm)
+	primary, ext, err := splitCompound(key, KeyUUIDCompound)
 	if err != nil {
 		return [16]byte{}, "", err
 	}
 	u, ok := parseUUID(primary)
 	if !ok {
-		return [16]byte{}, "", fmt.Errorf("%w: %q is not of the form %s: %q is not a canonical UUID", ErrBadKey, key, uuidCompoundForm, primary)
+		return [16]byte{}, "", fmt.Errorf("%w: %q is not of the form %s: %q is not a canonical UUID", ErrBadKey, key, KeyUUIDCompound.Form(), primary)
 	}
 	return u, ext, nil
 }
@@ -199,22 +222,48 @@ func Int64ID(typ string, n int64) ID { return ID{Type: typ, Key: IntKey(n)} }
 // a type with KeyUUID keys.
 func UUIDID(typ string, u [16]byte) ID { return ID{Type: typ, Key: UUIDKey(u)} }
 
+// Int64CompoundID returns the ID of the grain of type typ with the
+// compound key of the int64 primary key n and the extension ext, for a
+// type with KeyInt64Compound keys.
+func Int64CompoundID(typ string, n int64, ext string) ID {
+	return ID{Type: typ, Key: Int64CompoundKey(n, ext)}
+}
+
+// UUIDCompoundID returns the ID of the grain of type typ with the compound
+// key of the UUID primary key u and the extension ext, for a type with
+// KeyUUIDCompound keys.
+func UUIDCompoundID(typ string, u [16]byte, ext string) ID {
+	return ID{Type: typ, Key: UUIDCompoundKey(u, ext)}
+}
+
 // Int64 returns the key of id as an int64. It fails, with an error that
 // wraps ErrBadKey, unless the key has the KeyInt64 form.
+//
+// Inside a grain of a KeyInt64 type the error is always nil: the runtime
+// refuses a call whose key is not of its type's form before it activates
+// a grain. So a grain reads its own key as
+//
+//	key, _ := ctx.ID().Int64() // nil error: the type's keys are int64s
+//
+// The same holds for UUID, Int64Compound and UUIDCompound in grains of
+// their key kinds.
 func (id ID) Int64() (int64, error) { return parseInt64Key(id.Key) }
 
 // UUID returns the key of id as a UUID. It fails, with an error that wraps
-// ErrBadKey, unless the key has the KeyUUID form.
+// ErrBadKey, unless the key has the KeyUUID form; in a grain of a KeyUUID
+// type the error is always nil.
 func (id ID) UUID() ([16]byte, error) { return ParseUUIDKey(id.Key) }
 
 // Int64Compound returns the int64 primary key and the extension of id's
 // key. It fails, with an error that wraps ErrBadKey, unless the key has
-// the KeyInt64Compound form.
+// the KeyInt64Compound form; in a grain of a KeyInt64Compound type the
+// error is always nil.
 func (id ID) Int64Compound() (int64, string, error) { return parseInt64Compound(id.Key) }
 
 // UUIDCompound returns the UUID primary key and the extension of id's key.
 // It fails, with an error that wraps ErrBadKey, unless the key has the
-// KeyUUIDCompound form.
+// KeyUUIDCompound form; in a grain of a KeyUUIDCompound type the error is
+// always nil.
 func (id ID) UUIDCompound() ([16]byte, string, error) { return parseUUIDCompound(id.Key) }
 
 // UUIDKey formats a UUID key in canonical form.

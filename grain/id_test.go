@@ -127,22 +127,25 @@ func TestIDHash(t *testing.T) {
 	}
 }
 
-func TestKeyKindString(t *testing.T) {
+func TestKeyKindStringAndForm(t *testing.T) {
 	tests := []struct {
-		k    grain.KeyKind
-		want string
+		k          grain.KeyKind
+		want, form string
 	}{
-		{grain.KeyString, "string"},
-		{grain.KeyInt64, "int64"},
-		{grain.KeyUUID, "uuid"},
-		{grain.KeyInt64Compound, "int64_compound"},
-		{grain.KeyUUIDCompound, "uuid_compound"},
-		{grain.KeyKind(7), "KeyKind(7)"},
-		{grain.KeyKind(-1), "KeyKind(-1)"},
+		{grain.KeyString, "string", "<non-empty string>"},
+		{grain.KeyInt64, "int64", "<decimal int64>"},
+		{grain.KeyUUID, "uuid", "<canonical UUID>"},
+		{grain.KeyInt64Compound, "int64_compound", "<decimal int64>+<extension>"},
+		{grain.KeyUUIDCompound, "uuid_compound", "<canonical UUID>+<extension>"},
+		{grain.KeyKind(7), "KeyKind(7)", "<unknown key kind 7>"},
+		{grain.KeyKind(-1), "KeyKind(-1)", "<unknown key kind -1>"},
 	}
 	for _, tt := range tests {
 		if got := tt.k.String(); got != tt.want {
 			t.Errorf("KeyKind(%d).String() = %q, want %q", int(tt.k), got, tt.want)
+		}
+		if got := tt.k.Form(); got != tt.form {
+			t.Errorf("KeyKind(%d).Form() = %q, want %q", int(tt.k), got, tt.form)
 		}
 	}
 }
@@ -227,9 +230,10 @@ func TestCheckKey(t *testing.T) {
 }
 
 // TestCheckKeyUUIDRejectsDashesForDigits: a key with a pair of dashes in
-// place of a pair of hex digits is refused. An earlier ParseUUIDKey skipped
-// every '-' it met, so such keys parsed to a UUID whose canonical form is
-// another key, and several keys named one UUID.
+// place of a pair of hex digits is refused. Dashes are allowed only at
+// offsets 8, 13, 18 and 23; a parser that skipped dashes anywhere would
+// read such a key as a UUID whose canonical form is another key, so that
+// several keys named one grain.
 func TestCheckKeyUUIDRejectsDashesForDigits(t *testing.T) {
 	for _, key := range []string{
 		"--aabbcc-dddd-eeee-ffff-001122334455",
@@ -355,7 +359,11 @@ func TestTypedIDsRoundTrip(t *testing.T) {
 			if err := grain.KeyInt64Compound.CheckKey(key); err != nil {
 				t.Errorf("KeyInt64Compound.CheckKey(Int64CompoundKey(%d, %q)) = %v", n, ext, err)
 			}
-			gn, gext, err := grain.NewID("t.IntC", key).Int64Compound()
+			cid := grain.Int64CompoundID("t.IntC", n, ext)
+			if cid != grain.NewID("t.IntC", key) {
+				t.Errorf("Int64CompoundID(%d, %q) = %#v, want the key %q", n, ext, cid, key)
+			}
+			gn, gext, err := cid.Int64Compound()
 			if err != nil || gn != n || gext != ext {
 				t.Errorf("Int64Compound of %q = %d, %q, %v; want %d, %q, nil", key, gn, gext, err, n, ext)
 			}
@@ -377,7 +385,11 @@ func TestTypedIDsRoundTrip(t *testing.T) {
 		if err := grain.KeyUUIDCompound.CheckKey(key); err != nil {
 			t.Errorf("KeyUUIDCompound.CheckKey(%q) = %v", key, err)
 		}
-		gu, gext, err := grain.NewID("t.UUIDC", key).UUIDCompound()
+		cid := grain.UUIDCompoundID("t.UUIDC", u, ext)
+		if cid != grain.NewID("t.UUIDC", key) {
+			t.Errorf("UUIDCompoundID(%x, %q) = %#v, want the key %q", u, ext, cid, key)
+		}
+		gu, gext, err := cid.UUIDCompound()
 		if err != nil || gu != u || gext != ext {
 			t.Errorf("UUIDCompound of %q = %x, %q, %v; want %x, %q, nil", key, gu, gext, err, u, ext)
 		}

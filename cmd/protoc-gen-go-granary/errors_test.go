@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 )
 
 // badHeader starts every inline file of TestBadInput: the imports a case may
@@ -231,17 +233,17 @@ func TestBadInput(t *testing.T) {
 		{
 			name: "integer key field of a grain with UUID keys",
 			body: `message K { uint32 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_UUID}; rpc M(K) returns (Resp); }`,
-			want: []string{"rpc M: request bad.K: key field id is of type uint32, but the grain option key_kind is KEY_KIND_UUID, whose keys are strings: the key field must be a string\n"},
+			want: []string{"rpc M: request bad.K: key field id is of type uint32, but the grain option key_kind is KEY_KIND_UUID, whose keys are strings of the form <canonical UUID>: the key field must be a string\n"},
 		},
 		{
 			name: "integer key field of a grain with int64 compound keys",
 			body: `message K { int64 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64_COMPOUND}; rpc M(K) returns (Resp); }`,
-			want: []string{`bad.proto: service bad.S: rpc M: request bad.K: key field id is of type int64, but the grain option key_kind is KEY_KIND_INT64_COMPOUND, whose keys are strings of the form "<int64>+<extension>": the key field must be a string` + "\n"},
+			want: []string{`bad.proto: service bad.S: rpc M: request bad.K: key field id is of type int64, but the grain option key_kind is KEY_KIND_INT64_COMPOUND, whose keys are strings of the form <decimal int64>+<extension>: the key field must be a string` + "\n"},
 		},
 		{
 			name: "integer key field of a grain with UUID compound keys",
 			body: `message K { uint64 id = 1 [(granary.v1.key) = true]; } service S { option (granary.v1.grain) = {key_kind: KEY_KIND_UUID_COMPOUND}; rpc M(K) returns (Resp); }`,
-			want: []string{`rpc M: request bad.K: key field id is of type uint64, but the grain option key_kind is KEY_KIND_UUID_COMPOUND, whose keys are strings of the form "<uuid>+<extension>": the key field must be a string` + "\n"},
+			want: []string{`rpc M: request bad.K: key field id is of type uint64, but the grain option key_kind is KEY_KIND_UUID_COMPOUND, whose keys are strings of the form <canonical UUID>+<extension>: the key field must be a string` + "\n"},
 		},
 		{
 			name: "keep_alive with collection_age",
@@ -516,5 +518,33 @@ func TestAllowedCombinations(t *testing.T) {
 				t.Errorf("plugin wrote %d files, want 1", len(resp.File))
 			}
 		})
+	}
+}
+
+// TestKeyKindsMatchGrain: every key kind of options.proto but
+// KEY_KIND_UNSPECIFIED has a grain.KeyKind constant to emit and a
+// grain.KeyKind whose form the key field problems spell, and the two are
+// the same kind: KEY_KIND_INT64_COMPOUND is grain.KeyInt64Compound, whose
+// String is "int64_compound".
+func TestKeyKindsMatchGrain(t *testing.T) {
+	values := granaryv1.KeyKind(0).Descriptor().Values()
+	for i := 0; i < values.Len(); i++ {
+		kk := granaryv1.KeyKind(values.Get(i).Number())
+		if kk == granaryv1.KeyKind_KEY_KIND_UNSPECIFIED {
+			continue
+		}
+		k, ok := grainKeyKinds[kk]
+		if !ok {
+			t.Errorf("%v has no grain.KeyKind in grainKeyKinds", kk)
+			continue
+		}
+		if want := strings.ToLower(strings.TrimPrefix(kk.String(), "KEY_KIND_")); k.String() != want {
+			t.Errorf("grainKeyKinds[%v] = %v, want the kind %q", kk, k, want)
+		}
+		// KeyInt64Compound is "Key" and "int64_compound" without the '_'
+		// and in other case.
+		if ident := keyKindIdents[kk]; !strings.EqualFold(ident, "Key"+strings.ReplaceAll(k.String(), "_", "")) {
+			t.Errorf("keyKindIdents[%v] = %q, want the constant of %v", kk, ident, k)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/keyfield"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 )
@@ -81,13 +82,15 @@ var keyKindIdents = map[granaryv1.KeyKind]string{
 	granaryv1.KeyKind_KEY_KIND_UUID_COMPOUND:  "KeyUUIDCompound",
 }
 
-// keyForms describe the string form of each key kind's keys, for the
-// problems of a key field.
-var keyForms = map[granaryv1.KeyKind]string{
-	granaryv1.KeyKind_KEY_KIND_STRING:         "whose keys are strings",
-	granaryv1.KeyKind_KEY_KIND_UUID:           "whose keys are strings",
-	granaryv1.KeyKind_KEY_KIND_INT64_COMPOUND: `whose keys are strings of the form "<int64>+<extension>"`,
-	granaryv1.KeyKind_KEY_KIND_UUID_COMPOUND:  `whose keys are strings of the form "<uuid>+<extension>"`,
+// grainKeyKinds maps each key kind to its grain.KeyKind, whose Form
+// spells its keys' form in the problems of a key field as grain's own
+// errors do.
+var grainKeyKinds = map[granaryv1.KeyKind]grain.KeyKind{
+	granaryv1.KeyKind_KEY_KIND_STRING:         grain.KeyString,
+	granaryv1.KeyKind_KEY_KIND_INT64:          grain.KeyInt64,
+	granaryv1.KeyKind_KEY_KIND_UUID:           grain.KeyUUID,
+	granaryv1.KeyKind_KEY_KIND_INT64_COMPOUND: grain.KeyInt64Compound,
+	granaryv1.KeyKind_KEY_KIND_UUID_COMPOUND:  grain.KeyUUIDCompound,
 }
 
 // loadGrainType reads and checks the options of svc, declared in f. It
@@ -287,8 +290,14 @@ func loadGrainMethod(m *protogen.Method, index int, observer bool, keyKind grana
 // rpc.
 func checkKeyField(msg *protogen.Message, keyKind granaryv1.KeyKind) []error {
 	keys := fmt.Sprintf("the grain option key_kind is %v", keyKind)
-	if form := keyForms[keyKind]; form != "" {
-		keys += ", " + form
+	switch k, ok := grainKeyKinds[keyKind]; {
+	case !ok, k == grain.KeyInt64:
+		// An unknown kind was refused already; int64 keys need an
+		// integer field, which the problem says.
+	case k == grain.KeyString:
+		keys += ", whose keys are strings"
+	default:
+		keys += ", whose keys are strings of the form " + k.Form()
 	}
 	_, problems := keyfield.Check(msg.Desc, keyKind == granaryv1.KeyKind_KEY_KIND_INT64, keys)
 	errs := make([]error, len(problems))

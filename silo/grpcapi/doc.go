@@ -24,11 +24,14 @@
 // cannot travel as metadata; such a grain type needs a key field.
 //
 // A key is written as grain.ID.Key holds it, in the form of the type's key
-// kind: any non-empty string; an int64 in decimal ("-42"); a canonical
-// lower-case UUID ("123e4567-e89b-12d3-a456-426614174000"); or, for the
-// compound kinds, the int64 or UUID, a '+' and the key extension ("42+eu",
-// "42+" for an empty extension). A compound type's key field is a string
-// holding the whole compound key.
+// kind (grain.KeyKind.Form): any non-empty string; an int64 in decimal,
+// with no '+' and no leading zeros ("-42"); a canonical lower-case UUID
+// ("123e4567-e89b-12d3-a456-426614174000"); or, for the compound kinds,
+// the int64 or UUID, a '+' and the key extension, which is everything
+// after the first '+' and may be empty or hold '+' itself ("42+eu", "42+"
+// for an empty extension). The key field of an int64 type is an integer
+// field; of any other type a string field holding the whole key, the
+// compound ones included.
 //
 // The contract:
 //

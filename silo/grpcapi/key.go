@@ -15,31 +15,16 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// The grain key of a call, from the request metadata KeyHeader or from the
-// key field, is written in the form of the grain type's key kind
-// (grain.KeyKind), the form grain.ID.Key holds:
-//
-//	string          any non-empty string                 granary-key: alice
-//	int64           decimal, no '+', no leading zeros    granary-key: -42
-//	uuid            canonical lower-case 8-4-4-4-12 hex  granary-key: 123e4567-e89b-12d3-a456-426614174000
-//	int64_compound  "<int64>+<extension>"                granary-key: 42+eu-west
-//	uuid_compound   "<uuid>+<extension>"                 granary-key: 123e4567-e89b-12d3-a456-426614174000+eu-west
-//
-// A compound key's '+' is always written, and its extension is everything
-// after the first '+': it may be empty ("42+") and may hold '+' itself. A
-// key field of an int64 type is an integer field, written in decimal; of
-// any other type a string field that holds the whole key in that form, the
-// compound ones included. A key not of the form fails the call with
-// InvalidArgument, naming the form expected and what is wrong. Metadata
-// carries only printable ASCII, so a key outside it (such as an extension
-// in another script) needs a key field.
-
 // findKeyField returns the field of the request message md marked with
 // the key option, or nil when none is. It fails, naming the message and
 // the field, when a marked field cannot carry keys of kind or more than
 // one is marked: the rule the generator checks too.
 func findKeyField(md protoreflect.MessageDescriptor, kind grain.KeyKind) (protoreflect.FieldDescriptor, error) {
-	f, problems := keyfield.Check(md, kind == grain.KeyInt64, fmt.Sprintf("the grain type's keys are %v keys", kind))
+	keys := fmt.Sprintf("the grain type's keys are %v keys", kind)
+	if kind == grain.KeyInt64Compound || kind == grain.KeyUUIDCompound {
+		keys += ", of the form " + kind.Form()
+	}
+	f, problems := keyfield.Check(md, kind == grain.KeyInt64, keys)
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("request %s: %s", md.FullName(), strings.Join(problems, "; "))
 	}

@@ -499,8 +499,8 @@ var (
 	// KEY_KIND_INT64 it must be one of the integer types; with any other key
 	// kind a string, holding the whole key in the kind's form: for the
 	// compound kinds "<primary>+<extension>", such as "42+eu". A message
-	// marks at most one field. protoc-gen-go-granary refuses any other use of the option, and
-	// so does the silo when it serves the type.
+	// marks at most one field. protoc-gen-go-granary refuses any other use
+	// of the option, and so does the silo when it serves the type.
 	//
 	//	message DepositRequest {
 	//	  string account = 1 [(granary.v1.key) = true];
