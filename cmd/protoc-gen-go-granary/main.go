@@ -51,9 +51,11 @@
 // the plugin has it. A module outside this repository puts it on its
 // include path (for buf, in a directory of its buf.yaml), so it compiles
 // its grain protos offline, with the options that the plugin it runs
-// understands. -version prints the generator's version and the Granary
-// module's version it was built from ("(devel)" when built from a working
-// tree).
+// understands. -version prints the generator's version and the version of
+// the Granary module it was built from: the module's version as the go
+// command recorded it (a tag, or a pseudo-version for a commit), or
+// "(devel) DIR" when a replace directive points the module at the
+// directory DIR.
 package main
 
 import (
@@ -119,7 +121,8 @@ func command(args []string, stdout, stderr io.Writer) int {
 	if *printOptions {
 		_, err = io.WriteString(stdout, granaryv1.OptionsProto)
 	} else {
-		_, err = fmt.Fprintf(stdout, "protoc-gen-go-granary %s, module %s %s\n", version, modulePath, moduleVersion())
+		bi, _ := debug.ReadBuildInfo()
+		_, err = fmt.Fprintf(stdout, "protoc-gen-go-granary %s, module %s %s\n", version, modulePath, moduleVersion(bi))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "protoc-gen-go-granary: %v\n", err)
@@ -128,25 +131,40 @@ func command(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// moduleVersion returns the version of the Granary module that the
-// running program was built from: its tag when it was built with go
-// install ...@version or as a dependency, "(devel)" when it was built in a
-// working tree of the module, and "unknown" without build information.
-func moduleVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+// moduleVersion returns the version of the Granary module recorded in bi,
+// the build information of the running program:
+//
+//   - built as the main module, the version the go command stamped: a
+//     tag or pseudo-version with go install ...@version or from a VCS
+//     checkout, "(devel)" without either;
+//   - built as a dependency, the required version, or the replacement's
+//     version when a replace directive names one;
+//   - replaced by a directory (a replace directive with a path and no
+//     version), "(devel) " and that path: the required version is then a
+//     placeholder such as v0.0.0-00010101000000-000000000000 that says
+//     nothing of the code;
+//   - "unknown" when bi is nil or does not name the module.
+func moduleVersion(bi *debug.BuildInfo) string {
+	if bi == nil {
 		return "unknown"
 	}
-	if bi.Main.Path == modulePath && bi.Main.Version != "" {
+	if bi.Main.Path == modulePath {
+		if bi.Main.Version == "" {
+			return "(devel)"
+		}
 		return bi.Main.Version
 	}
 	for _, d := range bi.Deps {
-		if d.Path == modulePath {
-			if d.Replace != nil && d.Replace.Version != "" {
-				return d.Replace.Version
-			}
-			return d.Version
+		if d.Path != modulePath {
+			continue
 		}
+		switch {
+		case d.Replace != nil && d.Replace.Version == "":
+			return "(devel) " + d.Replace.Path
+		case d.Replace != nil:
+			return d.Replace.Version
+		}
+		return d.Version
 	}
-	return "(devel)"
+	return "unknown"
 }

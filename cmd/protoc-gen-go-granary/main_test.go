@@ -3,34 +3,27 @@ package main
 import (
 	"bytes"
 	"errors"
+	"runtime/debug"
 	"strings"
 	"testing"
+
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 )
 
-// TestPrintOptionsWritesTheCheckedInFile: -print-options writes
-// granary/v1/options.proto byte for byte as this module has it, so an
-// outside module that compiles against the printed file uses the options
-// the plugin knows.
-func TestPrintOptionsWritesTheCheckedInFile(t *testing.T) {
+// TestPrintedOptionsCompile: -print-options writes the options.proto that
+// the plugin was built with (granaryv1.OptionsProto) and nothing else, and
+// the printed file compiles as the import of a grain proto, from an
+// include path that holds nothing else of Granary's.
+func TestPrintedOptionsCompile(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := command([]string{"-print-options"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit code %d, stderr %q", code, stderr.String())
 	}
-	want := readFile(t, protoRoot+"/granary/v1/options.proto")
-	if got := stdout.String(); got != want {
-		t.Errorf("-print-options differs from %s/granary/v1/options.proto:\n%s", protoRoot, lineDiff(want, got))
+	if stdout.String() != granaryv1.OptionsProto {
+		t.Errorf("-print-options differs from granaryv1.OptionsProto:\n%s", lineDiff(granaryv1.OptionsProto, stdout.String()))
 	}
 	if stderr.Len() != 0 {
 		t.Errorf("stderr %q, want nothing", stderr.String())
-	}
-}
-
-// TestPrintedOptionsCompile: the printed file compiles as the import of a
-// grain proto, from an include path that holds nothing else of Granary's.
-func TestPrintedOptionsCompile(t *testing.T) {
-	var stdout bytes.Buffer
-	if code := command([]string{"-print-options"}, &stdout, new(bytes.Buffer)); code != 0 {
-		t.Fatalf("exit code %d", code)
 	}
 	src := badHeader + `service S { option (granary.v1.grain) = {key_kind: KEY_KIND_INT64_COMPOUND, keep_alive: true}; rpc M(Req) returns (Resp); }` + "\n"
 	resp := runPlugin(t, map[string]string{"bad.proto": src, "granary/v1/options.proto": stdout.String()}, "bad.proto")
@@ -42,8 +35,9 @@ func TestPrintedOptionsCompile(t *testing.T) {
 	}
 }
 
-// TestVersionNamesGeneratorAndModule: -version, and --version as before,
-// print the generator's version and the module's.
+// TestVersionNamesGeneratorAndModule: -version prints one line with the
+// generator's version and the module's. The flag package reads --version
+// as -version, so both spellings work.
 func TestVersionNamesGeneratorAndModule(t *testing.T) {
 	for _, arg := range []string{"-version", "--version"} {
 		var stdout, stderr bytes.Buffer
@@ -53,6 +47,42 @@ func TestVersionNamesGeneratorAndModule(t *testing.T) {
 		want := "protoc-gen-go-granary " + version + ", module " + modulePath + " "
 		if got := stdout.String(); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, "\n") || strings.Count(got, "\n") != 1 {
 			t.Errorf("%s printed %q, want one line beginning %q", arg, got, want)
+		}
+	}
+}
+
+// TestModuleVersion: the module's version is read from the build
+// information as the plugin is built: as the main module, as a required
+// module, or replaced by a directory or by another version.
+func TestModuleVersion(t *testing.T) {
+	const pseudo = "v0.0.0-20260101000000-0123456789ab"
+	dep := func(version string, replace *debug.Module) *debug.BuildInfo {
+		return &debug.BuildInfo{
+			Main: debug.Module{Path: "example.com/counter", Version: "(devel)"},
+			Deps: []*debug.Module{
+				{Path: "google.golang.org/protobuf", Version: "v1.36.0"},
+				{Path: modulePath, Version: version, Replace: replace},
+			},
+		}
+	}
+	tests := []struct {
+		name string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"no build information", nil, "unknown"},
+		{"main module, tagged", &debug.BuildInfo{Main: debug.Module{Path: modulePath, Version: "v0.2.0"}}, "v0.2.0"},
+		{"main module, VCS checkout", &debug.BuildInfo{Main: debug.Module{Path: modulePath, Version: pseudo}}, pseudo},
+		{"main module, no VCS", &debug.BuildInfo{Main: debug.Module{Path: modulePath, Version: "(devel)"}}, "(devel)"},
+		{"main module, no version", &debug.BuildInfo{Main: debug.Module{Path: modulePath}}, "(devel)"},
+		{"required module", dep("v0.2.0", nil), "v0.2.0"},
+		{"directory replace", dep("v0.0.0-00010101000000-000000000000", &debug.Module{Path: "../granary"}), "(devel) ../granary"},
+		{"versioned replace", dep("v0.2.0", &debug.Module{Path: "example.com/fork/granary", Version: "v0.2.1"}), "v0.2.1"},
+		{"module absent", &debug.BuildInfo{Main: debug.Module{Path: "example.com/other"}}, "unknown"},
+	}
+	for _, tt := range tests {
+		if got := moduleVersion(tt.bi); got != tt.want {
+			t.Errorf("%s: moduleVersion = %q, want %q", tt.name, got, tt.want)
 		}
 	}
 }
