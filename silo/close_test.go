@@ -37,24 +37,11 @@ func TestCloseRunsNoHookForActivationStartedWhileClosing(t *testing.T) {
 		}
 	})
 	t.Cleanup(unblock) // before the harness's Stop, which waits for the collector
-	h.clock.Advance(h.s.rt.Cfg.CollectionInterval) // the collector's first look
+	// The collector's first look.
+	h.clock.Advance(h.s.rt.Cfg.CollectionInterval)
 	testwait.For(t, defaultTestTimeout, "the collector to block in its tick", collectorBlocked())
 
-	placing, proceed := make(chan struct{}), make(chan struct{})
-	placed, release := sync.OnceFunc(func() { close(placing) }), sync.OnceFunc(func() { close(proceed) })
-	t.Cleanup(release) // before the harness's Stop, which would wait on the held call
-	h.s.rt.Placing = func(id grain.ID) {
-		if id.Key == "late" { // held after the stopping check
-			placed()
-			<-proceed
-		}
-	}
-	lateErr := make(chan error, 1)
-	go func() {
-		_, err := h.probe("late").Call(context.Background(), &probe.Request{})
-		lateErr <- err
-	}()
-	testwait.Recv(t, placing, defaultTestTimeout, "the call to late to reach placement")
+	lateErr, release := callHeldAtPlacement(t, h, "late")
 
 	closed := make(chan struct{})
 	go func() { _ = h.s.Close(); close(closed) }()
@@ -103,21 +90,7 @@ func TestCloseRunsNoHookOnceAborting(t *testing.T) {
 	h.waitEvent("hold start")
 	x.RequestDeactivation(grain.DeactivateOperator) // begins when hold ends
 
-	placing, proceed := make(chan struct{}), make(chan struct{})
-	placed, release := sync.OnceFunc(func() { close(placing) }), sync.OnceFunc(func() { close(proceed) })
-	t.Cleanup(release) // before the harness's Stop, which would wait on the held call
-	h.s.rt.Placing = func(id grain.ID) {
-		if id.Key == "late" { // held after the stopping check
-			placed()
-			<-proceed
-		}
-	}
-	lateErr := make(chan error, 1)
-	go func() {
-		_, err := h.probe("late").Call(context.Background(), &probe.Request{})
-		lateErr <- err
-	}()
-	testwait.Recv(t, placing, defaultTestTimeout, "the call to late to reach placement")
+	lateErr, release := callHeldAtPlacement(t, h, "late")
 
 	lock.Mu.Lock()
 	unlock := sync.OnceFunc(lock.Mu.Unlock)
@@ -192,4 +165,28 @@ func goroutineID() string {
 	buf := make([]byte, 64)
 	f := strings.Fields(string(buf[:runtime.Stack(buf, false)]))
 	return f[0] + " " + f[1]
+}
+
+// callHeldAtPlacement calls the probe grain key from a goroutine and holds
+// the call where it is about to make the activation, after the stopping
+// check, until release; it returns once the call is held, with the
+// channel its error arrives on.
+func callHeldAtPlacement(t *testing.T, h *harness, key string) (<-chan error, func()) {
+	t.Helper()
+	placing, proceed := make(chan struct{}), make(chan struct{})
+	placed, release := sync.OnceFunc(func() { close(placing) }), sync.OnceFunc(func() { close(proceed) })
+	t.Cleanup(release) // before the harness's Stop, which would wait on the held call
+	h.s.rt.Placing = func(id grain.ID) {
+		if id.Key == key {
+			placed()
+			<-proceed
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.probe(key).Call(context.Background(), &probe.Request{})
+		errc <- err
+	}()
+	testwait.Recv(t, placing, defaultTestTimeout, "the call to "+key+" to reach placement")
+	return errc, release
 }
