@@ -21,7 +21,7 @@ import (
 // one is marked: the rule the generator checks too.
 func findKeyField(md protoreflect.MessageDescriptor, kind grain.KeyKind) (protoreflect.FieldDescriptor, error) {
 	keys := fmt.Sprintf("the grain type's keys are %v keys", kind)
-	if kind == grain.KeyInt64Compound || kind == grain.KeyUUIDCompound {
+	if kind != grain.KeyInt64 { // int64 keys need an integer field, which the problem says
 		keys += ", of the form " + kind.Form()
 	}
 	f, problems := keyfield.Check(md, kind == grain.KeyInt64, keys)

@@ -164,9 +164,9 @@ func TestRegisterRefuses(t *testing.T) {
 		{"two key fields", []*descriptorpb.FieldDescriptorProto{field("a", 1, str, keyOpt(true)), field("b", 2, str, nil), field("c", 3, str, keyOpt(true))}, grain.KeyString,
 			"2 fields have the key option (a, c); at most one may carry the grain key"},
 		{"integer for string keys", []*descriptorpb.FieldDescriptorProto{field("id", 1, i64, keyOpt(true))}, grain.KeyString,
-			"key field id is of type int64, but the grain type's keys are string keys: the key field must be a string"},
+			"key field id is of type int64, but the grain type's keys are string keys, of the form <non-empty string>: the key field must be a string"},
 		{"integer for UUID keys", []*descriptorpb.FieldDescriptorProto{field("id", 1, u32, keyOpt(true))}, grain.KeyUUID,
-			"key field id is of type uint32, but the grain type's keys are uuid keys: the key field must be a string"},
+			"key field id is of type uint32, but the grain type's keys are uuid keys, of the form <canonical UUID>: the key field must be a string"},
 		{"string for int64 keys", []*descriptorpb.FieldDescriptorProto{field("id", 1, str, keyOpt(true))}, grain.KeyInt64,
 			"key field id is of type string, but the grain type's keys are int64 keys: the key field must be an int64, int32, uint64 or uint32"},
 	}
