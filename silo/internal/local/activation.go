@@ -56,11 +56,13 @@ type Activation struct {
 	queue []*Call // requests not started: gate-queued, or held by the lifecycle (while registering, activating or deactivating)
 	// qfirst is queue's first backing array: the request that makes an
 	// activation waits in it, and most queues never hold two.
-	qfirst       [1]*Call
-	qhead        int
-	seq          uint64
-	timers       []*grainTimer
-	ticksRunning int // interleaving timer ticks, which bypass the gate
+	qfirst [1]*Call
+	seq    uint64
+	timers []*grainTimer
+	// qhead and ticksRunning share a word: an activation is kept within
+	// the 320-byte size class (TestActivationStaysIn320Bytes).
+	qhead        int32
+	ticksRunning int32 // interleaving timer ticks, which bypass the gate
 	// Calls counts the requests offered to the activation; sampled is
 	// calls as HotGrains last saw it (hotMu held too).
 	Calls, Sampled uint64
@@ -225,13 +227,13 @@ func (a *Activation) popLocked() *Call {
 	c := a.queue[a.qhead]
 	a.queue[a.qhead] = nil
 	a.qhead++
-	if a.qhead == len(a.queue) {
+	if int(a.qhead) == len(a.queue) {
 		a.queue, a.qhead = a.queue[:0], 0
 	}
 	return c
 }
 
-func (a *Activation) QueuedLocked() int { return len(a.queue) - a.qhead }
+func (a *Activation) QueuedLocked() int { return len(a.queue) - int(a.qhead) }
 
 // takeQueueLocked removes every request not started and appends them to
 // q. Timer ticks among them are dropped: they belong to this activation

@@ -102,3 +102,12 @@ func TestChainLinkStaysIn32Bytes(t *testing.T) {
 		}
 	}
 }
+
+// TestActivationStaysIn320Bytes: what an activation costs in memory is
+// mostly what the collector traces, and its record is the largest part;
+// it stays within the 320-byte size class.
+func TestActivationStaysIn320Bytes(t *testing.T) {
+	if size := unsafe.Sizeof(Activation{}); size > 320 {
+		t.Errorf("Activation is %d bytes, want at most 320", size)
+	}
+}
