@@ -92,9 +92,14 @@ type pcall struct {
 	lastErr error
 	// sent says where the call went last, for its cancellation: an
 	// offer that failed at once may be followed by the next one before
-	// the first Call returns, so each records its attempt number.
-	sentMu sync.Mutex
-	sent   sentTo
+	// the first Call returns, so each records its attempt number. An
+	// offer's request can reach the gateway, and its grain start, before
+	// send records it; cancelWanted, set by cancelled under sentMu, has
+	// send cancel that offer itself, so exactly one of them sends the
+	// CANCEL for the latest offer, whichever comes second.
+	sentMu       sync.Mutex
+	sent         sentTo
+	cancelWanted bool
 
 	settled atomic.Bool
 	done    chan struct{} // closed once resp and err are set
@@ -112,6 +117,14 @@ type pcall struct {
 	timer   clockwork.Timer
 	stopCtx func() bool
 }
+
+// offerHook, set by tests only, runs after an offer's request has gone to
+// the transport and before send records the offer.
+var offerHook func(attempt int)
+
+// cancelHook, set by tests only, runs once cancelled has read where the
+// call went.
+var cancelHook func()
 
 // sentTo is one offer of a call to a gateway.
 type sentTo struct {
@@ -242,13 +255,21 @@ func (p *pcall) send() {
 	}
 	p.env.TimeoutNanos = int64(left)
 	id := c.tport.Call(g.silo, p.env, p.deadline, p.onReply)
+	if offerHook != nil {
+		offerHook(attempt)
+	}
 	// A reply that came first settled the call, so a cancellation no
 	// longer needs the number; a later offer's record wins.
 	p.sentMu.Lock()
-	if attempt > p.sent.attempt {
+	latest := attempt > p.sent.attempt
+	if latest {
 		p.sent = sentTo{attempt, g, id}
 	}
+	cancel := latest && p.cancelWanted && id != 0
 	p.sentMu.Unlock()
+	if cancel {
+		p.sendCancel(g, id)
+	}
 }
 
 // onReply takes the transport's outcome of an offer to a gateway.
@@ -307,11 +328,20 @@ func (p *pcall) cancelled(ctx context.Context) {
 		return
 	}
 	p.sentMu.Lock()
+	p.cancelWanted = true
 	g, id := p.sent.g, p.sent.id
 	p.sentMu.Unlock()
-	if g == nil || id == 0 {
-		return
+	if cancelHook != nil {
+		cancelHook()
 	}
+	if g == nil || id == 0 {
+		return // send, still recording its offer, cancels it
+	}
+	p.sendCancel(g, id)
+}
+
+// sendCancel tells gateway g to cancel request id.
+func (p *pcall) sendCancel(g *gatewayRef, id uint64) {
 	cancel := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL, CallId: id}
 	if err := p.c.tport.Send(g.silo, cancel, time.Time{}); err != nil {
 		p.c.log.Debug("the cancellation of a call was not sent") // the gateway's deadline ends the call anyway
