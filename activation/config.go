@@ -77,6 +77,14 @@ type Config struct {
 	// Clock drives the monitor. Tests pass a fake clock and advance it.
 	// Default: the real clock.
 	Clock clockwork.Clock
+
+	// CloseTimeout bounds how long Close, and a Stop whose context ended,
+	// wait for turns that are still running. The turns still running then
+	// are abandoned: each is logged at error level with its group, turn,
+	// age and goroutine stack, and listed by Abandoned; its goroutine is
+	// left to end on its own, and the pool discards what the turn does
+	// afterwards. 0, the default, waits for them however long they take.
+	CloseTimeout time.Duration
 }
 
 // DefaultConfig returns the configuration described on each field.
@@ -125,6 +133,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("activation: Config.MaxQueuedTurns is %d; want 0 (no flow control) or more", c.MaxQueuedTurns)
 	case c.Logger == nil:
 		return fmt.Errorf("activation: Config.Logger is nil; use zap.NewNop() for no logging")
+	case c.CloseTimeout < 0:
+		return fmt.Errorf("activation: Config.CloseTimeout is %v; want 0 (wait for every turn) or a positive duration", c.CloseTimeout)
 	case c.Clock == nil:
 		return fmt.Errorf("activation: Config.Clock is nil; use clockwork.NewRealClock()")
 	}

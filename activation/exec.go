@@ -33,6 +33,8 @@ type Exec struct {
 	nextStreak int      // groups taken from next in a row
 	rng        uint64   // xorshift state for victim choice and sample gaps
 	sampleIn   uint32   // turns until the next timed one (turnstats.go)
+
+	report execReport // what Close reports if it abandons this goroutine's turn
 }
 
 // random returns a pseudo-random number: xorshift64, cheap and private to
@@ -83,6 +85,8 @@ func (e *Exec) EnqueueSystem(g *Group, t Turn) error { return g.enqueue(e, t, tr
 func (e *Exec) loop() {
 	defer e.pool.wg.Done()
 	defer e.pool.nworkers.Add(-1)
+	defer e.pool.forget(e)
+	e.report.goid.Store(goroutineID())
 	for {
 		if e.p == nil && !e.parkSpare() {
 			return
@@ -267,6 +271,7 @@ func (e *Exec) runGroup(g *Group) {
 		pp.preempt.Store(false)
 	}
 	pp.curGroup.Store(g)
+	e.report.cur.Store(g)
 	f := e.pushFrame(g)
 	n := 0
 	for {
@@ -566,10 +571,12 @@ func (e *Exec) release() {
 		releaseSegments(freed)
 		f.g.release(e)
 	}
+	e.noteWait(&e.frames[e.depth-1])
 	e.handoff()
 }
 
 func (e *Exec) endWait() {
+	e.noteWaitEnd()
 	e.pool.blocked.Add(-1)
 	e.pool.deactivate(e)
 }

@@ -55,6 +55,9 @@ func (m *monitor) check(now time.Time) {
 			g.busy.Add(int64(elapsed))
 		}
 		if (st != pRunning && st != pDetached) || g == nil || run != pp.mon.run {
+			if pp.mon.run != run {
+				pp.runSince.Store(now.UnixNano())
+			}
 			pp.mon.run, pp.mon.runSince = run, now
 			pp.mon.warned = false
 			continue

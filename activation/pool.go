@@ -87,9 +87,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Pool is a fixed set of processors that run the turns of many groups.
@@ -134,6 +137,12 @@ type Pool struct {
 	closeOnce sync.Once
 	closeDone chan struct{}
 	wg        sync.WaitGroup // workers and the monitor
+
+	// execs holds every worker goroutine alive, for Close to report the
+	// ones it gives up on; guarded by mu. abandoned is what Close gave up
+	// on, written before closeDone is closed.
+	execs     map[*Exec]struct{}
+	abandoned []AbandonedTurn
 }
 
 // cacheLine is the size of a CPU cache line, for padding hot fields apart.
@@ -238,11 +247,58 @@ func (p *Pool) Close() {
 			s.wake <- struct{}{} // s.p is nil: the spare exits
 		}
 		p.dropAll()
-		p.wg.Wait()
-		p.dropAll()
+		if p.waitWorkers() {
+			p.dropAll()
+		}
 		close(p.closeDone)
 	})
 	<-p.closeDone
+}
+
+// waitWorkers waits for the pool's goroutines, up to CloseTimeout when it
+// is set. It reports whether they all ended; if not, it has recorded and
+// logged the turns it gives up on.
+func (p *Pool) waitWorkers() bool {
+	d := p.cfg.CloseTimeout
+	if d <= 0 {
+		p.wg.Wait()
+		return true
+	}
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d) // the real clock: a test's fake one would never end the wait
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+	}
+	p.abandoned = p.stuckTurns()
+	for _, a := range p.abandoned {
+		p.cfg.Logger.Error("activation: a turn still running at close was abandoned; whatever it does from now on is discarded",
+			zap.String("group", a.Group),
+			zap.String("turn", a.Turn),
+			zap.Duration("running", a.Running),
+			zap.Bool("waiting", a.Waiting),
+			zap.Duration("close_timeout", d),
+			zap.String("stack", a.Stack))
+	}
+	return false
+}
+
+// Abandoned returns the turns that Close gave up on because they were
+// still running after CloseTimeout: empty if every turn ended in time, or
+// before Close has returned. Any goroutine.
+func (p *Pool) Abandoned() []AbandonedTurn {
+	select {
+	case <-p.closeDone:
+		return slices.Clone(p.abandoned)
+	default:
+		return nil
+	}
 }
 
 func (p *Pool) signalDrained() {
@@ -434,6 +490,10 @@ func (p *Pool) workerForLocked(pp *proc, spinning bool) *Exec {
 		e = newExec(p)
 		p.wg.Add(1)
 		p.nworkers.Add(1)
+		if p.execs == nil {
+			p.execs = map[*Exec]struct{}{}
+		}
+		p.execs[e] = struct{}{}
 	}
 	// e is parked or new, so writing its fields here is safe; launch
 	// publishes them to it.
@@ -700,3 +760,10 @@ func (r *groupRing) pop() *Group {
 
 // now is the monitor's clock reading.
 func (p *Pool) now() time.Time { return p.cfg.Clock.Now() }
+
+// forget drops e from the workers alive, as its goroutine ends.
+func (p *Pool) forget(e *Exec) {
+	p.mu.Lock()
+	delete(p.execs, e)
+	p.mu.Unlock()
+}

@@ -48,6 +48,9 @@ type proc struct {
 	// Written by the monitor, read by the owner and thieves.
 	preempt   atomic.Bool // the current run is past its quantum
 	stealNext atomic.Bool // next has waited for a monitor interval
+	// runSince is when the monitor first saw the current run, in Unix
+	// nanoseconds, for Close's report of abandoned turns.
+	runSince atomic.Int64
 
 	parked *Exec // the worker parked on this idle processor; mu held
 

@@ -69,6 +69,13 @@ type Config struct {
 	// then. Stop itself is bounded by its own context. Default 10 s.
 	StopDeactivationTimeout time.Duration
 
+	// CloseTimeout bounds how long Close, and a Stop whose context ended,
+	// wait for turns still running. A turn that outlives it is logged with
+	// its grain, method, age and stack, then abandoned: its goroutine is
+	// left to finish on its own and whatever it returns is discarded.
+	// Default 10 s.
+	CloseTimeout time.Duration
+
 	// IncomingFilters run around every request a grain on this silo
 	// receives, the first outermost.
 	IncomingFilters []grain.IncomingFilter
@@ -173,9 +180,11 @@ type TypeConfig struct {
 
 // DefaultConfig returns the configuration described on each field.
 func DefaultConfig() Config {
+	sched := activation.DefaultConfig()
+	sched.Logger = nil // New gives the scheduler the silo's logger
 	return Config{
 		Name:                    "silo",
-		Scheduler:               activation.DefaultConfig(),
+		Scheduler:               sched,
 		ResponseTimeout:         30 * time.Second,
 		TimeoutResolution:       10 * time.Millisecond,
 		TimerResolution:         time.Millisecond,
@@ -183,6 +192,7 @@ func DefaultConfig() Config {
 		CollectionInterval:      time.Minute,
 		MaxCallChain:            256,
 		StopDeactivationTimeout: 10 * time.Second,
+		CloseTimeout:            10 * time.Second,
 	}
 }
 
@@ -217,6 +227,8 @@ func (c *Config) validate() error {
 		return bad("MaxCallChain", "%d must be at least 1", c.MaxCallChain)
 	case c.StopDeactivationTimeout <= 0:
 		return bad("StopDeactivationTimeout", "%v must be positive", c.StopDeactivationTimeout)
+	case c.CloseTimeout <= 0:
+		return bad("CloseTimeout", "%v must be positive", c.CloseTimeout)
 	}
 	if c.AdminAddr != "" {
 		// Others dial it: it needs a host, as the membership requires.

@@ -41,9 +41,18 @@ type Silo struct {
 	gw *gateway.Gateway
 
 	// lifeMu serialises Start, Stop and Close; stopped is set by the
-	// first Stop or Close.
-	lifeMu  sync.Mutex
-	stopped bool
+	// first Stop or Close, and abortStop, by the first Stop, ends its
+	// graceful stop's context.
+	lifeMu    sync.Mutex
+	stopped   bool
+	abortStop context.CancelFunc
+	// halted is closed when the first Stop or Close has finished: the
+	// graceful stop or the close is done, whichever ended it. A later
+	// Stop or Close waits for it.
+	halted     chan struct{}
+	haltOnce   sync.Once
+	closeOnce  sync.Once
+	closedDone chan struct{} // closed when closeAll has finished
 	// startedAt is when Start began; up is set when Start has returned.
 	startedAt atomic.Pointer[time.Time]
 	up        atomic.Bool
@@ -66,10 +75,11 @@ func New(cfg Config) (*Silo, error) {
 	if cfg.Scheduler.Logger == nil {
 		cfg.Scheduler.Logger = cfg.Logger
 	}
+	cfg.Scheduler.CloseTimeout = cfg.CloseTimeout
 	if cfg.Rejections == nil {
 		cfg.Rejections = security.NewRejections(cfg.Logger.With(zap.String("silo", cfg.Name)))
 	}
-	s := &Silo{cfg: cfg, log: cfg.Logger.With(zap.String("silo", cfg.Name))}
+	s := &Silo{cfg: cfg, log: cfg.Logger.With(zap.String("silo", cfg.Name)), halted: make(chan struct{}), closedDone: make(chan struct{})}
 	s.rt = local.New(local.Config{
 		Name:                    cfg.Name,
 		Scheduler:               cfg.Scheduler,
@@ -185,6 +195,7 @@ func (s *Silo) Start(ctx context.Context) error {
 		s.stopped = true
 		s.rt.BeginStop()
 		s.closeAll()
+		s.halt()
 		return err
 	}
 	if err := s.rt.StartReminders(); err != nil {
@@ -218,12 +229,46 @@ func (s *Silo) Start(ctx context.Context) error {
 // silo in a cluster first tells the cluster it is shutting down and hands
 // its directory ranges over, sends such requests on to wherever the grain
 // activates next, waits until no request is in flight through it, and
-// then leaves. If ctx ends first, Stop closes the silo (see Close) and
-// returns ctx's error. Idempotent.
+// then leaves.
+//
+// If ctx ends first, Stop returns ctx's error at once, whatever the grains
+// do, and the silo closes (see Close) in the background; a later Stop or
+// Close waits for that. A Stop or Close called while another is under way
+// waits for it to finish (a Stop, up to its own ctx).
 func (s *Silo) Stop(ctx context.Context) error {
-	if !s.stop() {
+	first, started := s.stop()
+	if !first {
+		return s.waitHalted(ctx)
+	}
+	if !started {
+		s.halt()
 		return nil
 	}
+	gctx, cancel := context.WithCancel(ctx)
+	s.lifeMu.Lock()
+	s.abortStop = cancel
+	s.lifeMu.Unlock()
+	result := make(chan error, 1)
+	go func() {
+		defer cancel()
+		err := s.stopGracefully(gctx)
+		if err != nil {
+			s.closeAll()
+		}
+		s.halt()
+		result <- err
+	}()
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stopGracefully runs Stop's steps; an error (ctx ended, or a step
+// failed) leaves the silo to closeAll.
+func (s *Silo) stopGracefully(ctx context.Context) error {
 	s.rt.StopReminders()
 	if s.gw != nil {
 		s.gw.GoAway(ctx)
@@ -234,23 +279,20 @@ func (s *Silo) Stop(ctx context.Context) error {
 	select {
 	case <-s.rt.DeactivateAll():
 	case <-ctx.Done():
-		s.closeAll()
 		return ctx.Err()
 	}
 	if s.gw != nil {
 		if err := s.gw.Finish(ctx); err != nil {
-			s.closeAll()
 			return err
 		}
 	}
 	if s.cl != nil {
 		if err := s.cl.FinishLeave(ctx); err != nil {
-			s.closeAll()
 			return err
 		}
 	}
 	if err := s.rt.Pool.Stop(ctx); err != nil {
-		s.closeAll()
+		s.countAbandoned()
 		return err
 	}
 	s.rt.Release()
@@ -258,38 +300,98 @@ func (s *Silo) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the silo at once: queued requests fail with Unavailable,
-// running turns finish, no OnDeactivate runs. It waits for the silo's
-// goroutines. Idempotent; safe alongside Stop.
+// Close stops the silo at once: queued requests fail with Unavailable, the
+// contexts of requests from other silos and clients are cancelled, and
+// running turns get up to Config.CloseTimeout to finish; those still
+// running then are logged with their stacks and abandoned (see
+// Config.CloseTimeout). No OnDeactivate runs. Close interrupts a Stop
+// under way, and returns within about CloseTimeout whatever the grains
+// do. Idempotent; a second Close waits for the first.
 func (s *Silo) Close() error {
 	s.rt.BeginClose()
-	s.stop()
+	first, _ := s.stop()
+	s.lifeMu.Lock()
+	abort := s.abortStop
+	s.lifeMu.Unlock()
+	if abort != nil {
+		abort()
+	}
 	s.closeAll()
+	if first {
+		s.halt()
+		return nil
+	}
+	// A Stop under way ends at its next step now that its context ended;
+	// its steps honour their contexts, but the bound keeps Close's promise.
+	t := time.NewTimer(s.cfg.CloseTimeout) // real time, as the pool's bound is
+	defer t.Stop()
+	select {
+	case <-s.halted:
+	case <-t.C:
+		s.rt.Log.Error("silo: a Stop under way did not end within CloseTimeout after Close", zap.Duration("close_timeout", s.cfg.CloseTimeout))
+	}
 	return nil
 }
 
-// stop marks the silo stopping and stops the collector; it reports
-// whether this call did so to a started silo.
-func (s *Silo) stop() bool {
+// stop marks the silo stopping and stops the collector. first: this call
+// did so; started: the silo had started.
+func (s *Silo) stop() (first, started bool) {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
 	if s.stopped {
-		return false
+		return false, false
 	}
 	s.stopped = true
-	return s.rt.BeginStop()
+	return true, s.rt.BeginStop()
 }
 
-// closeAll closes the runtime, the gateway and the cluster at once.
+// halt marks the first Stop or Close finished.
+func (s *Silo) halt() { s.haltOnce.Do(func() { close(s.halted) }) }
+
+// waitHalted waits for the first Stop or Close to finish, or for ctx.
+func (s *Silo) waitHalted(ctx context.Context) error {
+	select {
+	case <-s.halted:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// closeAll closes the runtime, the gateway and the cluster at once; a
+// second call waits for the first. The contexts of requests from other
+// processes are cancelled first, so that turns which honour them end
+// before the pool's bounded wait for running turns.
 func (s *Silo) closeAll() {
-	s.rt.Abort()
-	if s.gw != nil {
-		s.gw.Close()
+	s.closeOnce.Do(func() {
+		if s.gw != nil {
+			s.gw.CancelCalls()
+		}
+		if s.cl != nil {
+			s.cl.CancelCalls()
+		}
+		s.rt.Abort()
+		s.countAbandoned()
+		if s.gw != nil {
+			s.gw.Close()
+		}
+		if s.cl != nil {
+			s.cl.Close()
+		}
+		s.rt.Release()
+		close(s.closedDone)
+	})
+	<-s.closedDone
+}
+
+// countAbandoned counts the turns the pool gave up on, once it closed.
+func (s *Silo) countAbandoned() {
+	if s.rt.Pool == nil {
+		return
 	}
-	if s.cl != nil {
-		s.cl.Close()
+	if n := len(s.rt.Pool.Abandoned()); n > 0 {
+		s.rt.Overload.AbandonedTurns.Store(uint64(n))
 	}
-	s.rt.Release()
 }
 
 // Stats is a snapshot of a silo's counters.
@@ -302,6 +404,25 @@ type Stats struct {
 	// reminders it owns, their ticks, and how late the ticks came
 	// (Reminders.Tardiness).
 	Reminders *local.ReminderStats
+	// Overload counts what the silo did to protect itself.
+	Overload OverloadStats
+}
+
+// OverloadStats counts a silo's self-protection since it started.
+type OverloadStats struct {
+	// QueueWarnings counts requests that queued past an activation's soft
+	// queue limit; QueueRefusals those refused at its hard limit.
+	QueueWarnings, QueueRefusals uint64
+	// Shed counts requests refused by load shedding; Shedding says the
+	// silo refuses new requests now.
+	Shed     uint64
+	Shedding bool
+	// MemoryCollections counts activations collected because the heap
+	// was over MemoryCollection.HeapTarget.
+	MemoryCollections uint64
+	// AbandonedTurns counts turns still running when Close, or a Stop
+	// whose context ended, stopped waiting for them.
+	AbandonedTurns uint64
 }
 
 // ClusterStats is a snapshot of a silo's part in its cluster.
@@ -316,7 +437,12 @@ type ClusterStats struct {
 // Stats returns the silo's counters. Any goroutine; until Start has
 // returned, only Activations.
 func (s *Silo) Stats() Stats {
-	st := Stats{Activations: int(s.rt.Live.Load())}
+	o := &s.rt.Overload
+	st := Stats{Activations: int(s.rt.Live.Load()), Overload: OverloadStats{
+		QueueWarnings: o.QueueWarnings.Load(), QueueRefusals: o.QueueRefusals.Load(),
+		Shed: o.Shed.Load(), Shedding: o.Shedding.Load(),
+		MemoryCollections: o.MemoryCollections.Load(), AbandonedTurns: o.AbandonedTurns.Load(),
+	}}
 	if !s.published() {
 		return st
 	}

@@ -551,6 +551,10 @@ func (cl *Cluster) FinishLeave(ctx context.Context) error {
 	return err
 }
 
+// CancelCalls cancels the contexts of other silos' requests still
+// running here: the silo is closing.
+func (cl *Cluster) CancelCalls() { cl.cancels.CancelAll() }
+
 // Close stops everything the cluster runs, without a leave: the other
 // silos will find this one failed. Idempotent; any goroutine.
 func (cl *Cluster) Close() {

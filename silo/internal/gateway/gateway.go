@@ -362,6 +362,10 @@ func (g *Gateway) Finish(ctx context.Context) error {
 	return err
 }
 
+// CancelCalls cancels the contexts of the clients' calls still running:
+// the silo is closing.
+func (g *Gateway) CancelCalls() { g.cancels.CancelAll() }
+
 // Close stops the gateway at once: client streams end and what waits on
 // them fails. Idempotent.
 func (g *Gateway) Close() {

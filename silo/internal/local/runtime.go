@@ -69,6 +69,10 @@ type Runtime struct {
 	NextActID atomic.Uint64
 	Live      atomic.Int64 // activations in the catalog
 
+	// Overload counts what the silo refused, shed, collected and
+	// abandoned to protect itself.
+	Overload OverloadCounters
+
 	// filterChain is the chain of Config.IncomingFilters, or nil for none.
 	filterChain grain.Invocation
 
@@ -482,4 +486,14 @@ func (s *Runtime) countStateOps() {
 	for name, p := range s.Providers {
 		s.Providers[name] = &CountingProvider{Provider: p}
 	}
+}
+
+// OverloadCounters count the silo's self-protection since it started.
+type OverloadCounters struct {
+	QueueWarnings     atomic.Uint64 // requests queued past a soft queue limit
+	QueueRefusals     atomic.Uint64 // requests refused at a hard queue limit
+	Shed              atomic.Uint64 // requests refused by load shedding
+	MemoryCollections atomic.Uint64 // activations collected for memory pressure
+	AbandonedTurns    atomic.Uint64 // turns still running when a close gave up on them
+	Shedding          atomic.Bool   // the silo refuses new requests now
 }
