@@ -403,8 +403,9 @@ func (ep *endpoint) connect() bool {
 	conn, err := t.net.Dial(ctx, ep.addr)
 	cancel()
 	if err != nil {
-		ep.fail(&NotSentError{Peer: ep.peer, Msg: fmt.Sprintf("granary: cannot reach silo %s at %s: %v", ep.peer, ep.addr, err)})
-		t.dialFailed(ep)
+		err := &NotSentError{Peer: ep.peer, Msg: fmt.Sprintf("granary: cannot reach silo %s at %s: %v", ep.peer, ep.addr, err)}
+		t.dialFailed(ep, err)
+		ep.fail(err)
 		return false
 	}
 	hello := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_HELLO, Hello: &granaryv1.Hello{ClusterId: t.cfg.ClusterID, Silo: t.cfg.Self}}
@@ -609,6 +610,12 @@ func (ep *endpoint) fail(err error) {
 	ep.frames, ep.cur, ep.spare, ep.queued = nil, nil, nil, 0
 	ep.envs, ep.curEnvs, ep.takenEnvs = nil, 0, 0
 	ep.mu.Unlock()
+	// From here callers can see the failure (enqueue returns err), while
+	// the peer may still name this endpoint until detach: endpointFor
+	// skips a failed one.
+	if h := ep.t.failHook; h != nil {
+		h(ep)
+	}
 	if dialCancel != nil {
 		dialCancel()
 	}

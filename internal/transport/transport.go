@@ -106,17 +106,26 @@ type Transport struct {
 	stopSweep chan struct{}
 
 	stats counters // bytes, frames and envelopes sent and received
+
+	// failHook, when set, runs in endpoint.fail on the failing goroutine
+	// once the endpoint's failure can be seen by callers and before the
+	// endpoint is detached. Tests set it, before the first stream, to
+	// hold a failure in that window; nil otherwise.
+	failHook func(*endpoint)
 }
 
 // peer is another silo this one may call.
 type peer struct {
 	addr string
-	ep   *endpoint // the current dialled stream, or nil
+	// ep is the current dialled stream, or nil. It may have failed
+	// without being detached yet (fail publishes the failure first):
+	// endpointFor never hands out a failed one.
+	ep *endpoint
 	// leaving: the peer said it is shutting down (GO_AWAY): calls to it
 	// are refused as not sent.
 	leaving bool
 	// The last failed dial, refused again at once until RedialBackoff
-	// has passed.
+	// has passed. Recorded before any caller learns of the failure.
 	failedAt time.Time
 	failErr  error
 }
@@ -315,8 +324,8 @@ func (t *Transport) Send(to string, env *granaryv1.Envelope, deadline time.Time)
 }
 
 // endpointFor returns the stream to silo id, dialling one if there is
-// none. It fails at once for an unknown peer and, within RedialBackoff,
-// for one whose last dial failed.
+// none or the current one has failed. It fails at once for an unknown
+// peer and, within RedialBackoff, for one whose last dial failed.
 func (t *Transport) endpointFor(id string) (*endpoint, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -331,7 +340,14 @@ func (t *Transport) endpointFor(id string) (*endpoint, error) {
 		return nil, &NotSentError{Peer: id, Leaving: true, Msg: fmt.Sprintf("granary: silo %s is shutting down", id)}
 	}
 	if p.ep != nil {
-		return p.ep, nil
+		if !p.ep.broken() {
+			return p.ep, nil
+		}
+		// Its failure is published (done closes with err) before the
+		// failing goroutine detaches it, and a caller may already have
+		// been told: a call made after that must not be failed with the
+		// same error. A failed dial has recorded its backoff by now.
+		p.ep = nil
 	}
 	if p.failErr != nil && t.clock.Since(p.failedAt) < t.cfg.RedialBackoff {
 		return nil, p.failErr
@@ -348,13 +364,17 @@ func (t *Transport) endpointFor(id string) (*endpoint, error) {
 	return ep, nil
 }
 
-// dialFailed records a failed dial for RedialBackoff.
-func (t *Transport) dialFailed(ep *endpoint) {
+// dialFailed records ep's failed dial, err, for RedialBackoff. The
+// writer calls it before it fails ep, so that a caller told of the
+// failure finds the backoff in force, timed from the dial. A dial that
+// was no longer the peer's current one (the peer moved, was removed, or
+// the endpoint was failed and replaced) counts for nothing.
+func (t *Transport) dialFailed(ep *endpoint, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.peers[ep.peer]; p != nil && p.addr == ep.addr {
+	if p := t.peers[ep.peer]; p != nil && p.ep == ep {
 		p.failedAt = t.clock.Now()
-		p.failErr = ep.err
+		p.failErr = err
 	}
 }
 

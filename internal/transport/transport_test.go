@@ -287,6 +287,79 @@ func TestRedialBackoffRefusesAtOnce(t *testing.T) {
 	}
 }
 
+// holdDialFailure holds the writer of the first stream tr dials whose
+// dial fails, inside fail: callers can see the failure, and the stream
+// is not yet detached from its peer. held closes once the writer is
+// there; resume lets it go on (at the latest when the test ends). Call
+// it before tr dials anything.
+func holdDialFailure(t *testing.T, tr *Transport) (held <-chan struct{}, resume func()) {
+	t.Helper()
+	heldc, resumec := make(chan struct{}), make(chan struct{})
+	var first, resumed sync.Once
+	tr.failHook = func(ep *endpoint) {
+		if !ep.dialed || !NotSent(ep.failure()) {
+			return
+		}
+		hold := false
+		first.Do(func() {
+			hold = true
+			close(heldc)
+		})
+		if hold {
+			<-resumec
+		}
+	}
+	resume = func() { resumed.Do(func() { close(resumec) }) }
+	t.Cleanup(resume) // before newPair's close, which fails every stream
+	return heldc, resume
+}
+
+// TestCallAfterReportedDialFailureDialsAgain: a call made after a caller
+// was told that a dial failed, and after the link healed, dials a new
+// stream, even while the failed stream's writer has yet to detach it
+// from the peer; it is not failed with the old dial's error.
+func TestCallAfterReportedDialFailureDialsAgain(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, func(c *Config) { c.RedialBackoff = 0 })
+	held, resume := holdDialFailure(t, p.a)
+	p.net.Partition([]string{"a"}, []string{"b"})
+	first := call(p.a, "b", "first", time.Time{})
+	testwait.Recv(t, held, defaultTestTimeout, "the writer of the failed dial to fail its stream")
+	r := wait(t, call(p.a, "b", "cut", time.Time{}))
+	wantCode(t, r.err, codes.Unavailable, "cannot reach silo b")
+	p.net.Heal()
+	if r := wait(t, call(p.a, "b", "healed", time.Time{})); r.err != nil || string(r.env.Payload) != "healed" {
+		t.Fatalf("call after heal = %v, %v; want its answer over a new stream", r.env, r.err)
+	}
+	resume()
+	wantCode(t, wait(t, first).err, codes.Unavailable, "cannot reach silo b")
+}
+
+// TestRedialBackoffTimedFromTheFailedDial: RedialBackoff is in force as
+// soon as a caller can learn that a dial failed, and it ends
+// RedialBackoff after that dial, however late the failed stream's writer
+// finishes tearing it down.
+func TestRedialBackoffTimedFromTheFailedDial(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, func(c *Config) { c.RedialBackoff = time.Minute })
+	held, resume := holdDialFailure(t, p.a)
+	p.net.Down("b", true)
+	first := call(p.a, "b", "first", time.Time{})
+	testwait.Recv(t, held, defaultTestTimeout, "the writer of the failed dial to fail its stream")
+	p.net.Down("b", false)
+	r := wait(t, call(p.a, "b", "within the backoff", time.Time{}))
+	wantCode(t, r.err, codes.Unavailable, "cannot reach silo b")
+	if !NotSent(r.err) {
+		t.Fatalf("a call refused by the backoff = %v, want a NotSentError", r.err)
+	}
+	p.clock.Advance(2 * time.Minute)
+	if r := wait(t, call(p.a, "b", "after the backoff", time.Time{})); r.err != nil {
+		t.Fatalf("call after the backoff, with the failed stream not yet torn down: %v", r.err)
+	}
+	resume()
+	wantCode(t, wait(t, first).err, codes.Unavailable, "cannot reach silo b")
+}
+
 func TestBackpressureBoundedByDeadline(t *testing.T) {
 	t.Parallel()
 	p := newPair(t, func(c *Config) { c.SendQueueBytes, c.MaxMessageSize, c.MaxBatchBytes = 8192, 4096, 4096 })
