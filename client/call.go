@@ -90,6 +90,11 @@ type pcall struct {
 	// send, which runs again only after the previous offer failed.
 	tried   []*gatewayRef
 	lastErr error
+	// refused is the refusal of the latest gateway whose own silo shed
+	// the call, which never ran there; once set, the call is offered to
+	// gateways not marked down or overloaded only, and fails with it when
+	// none is left. Written by onReply before it calls send.
+	refused error
 	// sent says where the call went last, for its cancellation: an
 	// offer that failed at once may be followed by the next one before
 	// the first Call returns, so each records its attempt number. An
@@ -240,8 +245,17 @@ func noGateway(id grain.ID, env *granaryv1.Envelope, last error) error {
 // its refusal, comes to onReply.
 func (p *pcall) send() {
 	c := p.c
-	g := c.pick(p.id, p.tried)
+	var g *gatewayRef
+	if p.refused == nil {
+		g = c.pick(p.id, p.tried)
+	} else {
+		g = c.pickUnmarked(p.id, p.tried)
+	}
 	if g == nil {
+		if p.refused != nil {
+			p.settle(nil, p.refused) // every gateway left is shedding, or down
+			return
+		}
 		c.askRefresh()
 		p.settle(nil, noGateway(p.id, p.env, p.lastErr))
 		return
@@ -286,6 +300,9 @@ func (p *pcall) onReply(resp *granaryv1.Envelope, err error) {
 		return
 	}
 	if err := transport.StatusOf(resp); err != nil {
+		if codes.Code(resp.Code) == codes.ResourceExhausted && p.shedByGateway(err) {
+			return
+		}
 		p.settle(nil, err)
 		return
 	}
@@ -295,6 +312,24 @@ func (p *pcall) onReply(resp *granaryv1.Envelope, err error) {
 		return
 	}
 	p.settle(out, nil)
+}
+
+// shedByGateway takes err, a refusal of the latest offer: when the
+// gateway's own silo refused the call because it sheds load, the call
+// never ran, so the gateway is marked overloaded and the call offered to
+// another; it reports whether it did so. A refusal by another silo, where
+// the gateway sent the call on, is the caller's: any gateway would send
+// the call there.
+func (p *pcall) shedByGateway(err error) bool {
+	silo, retry, ok := overloadRefusal(err)
+	g := p.tried[len(p.tried)-1]
+	if !ok || silo != g.silo || p.settled.Load() {
+		return false
+	}
+	p.c.markOverloaded(g, retry)
+	p.refused = err
+	p.send()
+	return true
 }
 
 // settle records the outcome, unless there is one already, and stops the

@@ -19,6 +19,7 @@ import (
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -41,6 +42,14 @@ import (
 // sent to another one. A call that was sent and then lost with its
 // gateway fails with Unavailable and is never sent again: the grain may
 // or may not have run it.
+//
+// A silo that sheds load refuses new calls with ResourceExhausted, which
+// asks the caller to wait (a google.rpc.RetryInfo). A call its gateway's
+// own silo refused never ran: the client avoids that gateway for the
+// delay asked, and offers the call to another gateway that is not marked
+// so, within the call's deadline; when none is left, the call fails with
+// the refusal. A refusal from a silo behind the gateway, where the
+// grain lives, reaches the caller as it is.
 //
 // A Client is safe for use by many goroutines. Close it when done.
 type Client struct {
@@ -397,11 +406,21 @@ func (c *Client) askRefresh() {
 }
 
 // pick returns the gateway for a call to grain id that is not in tried:
-// the highest by rendezvous hash among those not marked down, else the
-// highest among those marked down, else nil.
+// the highest by rendezvous hash among those not marked down (or
+// overloaded), else the highest among those marked, else nil.
 func (c *Client) pick(id grain.ID, tried []*gatewayRef) *gatewayRef {
+	return c.pickFrom(id, tried, true)
+}
+
+// pickUnmarked is pick among the gateways not marked down or overloaded
+// only: nil when every one left is marked.
+func (c *Client) pickUnmarked(id grain.ID, tried []*gatewayRef) *gatewayRef {
+	return c.pickFrom(id, tried, false)
+}
+
+func (c *Client) pickFrom(id grain.ID, tried []*gatewayRef, marked bool) *gatewayRef {
 	gws := c.gateways()
-	if len(gws) == 1 && len(tried) == 0 {
+	if len(gws) == 1 && len(tried) == 0 && marked {
 		return gws[0]
 	}
 	h := id.Hash()
@@ -423,7 +442,7 @@ func (c *Client) pick(id grain.ID, tried []*gatewayRef) *gatewayRef {
 			best, score = g, s
 		}
 	}
-	if best != nil {
+	if best != nil || !marked {
 		return best
 	}
 	return bestDown
@@ -433,6 +452,53 @@ func (c *Client) pick(id grain.ID, tried []*gatewayRef) *gatewayRef {
 func (c *Client) markDown(g *gatewayRef) {
 	g.downUntil.Store(c.o.clock.Now().Add(c.o.gatewayRetry).UnixNano())
 	c.askRefresh()
+}
+
+// markOverloaded has calls avoid g, whose silo refused a call because it
+// sheds load, for the delay the refusal asked (the client's gateway
+// retry when it asked none). A mark that lasts longer already stays. The
+// list needs no refresh: the gateway is alive.
+func (c *Client) markOverloaded(g *gatewayRef, retry time.Duration) {
+	if retry <= 0 {
+		retry = c.o.gatewayRetry
+	}
+	until := c.o.clock.Now().Add(retry).UnixNano()
+	for {
+		cur := g.downUntil.Load()
+		if cur >= until || g.downUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// The google.rpc.ErrorInfo with which a silo that sheds load refuses a
+// request: its reason and domain, and the metadata key naming the silo.
+// The silo's gateway (silo/internal/gateway) writes the same strings.
+const (
+	overloadReason  = "OVERLOADED"
+	overloadDomain  = "granary.io"
+	overloadSiloKey = "silo"
+)
+
+// overloadRefusal reports whether err is a silo's refusal of a request
+// because it sheds load: the silo, and the delay its RetryInfo asks.
+// Such a request never ran.
+func overloadRefusal(err error) (silo string, retry time.Duration, ok bool) {
+	st, isStatus := status.FromError(err)
+	if !isStatus || st.Code() != codes.ResourceExhausted {
+		return "", 0, false
+	}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.GetReason() == overloadReason && d.GetDomain() == overloadDomain {
+				silo, ok = d.GetMetadata()[overloadSiloKey], true
+			}
+		case *errdetails.RetryInfo:
+			retry = d.GetRetryDelay().AsDuration()
+		}
+	}
+	return silo, retry, ok && silo != ""
 }
 
 // Close ends the client: calls in flight fail with Unavailable, its

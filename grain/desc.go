@@ -117,6 +117,10 @@ type TypeOptions struct {
 	// States are the persistent states each activation reads before
 	// OnActivate (WithState).
 	States []StateDecl
+	// QueueSoftLimit and QueueHardLimit bound the requests queued at one
+	// activation of the type (WithQueueLimits); 0 keeps the silo's
+	// setting.
+	QueueSoftLimit, QueueHardLimit int
 }
 
 // ServiceDesc describes a grain type: generated code builds one per proto
@@ -198,6 +202,18 @@ func WithCollectionAge(d time.Duration) RegisterOption {
 	return func(o *TypeOptions) { o.CollectionAge = d }
 }
 
+// WithQueueLimits bounds the requests waiting at one activation of the
+// type (at one stateless worker ID's whole set of activations), from when
+// they reach it until their turn starts: past soft the silo logs a
+// warning, and a request that would queue past hard is refused with
+// ResourceExhausted and never runs. Requests that start at once
+// (reentrant, interleaving) never queue. A zero limit keeps the silo's
+// (Config.QueueLimits); the silo's per-type configuration overrides this
+// option.
+func WithQueueLimits(soft, hard int) RegisterOption {
+	return func(o *TypeOptions) { o.QueueSoftLimit, o.QueueHardLimit = soft, hard }
+}
+
 // WithKeepAlive keeps the type's activations from being collected for
 // being idle, as long as the silo runs (grain option keep_alive). It
 // cannot be combined with WithCollectionAge or a collection age for the
@@ -251,9 +267,13 @@ const (
 	DeactivatePanic
 	// DeactivateOperator: an operator or the runtime asked for it.
 	DeactivateOperator
+	// DeactivateMemoryPressure: collected while idle because the silo's
+	// Go heap was over its memory-collection target, the least recently
+	// used first, before its collection age.
+	DeactivateMemoryPressure
 )
 
-var reasonNames = [...]string{"idle", "requested", "shutdown", "panic", "operator"}
+var reasonNames = [...]string{"idle", "requested", "shutdown", "panic", "operator", "memory-pressure"}
 
 func (r DeactivationReason) String() string {
 	if r >= 0 && int(r) < len(reasonNames) {

@@ -56,8 +56,22 @@ type Config struct {
 	// Default 1 min, as in Orleans.
 	CollectionInterval time.Duration
 
-	// Types overrides collection per grain type, keyed by type name.
+	// Types overrides collection and queue limits per grain type, keyed
+	// by type name.
 	Types map[string]TypeConfig
+
+	// QueueLimits bounds how many requests wait at one activation (at one
+	// stateless worker set): see QueueLimits. A type's own option
+	// (grain.WithQueueLimits) or Types override it.
+	QueueLimits QueueLimits
+
+	// LoadShedding refuses new requests while the silo is saturated: see
+	// LoadSheddingConfig. Off by default.
+	LoadShedding LoadSheddingConfig
+
+	// MemoryCollection collects idle activations while the Go heap is over
+	// a target: see MemoryCollectionConfig. Off by default.
+	MemoryCollection MemoryCollectionConfig
 
 	// MaxCallChain bounds how many grains deep a chain of calls may go; a
 	// call past it fails with ResourceExhausted. It stops runaway
@@ -171,11 +185,74 @@ func (rc *RemindersConfig) validate() error {
 	return nil
 }
 
-// TypeConfig overrides the silo's collection settings for one grain type.
-// Zero fields keep the type's own option or the silo default.
+// TypeConfig overrides the silo's settings for one grain type. Zero
+// fields keep the type's own option or the silo default.
 type TypeConfig struct {
 	CollectionAge      time.Duration
 	CollectionInterval time.Duration
+	QueueLimits        QueueLimits
+}
+
+// QueueLimits bounds the requests queued at one activation, counted from
+// when a request reaches the activation until its turn starts; a stateless
+// worker ID's requests count against its whole worker set. Zero means no
+// limit.
+type QueueLimits struct {
+	// Soft: past it, the silo logs a warning naming the activation, at
+	// most once a minute per type.
+	Soft int
+	// Hard: a request that would queue past it is refused with
+	// ResourceExhausted, which gives the queue's depth; it never runs.
+	Hard int
+}
+
+// LoadSheddingConfig makes the gateway and the silo-to-silo receiver
+// refuse new requests while the process's CPU use or Go heap, averaged
+// over Window, is over its limit. Requests already admitted, responses,
+// cancellations, directory and other system traffic are never refused. A
+// refusal is ResourceExhausted with a RetryInfo of RetryAfter; Granary's
+// Go client backs off that long from that gateway and tries another.
+// Shedding starts above a limit and stops only below Hysteresis times it,
+// so the silo does not flap.
+type LoadSheddingConfig struct {
+	// Enabled turns load shedding on. Default false: a silo alone on a
+	// developer's machine, or one sharing cores with other processes,
+	// would otherwise refuse work for load it did not cause.
+	Enabled bool
+	// CPULimit is the process's CPU use, as a fraction of the cores Go
+	// may use (GOMAXPROCS), above which the silo sheds. Default 0.95, as
+	// in Orleans; 0 does not shed for CPU.
+	CPULimit float64
+	// HeapLimit is the live Go heap (as of the last GC), in bytes, above
+	// which the silo sheds.
+	// Default 0: not for memory.
+	HeapLimit uint64
+	// Window is the span the averages cover. Default 5 s.
+	Window time.Duration
+	// Hysteresis: once shedding, the silo stops only when every measure
+	// is under Hysteresis times its limit. Default 0.9.
+	Hysteresis float64
+	// RetryAfter is the delay a refusal asks the caller to wait. Default
+	// 1 s.
+	RetryAfter time.Duration
+}
+
+// MemoryCollectionConfig collects idle activations, least recently used
+// first, while the live Go heap (as of the last GC) is over HeapTarget: each is deactivated as idle
+// collection would (OnDeactivate runs, state is written). An activation
+// with a request queued or running is never collected. Idle collection by
+// age goes on beside it.
+type MemoryCollectionConfig struct {
+	// HeapTarget is the live Go heap, in bytes, above which the silo
+	// collects.
+	// Default 0: off.
+	HeapTarget uint64
+	// Interval is how often the heap is checked. Default 1 s.
+	Interval time.Duration
+	// MaxPerRound bounds how many activations one check collects, so a
+	// burst of deactivations does not itself overload the silo. Default
+	// 1000.
+	MaxPerRound int
 }
 
 // DefaultConfig returns the configuration described on each field.
@@ -193,8 +270,26 @@ func DefaultConfig() Config {
 		MaxCallChain:            256,
 		StopDeactivationTimeout: 10 * time.Second,
 		CloseTimeout:            10 * time.Second,
+		QueueLimits:             QueueLimits{Soft: DefaultQueueSoftLimit, Hard: DefaultQueueHardLimit},
+		LoadShedding: LoadSheddingConfig{
+			CPULimit:   0.95,
+			Window:     5 * time.Second,
+			Hysteresis: 0.9,
+			RetryAfter: time.Second,
+		},
+		MemoryCollection: MemoryCollectionConfig{Interval: time.Second, MaxPerRound: 1000},
 	}
 }
+
+// The default queue limits: far above what a well-behaved grain queues,
+// and above what the benchmark suite's hottest grain does (its one-way
+// senders queue a few thousand messages per grain on one core), so they
+// stop a runaway queue without refusing ordinary bursts. A full queue at
+// the hard limit holds tens of megabytes of requests.
+const (
+	DefaultQueueSoftLimit = 10000
+	DefaultQueueHardLimit = 50000
+)
 
 // ConfigError names the field of a Config that is out of range.
 type ConfigError struct {
@@ -230,6 +325,15 @@ func (c *Config) validate() error {
 	case c.CloseTimeout <= 0:
 		return bad("CloseTimeout", "%v must be positive", c.CloseTimeout)
 	}
+	if err := c.QueueLimits.validate("QueueLimits"); err != nil {
+		return err
+	}
+	if err := c.LoadShedding.validate(); err != nil {
+		return err
+	}
+	if err := c.MemoryCollection.validate(); err != nil {
+		return err
+	}
 	if c.AdminAddr != "" {
 		// Others dial it: it needs a host, as the membership requires.
 		if host, _, err := net.SplitHostPort(c.AdminAddr); err != nil || host == "" {
@@ -242,6 +346,9 @@ func (c *Config) validate() error {
 		}
 		if tc.CollectionInterval < 0 {
 			return bad(fmt.Sprintf("Types[%q].CollectionInterval", typ), "%v must not be negative", tc.CollectionInterval)
+		}
+		if err := tc.QueueLimits.validate(fmt.Sprintf("Types[%q].QueueLimits", typ)); err != nil {
+			return err
 		}
 	}
 	if c.Cluster != nil {
@@ -276,6 +383,53 @@ func (c *Config) validate() error {
 		if f == nil {
 			return bad(fmt.Sprintf("OutgoingFilters[%d]", i), "is nil")
 		}
+	}
+	return nil
+}
+
+func (q QueueLimits) validate(field string) error {
+	switch {
+	case q.Soft < 0:
+		return &ConfigError{Field: field + ".Soft", Reason: fmt.Sprintf("%d must not be negative", q.Soft)}
+	case q.Hard < 0:
+		return &ConfigError{Field: field + ".Hard", Reason: fmt.Sprintf("%d must not be negative", q.Hard)}
+	case q.Soft > 0 && q.Hard > 0 && q.Soft > q.Hard:
+		return &ConfigError{Field: field + ".Soft", Reason: fmt.Sprintf("%d must not exceed Hard %d", q.Soft, q.Hard)}
+	}
+	return nil
+}
+
+func (l *LoadSheddingConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Field: "LoadShedding." + field, Reason: fmt.Sprintf(format, args...)}
+	}
+	if !l.Enabled {
+		return nil
+	}
+	switch {
+	case !(l.CPULimit >= 0 && l.CPULimit <= 1): // NaN too
+		return bad("CPULimit", "%v must be between 0 and 1 (a fraction of GOMAXPROCS cores)", l.CPULimit)
+	case l.CPULimit == 0 && l.HeapLimit == 0:
+		return bad("CPULimit", "load shedding is enabled but neither CPULimit nor HeapLimit is set")
+	case l.Window <= 0:
+		return bad("Window", "%v must be positive", l.Window)
+	case !(l.Hysteresis > 0 && l.Hysteresis <= 1): // NaN too
+		return bad("Hysteresis", "%v must be in (0, 1]", l.Hysteresis)
+	case l.RetryAfter <= 0:
+		return bad("RetryAfter", "%v must be positive", l.RetryAfter)
+	}
+	return nil
+}
+
+func (m *MemoryCollectionConfig) validate() error {
+	if m.HeapTarget == 0 {
+		return nil
+	}
+	switch {
+	case m.Interval <= 0:
+		return &ConfigError{Field: "MemoryCollection.Interval", Reason: fmt.Sprintf("%v must be positive", m.Interval)}
+	case m.MaxPerRound < 1:
+		return &ConfigError{Field: "MemoryCollection.MaxPerRound", Reason: fmt.Sprintf("%d must be at least 1", m.MaxPerRound)}
 	}
 	return nil
 }

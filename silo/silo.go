@@ -19,6 +19,7 @@ import (
 	"github.com/granaryio/granary/silo/internal/cluster"
 	"github.com/granaryio/granary/silo/internal/gateway"
 	"github.com/granaryio/granary/silo/internal/local"
+	"github.com/granaryio/granary/silo/overload"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -58,6 +59,9 @@ type Silo struct {
 	up        atomic.Bool
 	// hotMu serialises HotGrains, which owns local.Activation.Sampled.
 	hotMu sync.Mutex
+	// shed raises rt.Overload.Shedding while the silo should shed load;
+	// nil unless LoadShedding.Enabled.
+	shed *overload.Monitor
 }
 
 // New validates cfg and makes a silo. Register grain types, then Start it.
@@ -99,7 +103,24 @@ func New(cfg Config) (*Silo, error) {
 		DataDir:                 cfg.DataDir,
 		Reminders:               (*local.RemindersConfig)(cfg.Reminders),
 		Clustered:               cfg.Cluster != nil,
+		QueueLimits:             local.QueueLimits(cfg.QueueLimits),
+		MemoryCollection: local.MemoryCollectionConfig{
+			HeapTarget:  cfg.MemoryCollection.HeapTarget,
+			Interval:    cfg.MemoryCollection.Interval,
+			MaxPerRound: cfg.MemoryCollection.MaxPerRound,
+		},
 	})
+	if ls := cfg.LoadShedding; ls.Enabled {
+		// The monitor times CPU use, so it runs on the real clock,
+		// whatever the silo's (as the scheduler's monitor does).
+		mon, err := overload.New(overload.Config{CPULimit: ls.CPULimit, HeapLimit: ls.HeapLimit, Window: ls.Window,
+			Hysteresis: ls.Hysteresis, Flag: &s.rt.Overload.Shedding, Logger: s.log})
+		if err != nil {
+			return nil, &ConfigError{Field: "LoadShedding", Reason: err.Error()}
+		}
+		s.shed = mon
+		s.rt.Cfg.Shed = gateway.NewShedder(func() string { return s.shed.Reason() }, ls.RetryAfter, &s.rt.Overload.Shed, s.log, cfg.Clock).Refuse
+	}
 	return s, nil
 }
 
@@ -161,6 +182,12 @@ func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opt
 			t.Interval = tc.CollectionInterval
 		}
 	}
+	if t.Opts.QueueSoftLimit < 0 || t.Opts.QueueHardLimit < 0 {
+		return fmt.Errorf("silo: RegisterGrain %s: WithQueueLimits(%d, %d): a queue limit must not be negative", desc.Type, t.Opts.QueueSoftLimit, t.Opts.QueueHardLimit)
+	}
+	t.Limits = local.ResolveQueueLimits(local.QueueLimits(s.cfg.QueueLimits),
+		local.QueueLimits{Soft: t.Opts.QueueSoftLimit, Hard: t.Opts.QueueHardLimit},
+		local.QueueLimits(s.cfg.Types[desc.Type].QueueLimits))
 	t.Workers = t.Opts.MaxLocalWorkers
 	if t.Workers == 0 {
 		t.Workers = runtime.GOMAXPROCS(0)
@@ -190,6 +217,9 @@ func (s *Silo) Start(ctx context.Context) error {
 	s.startedAt.Store(&startedAt)
 	if err := s.rt.Open(); err != nil {
 		return configError(err) // Open leaves nothing running
+	}
+	if s.shed != nil {
+		s.shed.Start(s.rt.Closed) // Closed ends a graceful Stop's monitor; closeAll closes it
 	}
 	fail := func(err error) error {
 		s.stopped = true
@@ -379,6 +409,9 @@ func (s *Silo) closeAll() {
 			s.cl.Close()
 		}
 		s.rt.Release()
+		if s.shed != nil {
+			s.shed.Close()
+		}
 		close(s.closedDone)
 	})
 	<-s.closedDone

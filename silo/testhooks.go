@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/overload"
+	"github.com/jonboulle/clockwork"
 )
 
 // This file holds the views of a silo's runtime that package
@@ -36,7 +38,36 @@ func (h TestHooks) TimersSwept(now time.Time) bool {
 	return w.Halted || time.Duration(w.Armed.Load()) > now.Sub(h.s.rt.Epoch)
 }
 
+// SetOverload sets the silo's overload counters, and whether it sheds
+// load, to o: Stats().Overload reports them from then on, plus whatever
+// the silo counts itself. It lets the tests of what shows those counters
+// (metrics, the admin API, the dashboard) make a silo look overloaded on
+// cue. Any goroutine.
+func (h TestHooks) SetOverload(o OverloadStats) {
+	c := &h.s.rt.Overload
+	c.QueueWarnings.Store(o.QueueWarnings)
+	c.QueueRefusals.Store(o.QueueRefusals)
+	c.Shed.Store(o.Shed)
+	c.MemoryCollections.Store(o.MemoryCollections)
+	c.AbandonedTurns.Store(o.AbandonedTurns)
+	c.Shedding.Store(o.Shedding)
+}
+
 // Holds reports whether the silo's catalog holds an activation of id
 // (for a stateless worker, any of its activations), whatever the
 // directory says. Any goroutine.
 func (h TestHooks) Holds(id grain.ID) bool { return len(h.s.localActivations(id)) > 0 }
+
+// sampleLoadWith has the load-shedding monitor sample cpu, cores and heap
+// on clock instead of this process on the real clock, so that a test
+// decides when the silo sheds. For this package's tests, between New and
+// Start, with LoadShedding.Enabled.
+func (s *Silo) sampleLoadWith(clock clockwork.Clock, cpu func() time.Duration, cores func() int, heap func() uint64) {
+	c := s.shed.Config()
+	c.Clock, c.CPUTime, c.Cores, c.Heap = clock, cpu, cores, heap
+	mon, err := overload.New(c)
+	if err != nil {
+		panic(err) // c passed New once already
+	}
+	s.shed = mon
+}

@@ -120,12 +120,23 @@
 // interval, so an idle activation lives between its age and its age plus
 // one interval (past any delay), and a busy one is never collected.
 //
+// PressureTick(now, since, busy): the memory collector takes the
+// activation, having chosen it among the least recently used by
+// IdleSince(now), which reads the idle clock and says whether the
+// activation is Active, with no deactivation pending and no
+// DelayDeactivation in force. Under the same lock as busy is read,
+// PressureTick collects it whatever its idle age, unless it is busy,
+// IdleSince would no longer allow it, or its idle clock is no longer
+// since (a turn ended in between, so it is no longer among the least
+// recently used): BeginDeactivate with grain.DeactivateMemoryPressure.
+// IdleSince answers no action.
+//
 // DelayDeactivation(now, d): grain code asks not to be collected for
 // idleness before now+d, replacing any earlier delay, longer or shorter
 // (as Orleans' IGrainContext.DelayDeactivation); d <= 0 cancels it, and a
 // d too long to add saturates. Accepted in any state, answering nothing;
-// it delays only IdleTick's collection, never a deactivation asked for
-// or Close.
+// it delays only collection (IdleTick, PressureTick), never a
+// deactivation asked for or Close.
 //
 // Deactivated: the deactivate turn ended (or could not be queued): Dead,
 // Remove, and the queue is rerouted (RerouteQueue, or MigrateQueue after
@@ -225,6 +236,9 @@
 //	  (Silo.Stop), cluster.lost
 //	collectIdle (once per type's      IdleTick(now, typ.Age, busy); never
 //	  interval, on its schedule)        for a keep-alive type
+//	collectMemory (a memory round,    IdleSince(now) to choose, then
+//	  while the heap is over target)    PressureTick(now, since, busy);
+//	                                    never for a keep-alive type
 //	deactivated (the deactivate       Deactivated
 //	  turn's Done, or its push
 //	  failing)

@@ -338,6 +338,33 @@ func (m *Machine) IdleTick(now, age time.Duration, busy bool) Result {
 	return m.begin()
 }
 
+// IdleSince returns when the activation last became idle (the end of its
+// activation or of its last active turn), for the memory collector's
+// choice of the least recently used, and whether that collector may take
+// it at now: it is Active, no deactivation is pending and no
+// DelayDeactivation keeps it. Whether it is busy is the runtime's to say.
+func (m *Machine) IdleSince(now time.Duration) (since time.Duration, collectable bool) {
+	return m.idleSince, m.state == Active && !m.is(pending) && now >= m.keepUntil
+}
+
+// PressureTick is the memory collector taking the activation at now;
+// since is the idle time IdleSince gave when the collector chose it, and
+// busy is as for IdleTick. It collects the activation whatever its idle
+// age, unless it is busy, is no longer collectable, or its idle time is no
+// longer since: a turn that ended between the choice and this event made
+// it recently used.
+func (m *Machine) PressureTick(now, since time.Duration, busy bool) Result {
+	switch {
+	case m.state != Active || m.is(pending) || busy:
+		return Result{}
+	case m.idleSince != since || now < m.keepUntil:
+		return Result{}
+	}
+	m.flags |= pending
+	m.reason = uint8(grain.DeactivateMemoryPressure)
+	return m.begin()
+}
+
 // DelayDeactivation keeps the activation from being collected for
 // idleness before now+d, replacing any earlier delay, longer or shorter;
 // d <= 0 cancels the delay. It changes nothing else: a deactivation asked

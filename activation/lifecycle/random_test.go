@@ -111,7 +111,7 @@ func (s *sim) step(c chooser) error {
 		holds    bool
 		idleTick bool
 	)
-	switch c.intn(13) {
+	switch c.intn(14) {
 	case 0, 1, 2: // a request arrives
 		s.seq++
 		offered, kind = s.seq, admission.Kind(c.intn(3))
@@ -216,6 +216,22 @@ func (s *sim) step(c chooser) error {
 		}
 		s.log = append(s.log, fmt.Sprintf("delay(now=%v,d=%v)", s.now, d))
 		return nil
+	case 13: // the memory collector takes the activation it chose
+		s.now += time.Duration(c.intn(2)) * time.Second
+		since, collectable := s.m.IdleSince(s.now)
+		want := st == lifecycle.Active && !pendingBefore && s.now >= s.keepUntil
+		if collectable != want || st == lifecycle.Active && since != s.idleSince {
+			return s.fail("IdleSince(%v) = %v, %t; want %v, %t", s.now, since, collectable, s.idleSince, want)
+		}
+		if c.intn(3) == 0 { // chosen before the last turn ended
+			since -= time.Second
+		}
+		name = fmt.Sprintf("pressure(now=%v,since=%v,busy=%t)", s.now, since, s.busy())
+		r = s.m.PressureTick(s.now, since, s.busy())
+		take := collectable && !s.busy() && since == s.idleSince
+		if r.Has(lifecycle.BeginDeactivate) != take || r.Do != 0 && r.Reason != grain.DeactivateMemoryPressure {
+			return s.fail("%s -> %s: collectable=%t busy=%t idle since %v", name, r, collectable, s.busy(), s.idleSince)
+		}
 	}
 	s.log = append(s.log, name+" -> "+r.String())
 	return s.perform(st, pendingBefore, r, offered, kind, holds, idleTick)

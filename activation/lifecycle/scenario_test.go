@@ -37,6 +37,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	                                   idle, requested, shutdown, panic, operator
 //	migrate REASON [quiet]             Migrate(reason, quiet)
 //	tick now=D age=D [busy]            IdleTick(now, age, busy)
+//	pressure now=D since=D [busy]      PressureTick(now, since, busy)
 //	delay now=D d=D                    DelayDeactivation(now, d); answers
 //	                                   nothing: write "-> none"
 //	deactivated                        Deactivated()
@@ -47,6 +48,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 //	offer -> hold                      the event's Result, as printed
 //	state active held=1 idle-since=0s  Machine.String()
 //	usable true                        Machine.Usable()
+//	idle-since now=D -> D true         Machine.IdleSince(now): since, collectable
 func TestScenarios(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
 	if err != nil {
@@ -94,6 +96,21 @@ func step(m *lifecycle.Machine, text string) error {
 	if rest, ok := strings.CutPrefix(text, "state "); ok {
 		if got := m.String(); got != strings.TrimSpace(rest) {
 			return fmt.Errorf("state is %q, want %q", got, strings.TrimSpace(rest))
+		}
+		return nil
+	}
+	if rest, ok := strings.CutPrefix(text, "idle-since "); ok {
+		ev, want, ok := strings.Cut(rest, "->")
+		if !ok {
+			return fmt.Errorf(`idle-since needs "-> <since> <collectable>"`)
+		}
+		a, err := parseArgs(strings.Fields(ev), "now=")
+		if err != nil {
+			return err
+		}
+		since, collectable := m.IdleSince(a.vals["now"])
+		if got := fmt.Sprint(since, " ", collectable); got != strings.Join(strings.Fields(want), " ") {
+			return fmt.Errorf("idle-since is %s, want %s", got, strings.TrimSpace(want))
 		}
 		return nil
 	}
@@ -155,7 +172,7 @@ func parseArgs(fields []string, flags ...string) (args, error) {
 }
 
 func parseReason(s string) (grain.DeactivationReason, error) {
-	for r := grain.DeactivateIdle; r <= grain.DeactivateOperator; r++ {
+	for r := grain.DeactivateIdle; r <= grain.DeactivateMemoryPressure; r++ {
 		if r.String() == s {
 			return r, nil
 		}
@@ -183,6 +200,8 @@ func apply(m *lifecycle.Machine, f []string) (lifecycle.Result, error) {
 		flags, nwords = []string{"quiet"}, 1
 	case "tick":
 		flags = []string{"now=", "age=", "busy"}
+	case "pressure":
+		flags = []string{"now=", "since=", "busy"}
 	case "delay":
 		flags = []string{"now=", "d="}
 	case "registered", "regfail", "deactivated", "close":
@@ -226,6 +245,11 @@ func apply(m *lifecycle.Machine, f []string) (lifecycle.Result, error) {
 			return lifecycle.Result{}, fmt.Errorf("tick needs age=")
 		}
 		return m.IdleTick(a.vals["now"], a.vals["age"], a.flags["busy"]), nil
+	case "pressure":
+		if _, ok := a.vals["since"]; !ok {
+			return lifecycle.Result{}, fmt.Errorf("pressure needs since=")
+		}
+		return m.PressureTick(a.vals["now"], a.vals["since"], a.flags["busy"]), nil
 	case "delay":
 		if _, ok := a.vals["d"]; !ok {
 			return lifecycle.Result{}, fmt.Errorf("delay needs d=")

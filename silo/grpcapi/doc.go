@@ -42,7 +42,11 @@
 //     does not have the form of the type's key kind fails with
 //     InvalidArgument, whose message says how to send the key. Such a call
 //     never reaches a grain.
-//   - A grain's error reaches the client with its own gRPC status.
+//   - A grain's error reaches the client with its own gRPC status. An
+//     error whose details hold a google.rpc.RetryInfo also sets the
+//     PushbackTrailer (grpc-retry-pushback-ms) to its delay, which gRPC
+//     clients with a retry policy honour: a silo that sheds load refuses
+//     calls with ResourceExhausted and such a RetryInfo.
 //   - A one-way method replies with an empty response as soon as the call
 //     is queued; the grain's outcome is not reported.
 //   - The server's unary interceptor runs around each call, as it does for

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/granaryio/granary/grain"
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -215,7 +218,7 @@ func (m *method) call(ctx context.Context, req proto.Message) (any, error) {
 	}
 	reply, err := m.c.Invoke(withTraceHeaders(ctx), grain.NewID(m.typ, key), m.desc, req)
 	if err != nil {
-		return nil, m.status(err)
+		return nil, m.status(ctx, err)
 	}
 	if reply == nil || m.desc.OneWay {
 		return m.desc.NewResponse(), nil
@@ -224,10 +227,13 @@ func (m *method) call(ctx context.Context, req proto.Message) (any, error) {
 }
 
 // status returns err as a gRPC status error. A Caller's errors already
-// are; a context's error gets its code, and anything else, which is a
-// Caller's bug, is logged and becomes Unknown. Any goroutine.
-func (m *method) status(err error) error {
-	if _, ok := status.FromError(err); ok {
+// are, and one that asks the client to wait (a RetryInfo) sets the call's
+// PushbackTrailer; a context's error gets its code, and anything else,
+// which is a Caller's bug, is logged and becomes Unknown. ctx is the
+// call's server context. Any goroutine.
+func (m *method) status(ctx context.Context, err error) error {
+	if st, ok := status.FromError(err); ok {
+		setPushback(ctx, st)
 		return err
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -255,4 +261,30 @@ func withTraceHeaders(ctx context.Context) context.Context {
 		}
 	}
 	return ctx
+}
+
+// PushbackTrailer is the trailer in which a gRPC server tells a client
+// how many milliseconds to wait before it retries a call (gRFC A6): a
+// gRPC client whose retry policy covers the call's code waits that long
+// instead of its own backoff. A silo that sheds load refuses calls with
+// ResourceExhausted and a RetryInfo, which becomes this trailer.
+const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// setPushback sets PushbackTrailer on the call whose server context ctx
+// is, when st, its error, carries a google.rpc.RetryInfo: the delay it
+// asks for, in milliseconds rounded up, so that a wait under one
+// millisecond is not taken for none.
+func setPushback(ctx context.Context, st *status.Status) {
+	for _, d := range st.Details() {
+		ri, ok := d.(*errdetails.RetryInfo)
+		if !ok || ri.GetRetryDelay() == nil {
+			continue
+		}
+		delay := max(ri.GetRetryDelay().AsDuration(), 0)
+		ms := (delay + time.Millisecond - 1) / time.Millisecond
+		// Only a call that already sent its trailer fails, and this one
+		// has not: its handler is returning.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackTrailer, strconv.FormatInt(int64(ms), 10)))
+		return
+	}
 }

@@ -315,8 +315,10 @@ func (cl *Cluster) envelope(c *local.Call, placed bool, o Outgoing) error {
 }
 
 // Deliver takes an envelope from another silo: a directory request, or
-// a call, which is routed here as a local call would be. The stream's
-// reader goroutine; it does not block.
+// a call, which is routed here as a local call would be. While the silo
+// sheds load, a new call is refused with the error of local.Config's
+// Shed; directory traffic, cancellations and reminder notices never are.
+// The stream's reader goroutine; it does not block.
 func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
 	switch env.Kind {
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_DIRECTORY:
@@ -333,6 +335,25 @@ func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		return
 	}
 	s := cl.s
+	if s.Overload.Shedding.Load() && s.Cfg.Shed != nil && (env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST || env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY) {
+		// Shedding refuses new work only. Not a reminder tick, which the
+		// runtime sends; not a call another silo passed on (Hops), which
+		// a silo took already; not a call to a client's observer, which
+		// runs no grain here and whose caller runs already; and not a
+		// call whose chain comes through this silo, which a request
+		// running here waits for.
+		fresh := env.Hops == 0 && !env.Observer && env.Method != local.ReminderMethodName
+		for _, l := range env.Chain {
+			fresh = fresh && l.Silo != cl.SelfID
+		}
+		if fresh {
+			err := s.Cfg.Shed(cl.SelfID, from, !r.Expects())
+			if r.Expects() {
+				r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
+			}
+			return
+		}
+	}
 	refuse := transport.Refuser(r, cl.log, "dropped a one-way call from another silo", from)
 	id := grain.ID{Type: env.GrainType, Key: env.GrainKey}
 	var m *grain.MethodDesc

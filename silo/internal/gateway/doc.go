@@ -12,7 +12,11 @@
 //   - the calls clients send, their cancellation, and their replies;
 //   - observer homes: the clients whose home is this gateway, registered
 //     in the directory so that calls to their observers find them;
-//   - the gateway list clients refresh, and going away at Stop.
+//   - the gateway list clients refresh, and going away at Stop;
+//   - the refusals of a silo that sheds load (Shedder, OverloadError),
+//     which the silo-to-silo receiver makes too, through local.Config's
+//     Shed: the gateway refuses Go clients' and plain gRPC clients' new
+//     calls while the runtime's Overload.Shedding is up.
 //
 // The local runtime (silo/internal/local) sees this package only through
 // the local.Gateway interface, which a *Gateway implements: Reply,

@@ -152,6 +152,9 @@ func (g *Gateway) Serve(cl *cluster.Cluster, caller grain.Caller) error {
 		}
 	}
 	srv := g.Lis.Server()
+	if s.Cfg.Shed != nil {
+		caller = shedCaller{Caller: caller, g: g}
+	}
 	if err := grpcapi.Register(srv, caller, descs, g.log); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
 	}
@@ -240,8 +243,9 @@ func (g *Gateway) gateways(ctx context.Context) (*granaryv1.GatewaysResponse, er
 // another silo is, or the cancellation of one. With an Authenticator,
 // each call (and HOME) is authenticated again with its stream's
 // credentials. A call's principal header is the one the gateway verified,
-// never one the client sent. The stream's reader goroutine; it does not
-// block.
+// never one the client sent. While the silo sheds load, calls are refused
+// with ResourceExhausted (OverloadError); cancellations and HOME are
+// not. The stream's reader goroutine; it does not block.
 func (g *Gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Responder) {
 	switch env.Kind {
 	case granaryv1.EnvelopeKind_ENVELOPE_KIND_CANCEL:
@@ -266,6 +270,16 @@ func (g *Gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	}
 	if env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_HOME {
 		g.home(from, r)
+		return
+	}
+	if g.sheds() {
+		// Every call from a client is new work. The refusal comes after
+		// authentication, so that it names the silo only to clients that
+		// proved who they are.
+		err := g.shed(from, !r.Expects())
+		if r.Expects() {
+			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
+		}
 		return
 	}
 	env.Headers = WithPrincipal(env.Headers, principal)

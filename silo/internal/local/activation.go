@@ -128,18 +128,33 @@ func (a *Activation) submit(c *Call) (start, retry bool) {
 	inChain, holdsChain := a.life.OfferNeeds()
 	switch a.life.Offer(inChain && a.inChainLocked(c), holdsChain && a.holdsChainLocked(c)).Do {
 	case lifecycle.Admit:
-		d := a.admitLocked(c)
-		a.Mu.Unlock()
-		switch d {
-		case admission.Start:
-			return true, false
-		case admission.Deadlock:
-			a.s.Fail(nil, c, deadlockError(c))
+		a.seq++
+		c.seq = a.seq
+		d := a.gate.AdmitChain(c.seq, c.kind, a.chainLocked(c))
+		if d == admission.Queue {
+			v, depth := a.queueOfferedLocked(c)
+			if v == queueFull {
+				a.gate.Drop() // it never waits here
+			}
+			a.Mu.Unlock()
+			if v != queueOK {
+				a.overLimit(c, v, depth)
+			}
+			return false, false
 		}
+		a.Mu.Unlock()
+		if d == admission.Deadlock {
+			a.s.Fail(nil, c, deadlockError(c))
+			return false, false
+		}
+		return true, false
 	case lifecycle.Hold:
 		// Held for after activation, or for the next activation.
-		a.pushLocked(c)
+		v, depth := a.queueOfferedLocked(c)
 		a.Mu.Unlock()
+		if v != queueOK {
+			a.overLimit(c, v, depth)
+		}
 	case lifecycle.Retry:
 		a.Mu.Unlock()
 		c.act = nil
@@ -160,7 +175,8 @@ func (a *Activation) holdFirst(c *Call) {
 	a.pushLocked(c)
 }
 
-// admitLocked runs the gate on c, queuing it when it must wait. mu held.
+// admitLocked runs the gate on c, a request the activation holds
+// already, queuing it when it must wait. mu held.
 func (a *Activation) admitLocked(c *Call) admission.Decision {
 	a.seq++
 	c.seq = a.seq
@@ -216,7 +232,18 @@ func (a *Activation) inChainLocked(c *Call) bool {
 	return false
 }
 
+// pushLocked queues c, counting it in its worker set's depth; requests
+// offered to the activation are queued by queueOfferedLocked instead,
+// which checks the queue limits. mu held.
 func (a *Activation) pushLocked(c *Call) {
+	if a.set != nil {
+		a.set.queued.Add(1)
+	}
+	a.appendLocked(c)
+}
+
+// appendLocked adds c to the queue. mu held.
+func (a *Activation) appendLocked(c *Call) {
 	if a.queue == nil {
 		a.queue = a.qfirst[:0]
 	}
@@ -224,6 +251,9 @@ func (a *Activation) pushLocked(c *Call) {
 }
 
 func (a *Activation) popLocked() *Call {
+	if a.set != nil {
+		a.set.queued.Add(-1)
+	}
 	c := a.queue[a.qhead]
 	a.queue[a.qhead] = nil
 	a.qhead++
@@ -233,12 +263,17 @@ func (a *Activation) popLocked() *Call {
 	return c
 }
 
+// QueuedLocked is the activation's queue depth (see queuelimit.go). mu
+// held.
 func (a *Activation) QueuedLocked() int { return len(a.queue) - int(a.qhead) }
 
 // takeQueueLocked removes every request not started and appends them to
 // q. Timer ticks among them are dropped: they belong to this activation
 // and die with it. mu held.
 func (a *Activation) takeQueueLocked(q []*Call) []*Call {
+	if a.set != nil {
+		a.set.queued.Add(-int64(a.QueuedLocked()))
+	}
 	for _, c := range a.queue[a.qhead:] {
 		if c.tick != nil {
 			c.tick.inFlight = false

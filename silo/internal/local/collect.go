@@ -28,11 +28,22 @@ import (
 // and the grid does not drift by the time each look takes. A look that comes late (a loaded machine, or a fake
 // clock moved by several intervals) moves its type to the next grid point
 // after it. Types that are keep-alive are never looked at.
+//
+// The memory collector's rounds (memcollect.go), when MemoryCollection is
+// on, are one more entry of the same schedule, on a grid of their own
+// interval: one goroutine and one clock timer serve both, the test hook
+// Collected and CollectorCaughtUp cover both, and a memory round never
+// runs at the same time as an idle look.
 func (s *Runtime) collect() {
 	defer close(s.collDone)
 	defer s.collNext.Store(math.MaxInt64)
 	start := s.Clock.Now()
 	var sched []collectSchedule
+	var mem *memCollector
+	if mc := s.Cfg.MemoryCollection; mc.HeapTarget > 0 {
+		mem = newMemCollector(mc)
+		sched = append(sched, collectSchedule{iv: mc.Interval, next: start.Add(mc.Interval)})
+	}
 	for _, t := range s.Types {
 		if t.Interval <= 0 && !t.Opts.KeepAlive {
 			// The silo's config validation refuses it; a grid of no
@@ -40,7 +51,7 @@ func (s *Runtime) collect() {
 			panic(fmt.Sprintf("local: grain type %s has collection interval %v", t.Desc.Type, t.Interval))
 		}
 		if !t.Opts.KeepAlive {
-			sched = append(sched, collectSchedule{typ: t, next: start.Add(t.Interval)})
+			sched = append(sched, collectSchedule{typ: t, iv: t.Interval, next: start.Add(t.Interval)})
 		}
 	}
 	if len(sched) == 0 { // nothing to collect, ever
@@ -66,9 +77,14 @@ func (s *Runtime) collect() {
 		}
 		now := s.Clock.Now()
 		due = due[:0]
+		memDue := false
 		for i := range sched {
 			if sc := &sched[i]; !now.Before(sc.next) {
-				due = append(due, sc.typ)
+				if sc.typ == nil {
+					memDue = true
+				} else {
+					due = append(due, sc.typ)
+				}
 				sc.advance(now)
 			}
 		}
@@ -78,6 +94,9 @@ func (s *Runtime) collect() {
 		if len(due) > 0 {
 			s.collectIdle(now, due)
 		}
+		if memDue {
+			s.collectMemory(mem, now)
+		}
 		s.collNext.Store(int64(earliest(sched).Sub(s.Epoch)))
 		if s.Collected != nil {
 			s.Collected(now)
@@ -85,16 +104,25 @@ func (s *Runtime) collect() {
 	}
 }
 
-// collectSchedule is when the collector next looks at a type. Collector
-// only.
+// collectSchedule is when the collector next looks at a type, or makes
+// its next memory round (typ nil). Collector only.
 type collectSchedule struct {
 	typ  *GrainType
+	iv   time.Duration // the grid's step: the type's interval, or the memory round's
 	next time.Time
+}
+
+// interval is the schedule's step.
+func (sc *collectSchedule) interval() time.Duration {
+	if sc.iv > 0 {
+		return sc.iv
+	}
+	return sc.typ.Interval
 }
 
 // advance moves the schedule past now, to the next point of its grid.
 func (sc *collectSchedule) advance(now time.Time) {
-	iv := sc.typ.Interval
+	iv := sc.interval()
 	sc.next = sc.next.Add(iv)
 	if late := now.Sub(sc.next); late >= 0 {
 		sc.next = sc.next.Add((late/iv + 1) * iv)
@@ -120,8 +148,7 @@ func (s *Runtime) collectIdle(now time.Time, due []*GrainType) {
 	at := now.Sub(s.Epoch)
 	look := func(a *Activation) bool {
 		a.Mu.Lock()
-		busy := !a.gate.Idle() || a.ticksRunning > 0 || a.QueuedLocked() > 0
-		a.unlockDo(nil, a.life.IdleTick(at, a.typ.Age, busy), nil, directory.Entry{})
+		a.unlockDo(nil, a.life.IdleTick(at, a.typ.Age, a.busyLocked()), nil, directory.Entry{})
 		return true
 	}
 	for _, t := range due {
@@ -133,4 +160,16 @@ func (s *Runtime) collectIdle(now time.Time, due []*GrainType) {
 			return true
 		})
 	}
+}
+
+// busyLocked reports whether anything runs or waits at the activation: a
+// request running or queued in the gate, a request or timer tick in its
+// queue, or an interleaving tick running. Collection, by age or for
+// memory, passes a busy activation by. It is read under Mu in the same
+// critical section as the lifecycle event that would begin the
+// deactivation, so a request that arrives after it is offered to a
+// lifecycle that is already Deactivating, which holds it and reroutes it
+// to the next activation. Mu held.
+func (a *Activation) busyLocked() bool {
+	return !a.gate.Idle() || a.ticksRunning > 0 || a.QueuedLocked() > 0
 }

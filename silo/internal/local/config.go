@@ -37,6 +37,25 @@ type Config struct {
 	Reminders *RemindersConfig
 	// Clustered: the silo is a member of a cluster.
 	Clustered bool
+	// Shed is set when load shedding is on. While Overload.Shedding is
+	// up, the gateway and the silo-to-silo receiver refuse a new request
+	// with the error it returns, which names this silo as self, the ID
+	// the sender knows it by. It counts the refusal in Overload.Shed; a
+	// refused one-way request (oneWay), which has no one to tell, it
+	// logs, rate-limited, naming from, the sender.
+	Shed func(self, from string, oneWay bool) error
+	// MemoryCollection collects idle activations while the heap is over
+	// its target (memcollect.go); HeapTarget 0 is off.
+	MemoryCollection MemoryCollectionConfig
+	// QueueLimits are the silo-wide queue limits, which a type's option
+	// or configuration overrides (GrainType.Limits).
+	QueueLimits QueueLimits
+}
+
+// QueueLimits bound the requests queued at one activation, or at one
+// stateless worker ID's set; a zero field is no limit. See the silo's.
+type QueueLimits struct {
+	Soft, Hard int
 }
 
 // RemindersConfig sets up the reminder service; see the silo's.

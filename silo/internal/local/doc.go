@@ -12,7 +12,9 @@
 //     deadlines, cancellation and deadlock detection;
 //   - the timeout wheel that expires calls, and the timer wheel and grain
 //     timers;
-//   - stateless workers, idle collection, and stopping;
+//   - stateless workers, idle collection, the queue limits (an
+//     activation's soft and hard limits on queued requests), and
+//     stopping;
 //   - the glue to persistent state (storage providers, the embedded store)
 //     and to the reminder service.
 //

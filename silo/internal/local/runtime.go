@@ -133,6 +133,11 @@ type GrainType struct {
 	Age      time.Duration
 	Interval time.Duration
 	Workers  int // stateless worker bound
+	// Limits are the type's queue limits, resolved at registration from
+	// the silo's configuration and the type's options.
+	Limits QueueLimits
+	// overLimit rate-limits the type's logs of its queue limits.
+	overLimit limitLogs
 
 	// The catalog of this type's activations, keyed by grain key: a
 	// string hashes in one pass, a grain.ID in one per field.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/granaryio/granary/activation/admission"
 	"github.com/granaryio/granary/activation/lifecycle"
@@ -18,7 +19,14 @@ import (
 type WorkerSet struct {
 	mu   sync.Mutex
 	acts []*Activation
+	// queued is the set's queue depth, which its queue limits bound: the
+	// sum of its members' queues, moved by each member under its own
+	// lock (see queuelimit.go).
+	queued atomic.Int64
 }
+
+// Queued is the set's queue depth. Any goroutine.
+func (ws *WorkerSet) Queued() int { return int(ws.queued.Load()) }
 
 // workerFor picks the activation of a stateless worker that takes c: an
 // idle one, else a new one while fewer than the type's bound exist, else

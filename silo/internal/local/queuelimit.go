@@ -1,0 +1,159 @@
+package local
+
+import (
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Queue limits: Orleans' soft and hard limits on the requests enqueued at
+// an activation.
+//
+// An activation's depth is the length of its queue: the requests the
+// lifecycle holds (before activation, while a deactivation is pending)
+// and those the gate queued, from when they reach the activation until
+// their turn starts. The queue itself is the count, so it cannot drift: a
+// request leaves the count when it leaves the queue, whether it starts,
+// is routed again, forwarded or failed, and a request routed again is
+// counted afresh only where it lands. A stateless worker ID's depth is
+// its set's, WorkerSet.queued, which every push onto a member's queue and
+// every removal from it moves, under that member's lock.
+//
+// The limits are checked where a request is offered (submit), and only on
+// the path where it waits: a request that starts at once (reentrant,
+// interleaving, an idle activation) is never counted, and the check costs
+// nothing on that path. They are not checked where a request already
+// accepted is queued again (held requests admitted once the activation is
+// up), for timer ticks, which are the grain's own and at most one per
+// timer, nor for the request that makes an activation, which finds it
+// empty; these are counted all the same.
+
+// queueVerdict is what the limits say of a request offered to an
+// activation that would queue it.
+type queueVerdict uint8
+
+const (
+	queueOK       queueVerdict = iota
+	queuePastSoft              // queued, past the soft limit
+	queueFull                  // refused: the hard limit is reached
+)
+
+// queueOfferedLocked queues c, a request offered to the activation, unless
+// that would queue it past the type's hard limit. It returns the verdict
+// and the depth: with c when queued, the depth that refused it otherwise.
+// mu held.
+func (a *Activation) queueOfferedLocked(c *Call) (queueVerdict, int) {
+	lim := a.typ.Limits
+	depth := a.QueuedLocked()
+	ws := a.set
+	if ws != nil {
+		// c's place in its set's count is taken before the check: the
+		// members queue under locks of their own, so a load then an add
+		// could let two requests through to one last place.
+		depth = int(ws.queued.Add(1)) - 1
+	}
+	if lim.Hard > 0 && depth >= lim.Hard {
+		if ws != nil {
+			ws.queued.Add(-1)
+		}
+		return queueFull, depth
+	}
+	a.appendLocked(c)
+	if lim.Soft > 0 && depth >= lim.Soft {
+		return queuePastSoft, depth + 1
+	}
+	return queueOK, depth + 1
+}
+
+// overLimit does what a verdict other than queueOK asks, with mu
+// released: it counts a request queued past the soft limit and warns, at
+// most once per interval per type; it counts a refused request and fails
+// it, logging a refused one-way request, whose sender gets no error, at
+// most once per interval per type.
+func (a *Activation) overLimit(c *Call, v queueVerdict, depth int) {
+	s, t := a.s, a.typ
+	switch v {
+	case queuePastSoft:
+		s.Overload.QueueWarnings.Add(1)
+		if held, ok := t.overLimit.soft.allow(s.CallNow()); ok {
+			s.Log.Warn("an activation's request queue is past its soft limit",
+				zap.Stringer("grain", a.ID), zap.Uint64("activation", a.ActID), zap.String("type", t.Desc.Type),
+				zap.Int("queued", depth), zap.Int("soft_limit", t.Limits.Soft), zap.Bool("worker_set", a.set != nil),
+				zap.Uint64("unlogged_since_last", held), zap.Duration("log_interval", limitLogInterval))
+		}
+	case queueFull:
+		s.Overload.QueueRefusals.Add(1)
+		err := queueFullError(a, depth)
+		if c.OneWay {
+			if held, ok := t.overLimit.oneWay.allow(s.CallNow()); ok {
+				s.Log.Warn("a one-way request was refused and dropped: its activation's request queue is at its hard limit",
+					zap.Stringer("grain", a.ID), zap.Uint64("activation", a.ActID), zap.String("type", t.Desc.Type),
+					zap.String("method", c.Method.Name), zap.Int("queued", depth), zap.Int("hard_limit", t.Limits.Hard),
+					zap.Uint64("unlogged_since_last", held), zap.Duration("log_interval", limitLogInterval))
+			}
+		}
+		s.Fail(nil, c, err)
+	}
+}
+
+// queueFullError is what a request refused at the hard limit gets.
+func queueFullError(a *Activation, depth int) error {
+	where := ""
+	if a.set != nil {
+		where = " across its stateless workers"
+	}
+	return status.Errorf(codes.ResourceExhausted, "granary: %s has %d requests queued%s (hard limit %d); retry later",
+		a.ID, depth, where, a.typ.Limits.Hard)
+}
+
+// limitLogInterval is how often each of a type's queue-limit logs may be
+// written.
+const limitLogInterval = time.Minute
+
+// limitLogs rate-limit a type's logs of its queue limits.
+type limitLogs struct {
+	soft   logEvery // requests queued past the soft limit
+	oneWay logEvery // one-way requests refused at the hard limit
+}
+
+// logEvery lets one event a limitLogInterval be logged and counts those
+// it holds back. Its clock is the silo's coarse call clock (CallNow), so
+// it reads no clock of its own.
+type logEvery struct {
+	next atomic.Int64  // the silo time from which the next log may go
+	held atomic.Uint64 // events not logged since the last log
+}
+
+// allow reports whether an event at now, a time since the silo's epoch,
+// is logged, and if so how many were held back since the last one. Any
+// goroutine.
+func (l *logEvery) allow(now time.Duration) (held uint64, ok bool) {
+	next := l.next.Load()
+	if int64(now) < next || !l.next.CompareAndSwap(next, int64(now+limitLogInterval)) {
+		l.held.Add(1)
+		return 0, false
+	}
+	return l.held.Swap(0), true
+}
+
+// ResolveQueueLimits is a type's queue limits: each field from the
+// silo's per-type configuration when set there, else from the type's
+// option when set, else the silo-wide one.
+func ResolveQueueLimits(silo, option, typeConfig QueueLimits) QueueLimits {
+	pick := func(s, o, t int) int {
+		switch {
+		case t != 0:
+			return t
+		case o != 0:
+			return o
+		}
+		return s
+	}
+	return QueueLimits{
+		Soft: pick(silo.Soft, option.Soft, typeConfig.Soft),
+		Hard: pick(silo.Hard, option.Hard, typeConfig.Hard),
+	}
+}
