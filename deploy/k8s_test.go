@@ -458,19 +458,25 @@ func checkPodEnv(t *testing.T, env []envVar, services []k8sObject) {
 }
 
 // checkGracePeriod checks that Kubernetes waits longer than the silo's
-// shutdown.timeout before it kills the silo.
+// shutdown.timeout plus its shutdown.close_timeout, the most a stop takes
+// before the process exits, before it kills the silo.
 func checkGracePeriod(t *testing.T, spec podSpec, env []envVar) {
 	timeout := 30 * time.Second // the host's default
+	closeTimeout := 10 * time.Second
 	for _, e := range env {
-		if e.Name == "GRANARY_SHUTDOWN_TIMEOUT" {
+		switch e.Name {
+		case "GRANARY_SHUTDOWN_TIMEOUT":
 			timeout = parseDuration(t, e.Name, e.Value)
+		case "GRANARY_SHUTDOWN_CLOSE_TIMEOUT":
+			closeTimeout = parseDuration(t, e.Name, e.Value)
 		}
 	}
+	timeout += closeTimeout
 	if spec.TerminationGracePeriodSeconds == nil {
 		t.Fatalf("terminationGracePeriodSeconds is not set (Kubernetes' default is 30s); it must exceed shutdown.timeout %v", timeout)
 	}
 	if grace := time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second; grace <= timeout {
-		t.Errorf("terminationGracePeriodSeconds %v does not exceed shutdown.timeout %v: the silo would be killed mid-shutdown", grace, timeout)
+		t.Errorf("terminationGracePeriodSeconds %v does not exceed shutdown.timeout plus shutdown.close_timeout, %v: the silo would be killed mid-shutdown", grace, timeout)
 	}
 }
 

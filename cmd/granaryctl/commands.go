@@ -245,6 +245,16 @@ func printStatus(out io.Writer, admin string, r adminapi.ClusterReport) error {
 	fmt.Fprintf(tw, "activations:\t%d\n", activations)
 	fmt.Fprintf(tw, "calls/s:\t%s\n", rate(calls))
 	fmt.Fprintf(tw, "errors/s:\t%s\n", rate(errs))
+	var shedding []string
+	for _, s := range r.Silos {
+		if s.Overload.Shedding {
+			shedding = append(shedding, siloName(s.Name, s.Member))
+		}
+	}
+	if len(shedding) == 0 {
+		shedding = []string{"none"}
+	}
+	fmt.Fprintf(tw, "shedding:\t%s\n", strings.Join(shedding, ", "))
 	if len(r.Unreachable) == 0 {
 		fmt.Fprintf(tw, "unreachable:\tnone\n")
 	}
@@ -264,8 +274,14 @@ func printSilos(out io.Writer, r adminapi.ClusterReport) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMEMBER\tSTATUS\tACTIVATIONS\tQUEUED\tUPTIME\tGATEWAY\tADMIN")
 	for _, s := range r.Silos {
+		status := dash(s.Status)
+		if s.Overload.Shedding {
+			// One word, as kubectl shows a cordoned node's
+			// Ready,SchedulingDisabled, so the column stays one field.
+			status += ",shedding"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
-			dash(s.Name), dash(s.Member), dash(s.Status), s.Activations, s.QueuedTurns,
+			dash(s.Name), dash(s.Member), status, s.Activations, s.QueuedTurns,
 			uptime(s.UptimeSeconds), dash(s.Addresses.Gateway), dash(s.Addresses.Admin))
 	}
 	for _, u := range r.Unreachable {

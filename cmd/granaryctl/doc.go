@@ -37,12 +37,14 @@
 //
 //	status               the cluster in brief: the silo asked, silos by
 //	                     status, total activations, calls and errors per
-//	                     second, and the members that did not answer.
-//	                     json: the ClusterReport.
-//	silos                one row per silo: name, member, status, activations,
+//	                     second, the silos shedding load, and the members
+//	                     that did not answer. json: the ClusterReport.
+//	silos                one row per silo: name, member, status (with
+//	                     ",shedding" while the silo sheds load), activations,
 //	                     queued turns, uptime, gateway and admin addresses;
 //	                     members that did not answer follow as "unreachable".
-//	                     json: the silos' reports.
+//	                     json: the silos' reports, with their overload
+//	                     counters.
 //	grains               one row per grain type, summed over the cluster:
 //	                     activations, calls and errors since start, and their
 //	                     rates per second. json: the type reports.

@@ -116,6 +116,7 @@ var (
 				Name: "silo-c", Member: "silo-c-9", Status: "active", Started: started,
 				UptimeSeconds: 2*3600 + 5*60,
 				Addresses:     adminapi.Addresses{Gateway: "10.0.0.3:30000", Admin: "10.0.0.3:8080"},
+				Overload:      adminapi.Overload{Shedding: true, ShedRequests: 40, QueueRefusals: 2},
 			},
 		},
 		Unreachable: []adminapi.Unreachable{{Member: "silo-d-2", Admin: "10.0.0.4:8080", Error: "connection refused"}},
@@ -171,6 +172,7 @@ silos:        3 (2 active, 1 joining)
 activations:  127
 calls/s:      31.63
 errors/s:     0.25
+shedding:     silo-c (silo-c-9)
 unreachable:  silo-d-2 at 10.0.0.4:8080: connection refused
 `,
 			wantRecvd: "GET /api/v1/cluster",
@@ -178,11 +180,11 @@ unreachable:  silo-d-2 at 10.0.0.4:8080: connection refused
 		{
 			name: "silos",
 			args: []string{"silos"},
-			stdout: `NAME    MEMBER     STATUS       ACTIVATIONS  QUEUED  UPTIME  GATEWAY         ADMIN
-silo-a  silo-a-17  active       120          3       3d04h   10.0.0.1:30000  10.0.0.1:8080
-silo-b  silo-b-4   joining      7            0       42s     -               10.0.0.2:8080
-silo-c  silo-c-9   active       0            0       2h05m   10.0.0.3:30000  10.0.0.3:8080
--       silo-d-2   unreachable  -            -       -       -               10.0.0.4:8080
+			stdout: `NAME    MEMBER     STATUS           ACTIVATIONS  QUEUED  UPTIME  GATEWAY         ADMIN
+silo-a  silo-a-17  active           120          3       3d04h   10.0.0.1:30000  10.0.0.1:8080
+silo-b  silo-b-4   joining          7            0       42s     -               10.0.0.2:8080
+silo-c  silo-c-9   active,shedding  0            0       2h05m   10.0.0.3:30000  10.0.0.3:8080
+-       silo-d-2   unreachable      -            -       -       -               10.0.0.4:8080
 `,
 			stderrHas: "warning: no report from silo-d-2 at 10.0.0.4:8080: connection refused",
 			wantRecvd: "GET /api/v1/cluster",
@@ -264,6 +266,7 @@ silos:        1 (1 active)
 activations:  2
 calls/s:      0.00
 errors/s:     0.00
+shedding:     none
 unreachable:  none
 `
 	if r.code != exitOK || r.stdout != want || r.stderr != "" {

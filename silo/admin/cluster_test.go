@@ -238,6 +238,9 @@ func TestClusterReportListsEverySilo(t *testing.T) {
 	for i := range 12 {
 		call(t, c.node("a").sl, fmt.Sprintf("g%d", i))
 	}
+	// b sheds load: every silo's report of the cluster says so of b alone.
+	bOverload := adminapi.Overload{Shedding: true, ShedRequests: 9, QueueRefusals: 2}
+	c.node("b").sl.TestHooks().SetOverload(silo.OverloadStats{Shedding: true, Shed: 9, QueueRefusals: 2})
 	for _, asked := range c.names() {
 		n := c.node(asked)
 		r, err := adminClient(t, n.srv.Addr()).Cluster(testCtx(t))
@@ -257,6 +260,13 @@ func TestClusterReportListsEverySilo(t *testing.T) {
 			activations += s.Activations
 			if s.Member != c.node(s.Name).sl.Member() || s.Status != "active" || s.Addresses.Admin != c.node(s.Name).srv.Addr() {
 				t.Errorf("%s: silo %+v", asked, s)
+			}
+			wantOverload := adminapi.Overload{}
+			if s.Name == "b" {
+				wantOverload = bOverload
+			}
+			if s.Overload != wantOverload {
+				t.Errorf("%s: silo %s overload %+v, want %+v", asked, s.Name, s.Overload, wantOverload)
 			}
 		}
 		if !slices.Equal(names, []string{"a", "b", "c"}) {

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/granaryio/granary/internal/chromium"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/admin/adminapi"
 )
 
@@ -184,6 +185,32 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if !slices.Equal(statuses, []string{"active", "active", "active"}) {
 		t.Errorf("status badges %v, want three active", statuses)
+	}
+
+	// b starts shedding load: its row gains the badge beside its status,
+	// and the others' rows have none.
+	c.node("b").sl.TestHooks().SetOverload(silo.OverloadStats{Shedding: true, Shed: 7, QueueRefusals: 3})
+	const sheddingShown = `(() => {
+		const shown = Array.from(document.querySelectorAll('#silos tbody tr[data-silo]'),
+			r => r.dataset.silo + ':' + Array.from(r.querySelectorAll('.badge-shedding'), b => b.textContent).join('+'));
+		return shown.join(',');
+	})()`
+	if _, err := chromedp.Run(tab, chromedp.Poll[string](`(() => { const s = `+sheddingShown+`; return s === 'a:,b:shedding load,c:' ? s : ''; })()`,
+		chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		shown, _ := chromedp.Run(tab, chromedp.Evaluate[string](sheddingShown))
+		t.Fatalf("waiting for a shedding-load badge on b alone (shown: %q): %v", shown, err)
+	}
+	const bStatusCell = `(() => {
+		const cell = document.querySelector('#silos tbody tr[data-silo="b"] td:nth-child(3)');
+		const shed = cell.querySelector('.badge-shedding');
+		return [Array.from(cell.querySelectorAll('.badge'), b => b.textContent).join('|'), shed.title];
+	})()`
+	cell, err := chromedp.Run(tab, chromedp.Evaluate[[]string](bStatusCell))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cell) != 2 || cell[0] != "active|shedding load" || !strings.Contains(cell[1], "shed requests: 7") || !strings.Contains(cell[1], "refusals: 3") {
+		t.Errorf("b's status cell holds badges and tooltip %q, want active then shedding load, the tooltip counting 7 shed and 3 refused", cell)
 	}
 
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))

@@ -155,9 +155,17 @@ func (s *Server) siloReport(a *attachment) adminapi.SiloReport {
 		QueuedTurns:  st.Scheduler.QueuedGroups,
 		BlockedTurns: st.Scheduler.BlockedTurns,
 		Processors:   st.Scheduler.Processors,
-		Types:        []adminapi.TypeReport{},
-		Hot:          []adminapi.HotGrain{},
-		Errors:       []adminapi.CallError{},
+		Overload: adminapi.Overload{
+			Shedding:          st.Overload.Shedding,
+			ShedRequests:      st.Overload.Shed,
+			QueueWarnings:     st.Overload.QueueWarnings,
+			QueueRefusals:     st.Overload.QueueRefusals,
+			MemoryCollections: st.Overload.MemoryCollections,
+			AbandonedTurns:    st.Overload.AbandonedTurns,
+		},
+		Types:  []adminapi.TypeReport{},
+		Hot:    []adminapi.HotGrain{},
+		Errors: []adminapi.CallError{},
 	}
 	if r.Addresses.Admin == "" {
 		r.Addresses.Admin = s.Addr()

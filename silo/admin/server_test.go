@@ -238,6 +238,46 @@ func TestCallsAndErrors(t *testing.T) {
 	}
 }
 
+// TestSiloReportCarriesOverload: the silo report has the silo's overload
+// counters and whether it sheds, under the JSON names the dashboard reads.
+func TestSiloReportCarriesOverload(t *testing.T) {
+	t.Parallel()
+	srv, sl := startAlone(t, admin.Config{})
+	var r adminapi.SiloReport
+	do(t, http.MethodGet, srv.Addr(), adminapi.PathSilo, nil).decode(t, http.StatusOK, &r)
+	if r.Overload != (adminapi.Overload{}) {
+		t.Errorf("overload %+v of a silo that has not protected itself, want zero", r.Overload)
+	}
+
+	// Distinct values, so that a field reading another's counter shows.
+	sl.TestHooks().SetOverload(silo.OverloadStats{QueueWarnings: 1, QueueRefusals: 2, Shed: 3, Shedding: true, MemoryCollections: 4, AbandonedTurns: 5})
+	a := do(t, http.MethodGet, srv.Addr(), adminapi.PathSilo, nil)
+	var raw struct {
+		Overload map[string]any `json:"overload"`
+	}
+	a.decode(t, http.StatusOK, &raw)
+	want := map[string]any{"shedding": true, "shed_requests": 3.0, "queue_warnings": 1.0, "queue_refusals": 2.0,
+		"memory_collections": 4.0, "abandoned_turns": 5.0}
+	if len(raw.Overload) != len(want) {
+		t.Errorf("overload %v, want %v", raw.Overload, want)
+	}
+	for k, v := range want {
+		if raw.Overload[k] != v {
+			t.Errorf("overload.%s = %v, want %v", k, raw.Overload[k], v)
+		}
+	}
+
+	// The cluster report carries the silo's report whole.
+	cr, err := client(t, srv.Addr()).Cluster(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOverload := adminapi.Overload{Shedding: true, ShedRequests: 3, QueueWarnings: 1, QueueRefusals: 2, MemoryCollections: 4, AbandonedTurns: 5}
+	if len(cr.Silos) != 1 || cr.Silos[0].Overload != wantOverload {
+		t.Errorf("cluster report silos %+v, want one with overload %+v", cr.Silos, wantOverload)
+	}
+}
+
 func TestClusterReportAlone(t *testing.T) {
 	t.Parallel()
 	srv, _ := startAlone(t, admin.Config{})

@@ -21,8 +21,8 @@ import (
 )
 
 // Silo validates c and builds the silo.Config it describes, logging to
-// logger: the cluster, the gateway, the default storage provider and the
-// reminder service. For the postgres provider it opens the store within
+// logger: the cluster, the gateway, the default storage provider, the
+// reminder service, the close bound and the overload settings. For the postgres provider it opens the store within
 // ctx; closeStorage closes what Silo opened, once the silo has stopped
 // (it is never nil). The metrics and tracing filters and AdminAddr are
 // Run's to add.
@@ -34,6 +34,15 @@ func (c Config) Silo(ctx context.Context, logger *zap.Logger) (cfg silo.Config, 
 	cfg = silo.DefaultConfig()
 	cfg.Name = c.Name
 	cfg.Logger = logger
+	cfg.CloseTimeout = c.Shutdown.CloseTimeout
+	cfg.QueueLimits = silo.QueueLimits{Soft: c.QueueLimits.Soft, Hard: c.QueueLimits.Hard}
+	ls := &c.LoadShedding
+	cfg.LoadShedding = silo.LoadSheddingConfig{
+		Enabled: ls.Enabled, CPULimit: ls.CPULimit, HeapLimit: ls.HeapLimit,
+		Window: ls.Window, Hysteresis: ls.Hysteresis, RetryAfter: ls.RetryAfter,
+	}
+	mc := &c.MemoryCollection
+	cfg.MemoryCollection = silo.MemoryCollectionConfig{HeapTarget: mc.HeapTarget, Interval: mc.Interval, MaxPerRound: mc.MaxPerRound}
 	if c.Cluster.ID != "" {
 		cc := silo.DefaultClusterConfig()
 		cc.Membership = c.membership()

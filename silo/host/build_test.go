@@ -292,3 +292,83 @@ func TestUnspecifiedGossipGetsAnAdvertiseAddress(t *testing.T) {
 		t.Errorf("admin address %q, want %q: the host the gossip is reached at", got, want)
 	}
 }
+
+// TestOverloadSettingsReachTheSilo sets the close bound, the queue limits,
+// load shedding and memory collection from a file, the environment and
+// flags, and finds each value in the silo.Config, which silo.New accepts.
+func TestOverloadSettingsReachTheSilo(t *testing.T) {
+	file := writeFile(t, `
+shutdown:
+  close_timeout: 7s
+queue_limits:
+  soft: 100
+  hard: 400
+load_shedding:
+  enabled: true
+  cpu_limit: 0.8
+  heap_limit: 1073741824
+  window: 10s
+  hysteresis: 0.75
+  retry_after: 2s
+memory_collection:
+  heap_target: 536870912
+  interval: 250ms
+  max_per_round: 50
+`)
+	c := loadOK(t, []string{"--config", file, "--queue_limits.hard=500", "--load_shedding.retry_after=3s"},
+		map[string]string{"GRANARY_LOAD_SHEDDING_CPU_LIMIT": "0.85", "GRANARY_MEMORY_COLLECTION_MAX_PER_ROUND": "60"})
+	sc, closeStorage, err := c.Silo(context.Background(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeStorage()
+	if sc.CloseTimeout != 7*time.Second {
+		t.Errorf("CloseTimeout %v, want 7s", sc.CloseTimeout)
+	}
+	if want := (silo.QueueLimits{Soft: 100, Hard: 500}); sc.QueueLimits != want {
+		t.Errorf("QueueLimits %+v, want %+v", sc.QueueLimits, want)
+	}
+	wantShed := silo.LoadSheddingConfig{Enabled: true, CPULimit: 0.85, HeapLimit: 1 << 30, Window: 10 * time.Second, Hysteresis: 0.75, RetryAfter: 3 * time.Second}
+	if sc.LoadShedding != wantShed {
+		t.Errorf("LoadShedding %+v, want %+v", sc.LoadShedding, wantShed)
+	}
+	wantMem := silo.MemoryCollectionConfig{HeapTarget: 512 << 20, Interval: 250 * time.Millisecond, MaxPerRound: 60}
+	if sc.MemoryCollection != wantMem {
+		t.Errorf("MemoryCollection %+v, want %+v", sc.MemoryCollection, wantMem)
+	}
+	for path, want := range map[string]string{
+		"queue_limits.hard":               "flag --queue_limits.hard",
+		"load_shedding.cpu_limit":         "env GRANARY_LOAD_SHEDDING_CPU_LIMIT",
+		"memory_collection.heap_target":   "file " + file + " line 15",
+		"memory_collection.max_per_round": "env GRANARY_MEMORY_COLLECTION_MAX_PER_ROUND",
+	} {
+		if got := c.source(path, nil); got != want {
+			t.Errorf("source of %s %q, want %q", path, got, want)
+		}
+	}
+	s, err := silo.New(sc)
+	if err != nil {
+		t.Fatalf("silo.New refuses what the host accepted: %v", err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOverloadDefaultsAreTheSilos: a host that sets none of the overload
+// settings runs the silo with silo.DefaultConfig's.
+func TestOverloadDefaultsAreTheSilos(t *testing.T) {
+	c := loadOK(t, []string{"--storage.provider=memory"}, nil)
+	sc, closeStorage, err := c.Silo(context.Background(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeStorage()
+	def := silo.DefaultConfig()
+	if sc.CloseTimeout != def.CloseTimeout || sc.QueueLimits != def.QueueLimits ||
+		sc.LoadShedding != def.LoadShedding || sc.MemoryCollection != def.MemoryCollection {
+		t.Errorf("the host's defaults give close %v, queues %+v, shedding %+v, memory %+v;\nthe silo's are %v, %+v, %+v, %+v",
+			sc.CloseTimeout, sc.QueueLimits, sc.LoadShedding, sc.MemoryCollection,
+			def.CloseTimeout, def.QueueLimits, def.LoadShedding, def.MemoryCollection)
+	}
+}

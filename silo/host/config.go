@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/granaryio/granary/silo"
 )
 
 // Config is the configuration of a silo host, in the shape of its YAML
@@ -28,14 +30,17 @@ type Config struct {
 	// Default: the hostname ("silo" if it has none).
 	Name string `yaml:"name"`
 
-	Log       LogConfig       `yaml:"log"`
-	Shutdown  ShutdownConfig  `yaml:"shutdown"`
-	Admin     AdminConfig     `yaml:"admin"`
-	Cluster   ClusterConfig   `yaml:"cluster"`
-	Gateway   GatewayConfig   `yaml:"gateway"`
-	Storage   StorageConfig   `yaml:"storage"`
-	Reminders RemindersConfig `yaml:"reminders"`
-	Tracing   TracingConfig   `yaml:"tracing"`
+	Log              LogConfig              `yaml:"log"`
+	Shutdown         ShutdownConfig         `yaml:"shutdown"`
+	Admin            AdminConfig            `yaml:"admin"`
+	Cluster          ClusterConfig          `yaml:"cluster"`
+	Gateway          GatewayConfig          `yaml:"gateway"`
+	Storage          StorageConfig          `yaml:"storage"`
+	Reminders        RemindersConfig        `yaml:"reminders"`
+	QueueLimits      QueueLimitsConfig      `yaml:"queue_limits"`
+	LoadShedding     LoadSheddingConfig     `yaml:"load_shedding"`
+	MemoryCollection MemoryCollectionConfig `yaml:"memory_collection"`
+	Tracing          TracingConfig          `yaml:"tracing"`
 
 	// file is the configuration file Load read, "" for none. sources maps
 	// the path of each field Load set to where its value came from, such
@@ -63,6 +68,13 @@ type ShutdownConfig struct {
 	// returns an error. Keep it below the orchestrator's kill deadline
 	// (Kubernetes' terminationGracePeriodSeconds). Default 30 s.
 	Timeout time.Duration `yaml:"timeout"`
+	// CloseTimeout bounds how long closing the silo, once Timeout has run
+	// out, waits for grain turns still running; a turn that outlives it
+	// is logged with its stack and abandoned. A stop can therefore take
+	// Timeout plus CloseTimeout (and a couple of seconds to flush traces
+	// and stop the admin server): keep the orchestrator's kill deadline
+	// above the sum. Default 10 s (silo.Config.CloseTimeout).
+	CloseTimeout time.Duration `yaml:"close_timeout"`
 }
 
 // AdminConfig places the admin HTTP server: health and readiness probes,
@@ -235,6 +247,59 @@ type RemindersConfig struct {
 	MinPeriod time.Duration `yaml:"min_period"`
 }
 
+// QueueLimitsConfig bounds the requests queued at one activation (one
+// stateless worker set), from when a request reaches it until its turn
+// starts; 0 means no limit. A grain type's own option
+// (grain.WithQueueLimits) overrides them. See silo.QueueLimits.
+type QueueLimitsConfig struct {
+	// Soft: past it the silo logs a warning naming the activation, at
+	// most once a minute per type. Default 5000.
+	Soft int `yaml:"soft"`
+	// Hard: a request that would queue past it is refused with
+	// ResourceExhausted and never runs. At least Soft when both are set.
+	// Default 20000.
+	Hard int `yaml:"hard"`
+}
+
+// LoadSheddingConfig makes the gateway and the silo-to-silo receiver
+// refuse new requests, with ResourceExhausted and a delay to retry after,
+// while the process's CPU use or Go heap averaged over Window is over its
+// limit; it stops once every measure is under Hysteresis times its limit.
+// See silo.LoadSheddingConfig.
+type LoadSheddingConfig struct {
+	// Enabled turns load shedding on. Default false.
+	Enabled bool `yaml:"enabled"`
+	// CPULimit is the process's CPU use, a fraction (0 to 1) of the cores
+	// Go may use, above which the silo sheds; 0 does not shed for CPU.
+	// Default 0.95.
+	CPULimit float64 `yaml:"cpu_limit"`
+	// HeapLimit is the Go heap, in bytes, above which the silo sheds; 0
+	// does not shed for memory. Default 0.
+	HeapLimit uint64 `yaml:"heap_limit"`
+	// Window is the span the averages cover. Default 5 s.
+	Window time.Duration `yaml:"window"`
+	// Hysteresis, in (0, 1]: once shedding, the silo stops when every
+	// measure is under Hysteresis times its limit. Default 0.9.
+	Hysteresis float64 `yaml:"hysteresis"`
+	// RetryAfter is the delay a refusal asks the caller to wait. Default
+	// 1 s.
+	RetryAfter time.Duration `yaml:"retry_after"`
+}
+
+// MemoryCollectionConfig collects idle activations, least recently used
+// first, while the Go heap is over HeapTarget. See
+// silo.MemoryCollectionConfig.
+type MemoryCollectionConfig struct {
+	// HeapTarget is the Go heap, in bytes, above which the silo collects.
+	// Default 0: off.
+	HeapTarget uint64 `yaml:"heap_target"`
+	// Interval is how often the heap is checked. Default 1 s.
+	Interval time.Duration `yaml:"interval"`
+	// MaxPerRound bounds the activations one check collects. Default
+	// 1000.
+	MaxPerRound int `yaml:"max_per_round"`
+}
+
 // TracingConfig exports OpenTelemetry traces of grain calls.
 type TracingConfig struct {
 	// Exporter is "none" (no tracing), "otlp" (OTLP over gRPC to
@@ -272,10 +337,13 @@ func DefaultConfig() Config {
 	if err != nil || name == "" {
 		name = "silo"
 	}
+	// The overload settings are the silo's own defaults, so that a host
+	// that sets none runs as a silo built in code does.
+	sd := silo.DefaultConfig()
 	return Config{
 		Name:     name,
 		Log:      LogConfig{Format: "json", Level: "info"},
-		Shutdown: ShutdownConfig{Timeout: 30 * time.Second},
+		Shutdown: ShutdownConfig{Timeout: 30 * time.Second, CloseTimeout: sd.CloseTimeout},
 		Admin:    AdminConfig{Listen: ":8080", TLS: TLSConfig{Mode: tlsOff}},
 		Cluster: ClusterConfig{
 			Gossip:  GossipConfig{Listen: ":7946"},
@@ -283,8 +351,22 @@ func DefaultConfig() Config {
 			Profile: "lan",
 			TLS:     TLSConfig{Mode: tlsOff},
 		},
-		Gateway: GatewayConfig{Listen: ":30000", TLS: TLSConfig{Mode: tlsOff}, MaxConnections: 4096},
-		Storage: StorageConfig{DataDir: "./data"},
+		Gateway:     GatewayConfig{Listen: ":30000", TLS: TLSConfig{Mode: tlsOff}, MaxConnections: 4096},
+		Storage:     StorageConfig{DataDir: "./data"},
+		QueueLimits: QueueLimitsConfig{Soft: sd.QueueLimits.Soft, Hard: sd.QueueLimits.Hard},
+		LoadShedding: LoadSheddingConfig{
+			Enabled:    sd.LoadShedding.Enabled,
+			CPULimit:   sd.LoadShedding.CPULimit,
+			HeapLimit:  sd.LoadShedding.HeapLimit,
+			Window:     sd.LoadShedding.Window,
+			Hysteresis: sd.LoadShedding.Hysteresis,
+			RetryAfter: sd.LoadShedding.RetryAfter,
+		},
+		MemoryCollection: MemoryCollectionConfig{
+			HeapTarget:  sd.MemoryCollection.HeapTarget,
+			Interval:    sd.MemoryCollection.Interval,
+			MaxPerRound: sd.MemoryCollection.MaxPerRound,
+		},
 		Tracing: TracingConfig{Exporter: exporterNone, Endpoint: "localhost:4317", SampleRatio: 1},
 	}
 }
@@ -317,6 +399,9 @@ func (c Config) Validate() error {
 	if c.Shutdown.Timeout <= 0 {
 		v.bad("shutdown.timeout", "%v must be positive", c.Shutdown.Timeout)
 	}
+	if c.Shutdown.CloseTimeout <= 0 {
+		v.bad("shutdown.close_timeout", "%v must be positive", c.Shutdown.CloseTimeout)
+	}
 	if c.Admin.Listen != "" {
 		v.listenAddr("admin.listen", c.Admin.Listen)
 	}
@@ -346,6 +431,7 @@ func (c Config) Validate() error {
 	if c.Reminders.MinPeriod < 0 {
 		v.bad("reminders.min_period", "%v must not be negative", c.Reminders.MinPeriod)
 	}
+	v.validateOverload()
 	v.validateTracing()
 	return v.err()
 }
@@ -475,6 +561,50 @@ func (v *validator) validateStorage() {
 	}
 	if id := st.Postgres.ServiceID; strings.ContainsRune(id, 0) || !utf8.ValidString(id) {
 		v.bad("storage.postgres.service_id", "%q is not UTF-8 text without NUL bytes", id)
+	}
+}
+
+// validateOverload checks the queue limits, load shedding and memory
+// collection by the rules silo.New applies, so that a bad value is a
+// configuration error naming the setting rather than a failure to make
+// the silo. The ranges are checked even while a feature is off: a value
+// out of range is as wrong then, and would surface only when an operator
+// turns the feature on.
+func (v *validator) validateOverload() {
+	q := &v.c.QueueLimits
+	if q.Soft < 0 {
+		v.bad("queue_limits.soft", "%d must not be negative (0: no limit)", q.Soft)
+	}
+	if q.Hard < 0 {
+		v.bad("queue_limits.hard", "%d must not be negative (0: no limit)", q.Hard)
+	}
+	if q.Soft > 0 && q.Hard > 0 && q.Soft > q.Hard {
+		v.bad("queue_limits.soft", "%d must not exceed queue_limits.hard %d (%s)", q.Soft, q.Hard, v.source("queue_limits.hard"))
+	}
+
+	ls := &v.c.LoadShedding
+	// NaN fails every comparison, so each range is written to let it out.
+	if !(ls.CPULimit >= 0 && ls.CPULimit <= 1) {
+		v.bad("load_shedding.cpu_limit", "%v is not in [0, 1] (a fraction of the cores Go may use)", ls.CPULimit)
+	} else if ls.Enabled && ls.CPULimit == 0 && ls.HeapLimit == 0 {
+		v.bad("load_shedding.cpu_limit", "is 0 and so is load_shedding.heap_limit: load shedding is enabled (%s) with no limit to shed at", v.source("load_shedding.enabled"))
+	}
+	if ls.Window <= 0 {
+		v.bad("load_shedding.window", "%v must be positive", ls.Window)
+	}
+	if !(ls.Hysteresis > 0 && ls.Hysteresis <= 1) {
+		v.bad("load_shedding.hysteresis", "%v is not in (0, 1]", ls.Hysteresis)
+	}
+	if ls.RetryAfter <= 0 {
+		v.bad("load_shedding.retry_after", "%v must be positive", ls.RetryAfter)
+	}
+
+	mc := &v.c.MemoryCollection
+	if mc.Interval <= 0 {
+		v.bad("memory_collection.interval", "%v must be positive", mc.Interval)
+	}
+	if mc.MaxPerRound < 1 {
+		v.bad("memory_collection.max_per_round", "%d must be at least 1", mc.MaxPerRound)
 	}
 }
 

@@ -22,7 +22,7 @@
 // A flag wins over the environment, which wins over the file (named by
 // --config or GRANARY_CONFIG), which wins over the default. Lists are
 // comma-separated in the environment and flags, durations Go durations
-// ("30s"). An empty environment variable counts as unset, except for the
+// ("30s"), sizes whole numbers of bytes. An empty environment variable counts as unset, except for the
 // settings whose empty value turns something off: GRANARY_ADMIN_LISTEN=,
 // GRANARY_CLUSTER_ID= and GRANARY_GATEWAY_LISTEN= run no admin server, no
 // cluster and no gateway. Config lists

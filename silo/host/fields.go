@@ -66,6 +66,8 @@ var fields = []*field{
 		func(c *Config) *string { return &c.Log.Level }),
 	duration("shutdown.timeout", "graceful-stop budget after SIGTERM, SIGINT or a drain request; past it the silo is closed at once",
 		func(c *Config) *time.Duration { return &c.Shutdown.Timeout }),
+	duration("shutdown.close_timeout", "once shutdown.timeout has run out, how long closing the silo waits for grain turns still running before it abandons them",
+		func(c *Config) *time.Duration { return &c.Shutdown.CloseTimeout }),
 	offWhenEmpty("admin.listen", "host:port", "admin HTTP server: probes, metrics, admin API, dashboard; empty runs none",
 		func(c *Config) *string { return &c.Admin.Listen }),
 	text("admin.advertise", "host:port", "where other silos and granaryctl reach the admin server (default: derived from the bound address)",
@@ -134,6 +136,28 @@ var fields = []*field{
 		func(c *Config) **bool { return &c.Reminders.Enabled }),
 	duration("reminders.min_period", "the shortest reminder period (0: 1m)",
 		func(c *Config) *time.Duration { return &c.Reminders.MinPeriod }),
+	integer("queue_limits.soft", "n", "requests queued at one activation past which the silo logs a warning (0: no limit)",
+		func(c *Config) *int { return &c.QueueLimits.Soft }),
+	integer("queue_limits.hard", "n", "requests queued at one activation past which a new one is refused with ResourceExhausted (0: no limit)",
+		func(c *Config) *int { return &c.QueueLimits.Hard }),
+	boolean("load_shedding.enabled", "refuse new requests while CPU use or the Go heap is over its limit",
+		func(c *Config) *bool { return &c.LoadShedding.Enabled }),
+	number("load_shedding.cpu_limit", "0..1", "shed above this CPU use, a fraction of the cores Go may use (0: not for CPU)",
+		func(c *Config) *float64 { return &c.LoadShedding.CPULimit }),
+	byteCount("load_shedding.heap_limit", "shed above this Go heap, in bytes (0: not for memory)",
+		func(c *Config) *uint64 { return &c.LoadShedding.HeapLimit }),
+	duration("load_shedding.window", "the span CPU use and the heap are averaged over",
+		func(c *Config) *time.Duration { return &c.LoadShedding.Window }),
+	number("load_shedding.hysteresis", "0..1", "once shedding, stop when every measure is under this fraction of its limit",
+		func(c *Config) *float64 { return &c.LoadShedding.Hysteresis }),
+	duration("load_shedding.retry_after", "the delay a refused caller is asked to wait before it tries again",
+		func(c *Config) *time.Duration { return &c.LoadShedding.RetryAfter }),
+	byteCount("memory_collection.heap_target", "collect idle activations, least recently used first, while the Go heap is over this many bytes (0: off)",
+		func(c *Config) *uint64 { return &c.MemoryCollection.HeapTarget }),
+	duration("memory_collection.interval", "how often the heap is checked against memory_collection.heap_target",
+		func(c *Config) *time.Duration { return &c.MemoryCollection.Interval }),
+	integer("memory_collection.max_per_round", "n", "the most activations one check collects",
+		func(c *Config) *int { return &c.MemoryCollection.MaxPerRound }),
 	text("tracing.exporter", "none|otlp|stdout", "where traces of grain calls go",
 		func(c *Config) *string { return &c.Tracing.Exporter }),
 	text("tracing.endpoint", "host:port", "the OTLP collector's gRPC address",
@@ -247,6 +271,22 @@ func integer(path, arg, help string, at func(*Config) *int) *field {
 	}
 }
 
+// byteCount is a size in bytes, a whole number.
+func byteCount(path, help string, at func(*Config) *uint64) *field {
+	return &field{
+		path: path, arg: "bytes", help: help,
+		set: func(c *Config, s string) error {
+			n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return fmt.Errorf("%q is not a whole number of bytes", s)
+			}
+			*at(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatUint(*at(c), 10) },
+	}
+}
+
 func number(path, arg, help string, at func(*Config) *float64) *field {
 	return &field{
 		path: path, arg: arg, help: help,
@@ -341,7 +381,8 @@ func Usage(w io.Writer, program string) {
 	fmt.Fprintf(w, "Usage: %s [flags]\n\n", program)
 	fmt.Fprintf(w, "Runs a Granary silo. Each setting is taken from the first of: its flag, its\n"+
 		"environment variable, the YAML file named by --%s or %s, its default.\n"+
-		"Lists are comma-separated; durations are Go durations such as 30s or 1m30s.\n"+
+		"Lists are comma-separated; durations are Go durations such as 30s or 1m30s;\n"+
+		"sizes are whole numbers of bytes.\n"+
 		"An empty environment variable counts as unset, except where an empty value\n"+
 		"turns something off (admin.listen, cluster.id, gateway.listen): set empty,\n"+
 		"GRANARY_GATEWAY_LISTEN= serves no gateway.\n\n", configFlag, configEnv)

@@ -211,6 +211,54 @@ func TestValidationErrors(t *testing.T) {
 			`config: cluster.id (env GRANARY_CLUSTER_ID): "a\tb" is not printable UTF-8 text`},
 		{"min period", map[string]string{"GRANARY_REMINDERS_MIN_PERIOD": "-1m"},
 			`config: reminders.min_period (env GRANARY_REMINDERS_MIN_PERIOD): -1m0s must not be negative`},
+		{"close timeout", map[string]string{"GRANARY_SHUTDOWN_CLOSE_TIMEOUT": "0s"},
+			`config: shutdown.close_timeout (env GRANARY_SHUTDOWN_CLOSE_TIMEOUT): 0s must be positive`},
+		{"close timeout not a duration", map[string]string{"GRANARY_SHUTDOWN_CLOSE_TIMEOUT": "10"},
+			`config: shutdown.close_timeout (env GRANARY_SHUTDOWN_CLOSE_TIMEOUT): "10" is not a duration`},
+		{"soft queue limit negative", map[string]string{"GRANARY_QUEUE_LIMITS_SOFT": "-1"},
+			`config: queue_limits.soft (env GRANARY_QUEUE_LIMITS_SOFT): -1 must not be negative (0: no limit)`},
+		{"hard queue limit negative", map[string]string{"GRANARY_QUEUE_LIMITS_HARD": "-5"},
+			`config: queue_limits.hard (env GRANARY_QUEUE_LIMITS_HARD): -5 must not be negative (0: no limit)`},
+		{"hard queue limit not a number", map[string]string{"GRANARY_QUEUE_LIMITS_HARD": "lots"},
+			`config: queue_limits.hard (env GRANARY_QUEUE_LIMITS_HARD): "lots" is not a whole number`},
+		{"soft queue limit over the hard", map[string]string{"GRANARY_QUEUE_LIMITS_SOFT": "60000"},
+			`config: queue_limits.soft (env GRANARY_QUEUE_LIMITS_SOFT): 60000 must not exceed queue_limits.hard 50000 (default)`},
+		{"soft queue limit over no hard limit", map[string]string{"GRANARY_QUEUE_LIMITS_SOFT": "30000", "GRANARY_QUEUE_LIMITS_HARD": "0"},
+			``},
+		{"load shedding not a bool", map[string]string{"GRANARY_LOAD_SHEDDING_ENABLED": "on"},
+			`config: load_shedding.enabled (env GRANARY_LOAD_SHEDDING_ENABLED): "on" is not a bool`},
+		{"cpu limit above 1", map[string]string{"GRANARY_LOAD_SHEDDING_CPU_LIMIT": "1.5"},
+			`config: load_shedding.cpu_limit (env GRANARY_LOAD_SHEDDING_CPU_LIMIT): 1.5 is not in [0, 1]`},
+		{"cpu limit NaN", map[string]string{"GRANARY_LOAD_SHEDDING_CPU_LIMIT": "NaN"},
+			`config: load_shedding.cpu_limit (env GRANARY_LOAD_SHEDDING_CPU_LIMIT): NaN is not in [0, 1]`},
+		{"cpu limit as a percentage", map[string]string{"GRANARY_LOAD_SHEDDING_CPU_LIMIT": "95%"},
+			`config: load_shedding.cpu_limit (env GRANARY_LOAD_SHEDDING_CPU_LIMIT): "95%" is not a number`},
+		{"shedding with no limit", map[string]string{"GRANARY_LOAD_SHEDDING_ENABLED": "true", "GRANARY_LOAD_SHEDDING_CPU_LIMIT": "0"},
+			`config: load_shedding.cpu_limit (env GRANARY_LOAD_SHEDDING_CPU_LIMIT): is 0 and so is load_shedding.heap_limit: load shedding is enabled (env GRANARY_LOAD_SHEDDING_ENABLED) with no limit to shed at`},
+		{"shedding for memory alone", map[string]string{"GRANARY_LOAD_SHEDDING_ENABLED": "true", "GRANARY_LOAD_SHEDDING_CPU_LIMIT": "0", "GRANARY_LOAD_SHEDDING_HEAP_LIMIT": "1073741824"},
+			``},
+		{"heap limit with a unit", map[string]string{"GRANARY_LOAD_SHEDDING_HEAP_LIMIT": "512MiB"},
+			`config: load_shedding.heap_limit (env GRANARY_LOAD_SHEDDING_HEAP_LIMIT): "512MiB" is not a whole number of bytes`},
+		{"heap limit negative", map[string]string{"GRANARY_LOAD_SHEDDING_HEAP_LIMIT": "-1"},
+			`config: load_shedding.heap_limit (env GRANARY_LOAD_SHEDDING_HEAP_LIMIT): "-1" is not a whole number of bytes`},
+		{"shedding window", map[string]string{"GRANARY_LOAD_SHEDDING_WINDOW": "0s"},
+			`config: load_shedding.window (env GRANARY_LOAD_SHEDDING_WINDOW): 0s must be positive`},
+		{"hysteresis 0", map[string]string{"GRANARY_LOAD_SHEDDING_HYSTERESIS": "0"},
+			`config: load_shedding.hysteresis (env GRANARY_LOAD_SHEDDING_HYSTERESIS): 0 is not in (0, 1]`},
+		{"hysteresis above 1", map[string]string{"GRANARY_LOAD_SHEDDING_HYSTERESIS": "1.1"},
+			`config: load_shedding.hysteresis (env GRANARY_LOAD_SHEDDING_HYSTERESIS): 1.1 is not in (0, 1]`},
+		{"hysteresis NaN", map[string]string{"GRANARY_LOAD_SHEDDING_HYSTERESIS": "nan"},
+			`config: load_shedding.hysteresis (env GRANARY_LOAD_SHEDDING_HYSTERESIS): NaN is not in (0, 1]`},
+		{"hysteresis 1", map[string]string{"GRANARY_LOAD_SHEDDING_HYSTERESIS": "1"},
+			``},
+		{"retry after", map[string]string{"GRANARY_LOAD_SHEDDING_RETRY_AFTER": "-1s"},
+			`config: load_shedding.retry_after (env GRANARY_LOAD_SHEDDING_RETRY_AFTER): -1s must be positive`},
+		{"heap target with a unit", map[string]string{"GRANARY_MEMORY_COLLECTION_HEAP_TARGET": "2G"},
+			`config: memory_collection.heap_target (env GRANARY_MEMORY_COLLECTION_HEAP_TARGET): "2G" is not a whole number of bytes`},
+		{"memory collection interval", map[string]string{"GRANARY_MEMORY_COLLECTION_INTERVAL": "0s"},
+			`config: memory_collection.interval (env GRANARY_MEMORY_COLLECTION_INTERVAL): 0s must be positive`},
+		{"memory collection round", map[string]string{"GRANARY_MEMORY_COLLECTION_MAX_PER_ROUND": "0"},
+			`config: memory_collection.max_per_round (env GRANARY_MEMORY_COLLECTION_MAX_PER_ROUND): 0 must be at least 1`},
 		{"data dir", map[string]string{"GRANARY_STORAGE_DATA_DIR": " "},
 			``}, // a space is a directory name: no error
 	}
@@ -364,7 +412,7 @@ func TestHelp(t *testing.T) {
 func TestSchemaMatchesFields(t *testing.T) {
 	var c Config
 	for _, f := range fields {
-		value := map[string]string{"duration": "7s", "bool": "true", "true|false|auto": "true", "0..1": "0.25", "host:port,...": "h:1", "n": "17"}[f.arg]
+		value := map[string]string{"duration": "7s", "bool": "true", "true|false|auto": "true", "0..1": "0.25", "host:port,...": "h:1", "n": "17", "bytes": "4096"}[f.arg]
 		if value == "" {
 			value = "v-" + f.path
 		}

@@ -72,6 +72,13 @@ var (
 	stateFailures  = desc("state_failures_total", "Grain state operations that failed (unreachable store, oversize state, ended context, stale ETag), by provider and operation.", "provider", "op")
 	stateConflicts = desc("state_conflicts_total", "Grain state writes and clears refused for a stale ETag, by provider; counted among the failures too.", "provider")
 
+	queueWarnings     = desc("queue_limit_warnings_total", "Requests that queued at an activation past its soft queue limit.")
+	queueRefusals     = desc("queue_limit_refusals_total", "Requests refused with ResourceExhausted because an activation's queue was at its hard limit.")
+	shedRequests      = desc("shed_requests_total", "Requests refused with ResourceExhausted by load shedding.")
+	loadShedding      = desc("load_shedding", "1 while the silo sheds load (refuses new requests because its CPU use or Go heap is over its limit), else 0.")
+	memoryCollections = desc("memory_collections_total", "Idle activations deactivated because the Go heap was over the memory collection's heap target.")
+	abandonedTurns    = desc("abandoned_turns_total", "Grain turns still running when the silo's close stopped waiting for them, at its close timeout.")
+
 	remOwned        = desc("reminders_owned", "Reminders scheduled on this silo: those of the ring ranges it owns.")
 	remTicks        = desc("reminder_ticks_total", "Reminder ticks delivered to grains.")
 	remFailures     = desc("reminder_tick_failures_total", "Reminder ticks whose grain call failed.")
@@ -91,6 +98,7 @@ var siloDescs = []*prometheus.Desc{
 	tpPeers, tpStreams, tpPending, tpBytesSent, tpBytesRecv, tpBatchesSent, tpBatchesRecv, tpEnvsSent, tpEnvsRecv, tpBatchEnvelopes,
 	stateReads, stateWrites, stateClears, stateFailures, stateConflicts,
 	remOwned, remTicks, remFailures, remSkipped, remTardiness, remLoads, remLoadFailures,
+	queueWarnings, queueRefusals, shedRequests, loadShedding, memoryCollections, abandonedTurns,
 }
 
 func (c *siloCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -151,6 +159,7 @@ func (c *siloCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	st := s.Stats()
 	collectScheduler(e, st)
+	collectOverload(e, st.Overload)
 	if cl := st.Cluster; cl != nil {
 		collectCluster(e, cl)
 	}
@@ -189,6 +198,19 @@ func collectScheduler(e emit, st silo.Stats) {
 	e.counter(schedLongTurns, sc.LongTurnWarnings)
 	tt := sc.TurnTime
 	e.durations(schedTurnTime, tt.Bounds, tt.Counts, tt.Sum)
+}
+
+func collectOverload(e emit, o silo.OverloadStats) {
+	e.counter(queueWarnings, o.QueueWarnings)
+	e.counter(queueRefusals, o.QueueRefusals)
+	e.counter(shedRequests, o.Shed)
+	shedding := 0.0
+	if o.Shedding {
+		shedding = 1
+	}
+	e.gauge(loadShedding, shedding)
+	e.counter(memoryCollections, o.MemoryCollections)
+	e.counter(abandonedTurns, o.AbandonedTurns)
 }
 
 func collectCluster(e emit, cl *silo.ClusterStats) {

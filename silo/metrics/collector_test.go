@@ -224,3 +224,60 @@ granary_reminder_tardiness_seconds_count 4
 		t.Fatal(err)
 	}
 }
+
+// TestOverloadFamiliesFollowStats: the overload counters and the shedding
+// gauge carry the values of the silo's Stats().Overload at each scrape.
+func TestOverloadFamiliesFollowStats(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(Config{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startSilo(t, m, nil, nil)
+	if err := m.Attach(s); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"granary_queue_limit_warnings_total", "granary_queue_limit_refusals_total", "granary_shed_requests_total",
+		"granary_load_shedding", "granary_memory_collections_total", "granary_abandoned_turns_total"}
+	exposition := func(o silo.OverloadStats, shedding int) string {
+		return `
+# HELP granary_queue_limit_warnings_total Requests that queued at an activation past its soft queue limit.
+# TYPE granary_queue_limit_warnings_total counter
+granary_queue_limit_warnings_total ` + strconv.FormatUint(o.QueueWarnings, 10) + `
+# HELP granary_queue_limit_refusals_total Requests refused with ResourceExhausted because an activation's queue was at its hard limit.
+# TYPE granary_queue_limit_refusals_total counter
+granary_queue_limit_refusals_total ` + strconv.FormatUint(o.QueueRefusals, 10) + `
+# HELP granary_shed_requests_total Requests refused with ResourceExhausted by load shedding.
+# TYPE granary_shed_requests_total counter
+granary_shed_requests_total ` + strconv.FormatUint(o.Shed, 10) + `
+# HELP granary_load_shedding 1 while the silo sheds load (refuses new requests because its CPU use or Go heap is over its limit), else 0.
+# TYPE granary_load_shedding gauge
+granary_load_shedding ` + strconv.Itoa(shedding) + `
+# HELP granary_memory_collections_total Idle activations deactivated because the Go heap was over the memory collection's heap target.
+# TYPE granary_memory_collections_total counter
+granary_memory_collections_total ` + strconv.FormatUint(o.MemoryCollections, 10) + `
+# HELP granary_abandoned_turns_total Grain turns still running when the silo's close stopped waiting for them, at its close timeout.
+# TYPE granary_abandoned_turns_total counter
+granary_abandoned_turns_total ` + strconv.FormatUint(o.AbandonedTurns, 10) + `
+`
+	}
+	// A silo that has not protected itself exports every family, at 0.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition(silo.OverloadStats{}, 0)), names...); err != nil {
+		t.Fatal(err)
+	}
+	// Distinct values, so that a family reading another's counter shows.
+	busy := silo.OverloadStats{QueueWarnings: 11, QueueRefusals: 22, Shed: 33, Shedding: true, MemoryCollections: 44, AbandonedTurns: 55}
+	s.TestHooks().SetOverload(busy)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition(busy, 1)), names...); err != nil {
+		t.Fatal(err)
+	}
+	calm := busy
+	calm.Shedding, calm.Shed = false, 34
+	s.TestHooks().SetOverload(calm)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition(calm, 0)), names...); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg, names...); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", err, problems)
+	}
+}

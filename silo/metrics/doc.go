@@ -1,7 +1,7 @@
 // Package metrics exports a silo to Prometheus: the requests its grains
 // receive, counted and timed by an incoming filter, and the silo's own
 // counters (scheduler, directory, transport, cluster, persistent state,
-// reminders), read at scrape time.
+// reminders, overload protection), read at scrape time.
 //
 // Wiring:
 //

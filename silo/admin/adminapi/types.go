@@ -33,6 +33,9 @@ type SiloReport struct {
 	QueuedTurns  int `json:"queued_turns"`
 	BlockedTurns int `json:"blocked_turns"`
 	Processors   int `json:"processors"`
+	// Overload is what the silo did to protect itself, and whether it
+	// sheds load now.
+	Overload Overload `json:"overload"`
 	// Types has one entry per grain type registered on the silo, sorted
 	// by type.
 	Types []TypeReport `json:"types"`
@@ -41,6 +44,26 @@ type SiloReport struct {
 	Hot []HotGrain `json:"hot"`
 	// Errors are the latest failed calls, the newest first.
 	Errors []CallError `json:"errors"`
+}
+
+// Overload counts a silo's self-protection since it started. A silo
+// whose version reports none reads as zero and not shedding.
+type Overload struct {
+	// Shedding is true while the silo refuses new requests because its
+	// CPU use or Go heap is over its load-shedding limit.
+	Shedding bool `json:"shedding"`
+	// ShedRequests counts the requests load shedding refused.
+	ShedRequests uint64 `json:"shed_requests"`
+	// QueueWarnings counts requests that queued at an activation past its
+	// soft queue limit; QueueRefusals those refused at its hard limit.
+	QueueWarnings uint64 `json:"queue_warnings"`
+	QueueRefusals uint64 `json:"queue_refusals"`
+	// MemoryCollections counts idle activations collected because the Go
+	// heap was over the memory collection's target.
+	MemoryCollections uint64 `json:"memory_collections"`
+	// AbandonedTurns counts turns still running when the silo's close
+	// stopped waiting for them.
+	AbandonedTurns uint64 `json:"abandoned_turns"`
 }
 
 // Addresses are where a silo can be reached; empty when it does not serve

@@ -120,6 +120,19 @@
     return el('span', 'badge badge-' + kind, status || 'unknown');
   }
 
+  // sheddingBadge marks a silo that refuses new requests for load, its
+  // overload counters in the tooltip; null for a silo that does not shed.
+  function sheddingBadge(o) {
+    if (!o || !o.shedding) return null;
+    const b = el('span', 'badge badge-shedding', 'shedding load');
+    b.title = 'refusing new requests: CPU use or Go heap over its limit\n' +
+      'shed requests: ' + (o.shed_requests || 0) + '\n' +
+      'queue warnings: ' + (o.queue_warnings || 0) + ', refusals: ' + (o.queue_refusals || 0) + '\n' +
+      'memory collections: ' + (o.memory_collections || 0) + '\n' +
+      'abandoned turns: ' + (o.abandoned_turns || 0);
+    return b;
+  }
+
   function addresses(a) {
     const list = el('span', 'addresses');
     const parts = [['gossip', a.gossip], ['grpc', a.grpc], ['gateway', a.gateway], ['admin', a.admin]];
@@ -137,6 +150,8 @@
     const rows = (report.silos || []).map(function (s) {
       const status = el('td');
       status.appendChild(badge(s.status));
+      const shedding = sheddingBadge(s.overload);
+      if (shedding) status.appendChild(shedding);
       const addr = el('td');
       addr.appendChild(addresses(s.addresses || {}));
       const tr = row([
