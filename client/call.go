@@ -260,6 +260,9 @@ func (p *pcall) send() {
 		p.settle(nil, noGateway(p.id, p.env, p.lastErr))
 		return
 	}
+	if p.settled.Load() {
+		return // cancelled or timed out while another gateway was sought
+	}
 	p.tried = append(p.tried, g)
 	attempt := len(p.tried)
 	left := c.o.clock.Until(p.deadline)
@@ -300,7 +303,7 @@ func (p *pcall) onReply(resp *granaryv1.Envelope, err error) {
 		return
 	}
 	if err := transport.StatusOf(resp); err != nil {
-		if codes.Code(resp.Code) == codes.ResourceExhausted && p.shedByGateway(err) {
+		if resp.NotRun && codes.Code(resp.Code) == codes.ResourceExhausted && p.shedByGateway(err) {
 			return
 		}
 		p.settle(nil, err)
@@ -314,12 +317,15 @@ func (p *pcall) onReply(resp *granaryv1.Envelope, err error) {
 	p.settle(out, nil)
 }
 
-// shedByGateway takes err, a refusal of the latest offer: when the
-// gateway's own silo refused the call because it sheds load, the call
-// never ran, so the gateway is marked overloaded and the call offered to
-// another; it reports whether it did so. A refusal by another silo, where
-// the gateway sent the call on, is the caller's: any gateway would send
-// the call there.
+// shedByGateway takes err, a refusal of the latest offer that the
+// gateway marked not run (Envelope.not_run, which only the gateway's own
+// refusal sets: an error a grain returns may carry any details, and a
+// call that ran must never be sent again). When the gateway's own silo
+// refused the call because it sheds load, the gateway is marked
+// overloaded and the call offered to another; it reports whether it did
+// so. The offer runs on a goroutine of its own: this one reads the
+// refusing gateway's stream, whose other replies must not wait behind a
+// send to another gateway.
 func (p *pcall) shedByGateway(err error) bool {
 	silo, retry, ok := overloadRefusal(err)
 	g := p.tried[len(p.tried)-1]
@@ -328,7 +334,7 @@ func (p *pcall) shedByGateway(err error) bool {
 	}
 	p.c.markOverloaded(g, retry)
 	p.refused = err
-	p.send()
+	go p.send()
 	return true
 }
 

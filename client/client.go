@@ -462,6 +462,9 @@ func (c *Client) markOverloaded(g *gatewayRef, retry time.Duration) {
 	if retry <= 0 {
 		retry = c.o.gatewayRetry
 	}
+	// A gateway asks for a delay; it does not get to take itself out of
+	// the client's list for long.
+	retry = min(retry, maxOverloadBackoff)
 	until := c.o.clock.Now().Add(retry).UnixNano()
 	for {
 		cur := g.downUntil.Load()
@@ -470,6 +473,10 @@ func (c *Client) markOverloaded(g *gatewayRef, retry time.Duration) {
 		}
 	}
 }
+
+// maxOverloadBackoff bounds how long a refusal can keep the client from
+// a gateway.
+const maxOverloadBackoff = time.Minute
 
 // The google.rpc.ErrorInfo with which a silo that sheds load refuses a
 // request: its reason and domain, and the metadata key naming the silo.

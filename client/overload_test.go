@@ -37,17 +37,24 @@ func overloadError(silo string) error {
 }
 
 // shedGateway serves the gateway protocol as silo id, one of the gateways
-// its test lists. It answers each call with its id, or refuses it with
-// the error refusal holds.
+// its test lists. It answers each call with its id, or fails it with the
+// error refusal holds: marked not run, as a gateway's own refusal is, or
+// not, as the error of a grain that ran.
 type shedGateway struct {
 	id      string
 	addr    string
-	refusal atomic.Pointer[error]
+	refusal atomic.Pointer[refusal]
 	calls   atomic.Int64 // requests it received
 }
 
-func (g *shedGateway) refuse(err error) { g.refusal.Store(&err) }
-func (g *shedGateway) answer()          { g.refusal.Store(nil) }
+type refusal struct {
+	err    error
+	notRun bool
+}
+
+func (g *shedGateway) refuse(err error)       { g.refusal.Store(&refusal{err, true}) }
+func (g *shedGateway) failAfterRun(err error) { g.refusal.Store(&refusal{err, false}) }
+func (g *shedGateway) answer()                { g.refusal.Store(nil) }
 
 func (g *shedGateway) Deliver(_ string, env *granaryv1.Envelope, r transport.Responder) {
 	if !r.Expects() {
@@ -58,8 +65,8 @@ func (g *shedGateway) Deliver(_ string, env *granaryv1.Envelope, r transport.Res
 		return
 	}
 	g.calls.Add(1)
-	if err := g.refusal.Load(); err != nil {
-		r.Reply(transport.SetStatus(&granaryv1.Envelope{}, *err))
+	if rf := g.refusal.Load(); rf != nil {
+		r.Reply(transport.SetStatus(&granaryv1.Envelope{NotRun: rf.notRun}, rf.err))
 		return
 	}
 	b, _ := proto.Marshal(&probe.Reply{Text: g.id})
@@ -221,16 +228,25 @@ func TestEveryGatewayShedding(t *testing.T) {
 func TestRefusalNotByTheGatewaysSiloIsTheCallersError(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		err  error
+		name   string
+		err    error
+		notRun bool
 	}{
-		{"another silo shed it", overloadError("behind")},
-		{"a full queue", status.Error(codes.ResourceExhausted, "granary: queue full")},
+		{"another silo shed it", overloadError("behind"), true},
+		{"a full queue", status.Error(codes.ResourceExhausted, "granary: queue full"), true},
+		// A grain that ran and returned a refusal it met deeper down, with
+		// every detail of the gateway's own: the call ran, so it is never
+		// sent again.
+		{"a grain returned the gateway silo's refusal", overloadError("g1"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl, _, gws := startShedGateways(t, "g1", "g2")
 			g1, g2 := gws["g1"], gws["g2"]
-			g1.refuse(tc.err)
+			if tc.notRun {
+				g1.refuse(tc.err)
+			} else {
+				g1.failAfterRun(tc.err)
+			}
 			key, _, toG2, err := keyVia(t, cl, g1, g2)
 			if status.Code(err) != codes.ResourceExhausted || status.Convert(err).Message() != status.Convert(tc.err).Message() {
 				t.Fatalf("error %v, want %v", err, tc.err)

@@ -42,11 +42,13 @@
 //     does not have the form of the type's key kind fails with
 //     InvalidArgument, whose message says how to send the key. Such a call
 //     never reaches a grain.
-//   - A grain's error reaches the client with its own gRPC status. An
-//     error whose details hold a google.rpc.RetryInfo also sets the
-//     PushbackTrailer (grpc-retry-pushback-ms) to its delay, which gRPC
-//     clients with a retry policy honour: a silo that sheds load refuses
-//     calls with ResourceExhausted and such a RetryInfo.
+//   - A grain's error reaches the client with its own gRPC status. A
+//     refusal of a call no grain saw (NotRun: the silo sheds load) whose
+//     details hold a google.rpc.RetryInfo also sets the PushbackTrailer
+//     (grpc-retry-pushback-ms) to its delay, which gRPC clients with a
+//     retry policy honour. A grain's own error never sets it, whatever
+//     its details, since a call that ran must not be retried on the
+//     server's word.
 //   - A one-way method replies with an empty response as soon as the call
 //     is queued; the grain's outcome is not reported.
 //   - The server's unary interceptor runs around each call, as it does for

@@ -233,8 +233,11 @@ func (m *method) call(ctx context.Context, req proto.Message) (any, error) {
 // call's server context. Any goroutine.
 func (m *method) status(ctx context.Context, err error) error {
 	if st, ok := status.FromError(err); ok {
-		setPushback(ctx, st)
-		return err
+		var nr notRun
+		if errors.As(err, &nr) {
+			setPushback(ctx, st)
+		}
+		return st.Err()
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return status.FromContextError(err).Err()
@@ -267,8 +270,20 @@ func withTraceHeaders(ctx context.Context) context.Context {
 // how many milliseconds to wait before it retries a call (gRFC A6): a
 // gRPC client whose retry policy covers the call's code waits that long
 // instead of its own backoff. A silo that sheds load refuses calls with
-// ResourceExhausted and a RetryInfo, which becomes this trailer.
+// ResourceExhausted and a RetryInfo (NotRun), which becomes this trailer.
 const PushbackTrailer = "grpc-retry-pushback-ms"
+
+// NotRun marks err, a gRPC status error, as the refusal of a call that no
+// grain saw (the silo sheds load): such a call may be sent again, so its
+// RetryInfo, if any, becomes PushbackTrailer. A grain's own errors are
+// never marked, whatever details they carry: a call that ran must not be
+// retried on the server's word.
+func NotRun(err error) error { return notRun{err} }
+
+type notRun struct{ error }
+
+func (e notRun) GRPCStatus() *status.Status { return status.Convert(e.error) }
+func (e notRun) Unwrap() error              { return e.error }
 
 // setPushback sets PushbackTrailer on the call whose server context ctx
 // is, when st, its error, carries a google.rpc.RetryInfo: the delay it

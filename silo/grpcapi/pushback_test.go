@@ -63,10 +63,11 @@ func serveCaller(t *testing.T, c grain.Caller) *grpc.ClientConn {
 	return serveLoopback(t, srv)
 }
 
-// TestRetryInfoSetsThePushbackTrailer: a refusal that carries a RetryInfo
-// reaches a gRPC client with its code and details and with the
-// grpc-retry-pushback-ms trailer, in milliseconds rounded up; an error
-// without one sets no such trailer.
+// TestRetryInfoSetsThePushbackTrailer: a refusal of a call no grain saw
+// that carries a RetryInfo reaches a gRPC client with its code and
+// details and with the grpc-retry-pushback-ms trailer, in milliseconds
+// rounded up; one without a RetryInfo, and a grain's error with one, set
+// no such trailer.
 func TestRetryInfoSetsThePushbackTrailer(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -75,9 +76,12 @@ func TestRetryInfoSetsThePushbackTrailer(t *testing.T) {
 		code  codes.Code
 		retry bool
 	}{
-		{"one second", overloaded(t, time.Second), []string{"1000"}, codes.ResourceExhausted, true},
-		{"under a millisecond", overloaded(t, 300*time.Microsecond), []string{"1"}, codes.ResourceExhausted, true},
-		{"no RetryInfo", status.Error(codes.ResourceExhausted, "full"), nil, codes.ResourceExhausted, false},
+		{"one second", grpcapi.NotRun(overloaded(t, time.Second)), []string{"1000"}, codes.ResourceExhausted, true},
+		{"under a millisecond", grpcapi.NotRun(overloaded(t, 300*time.Microsecond)), []string{"1"}, codes.ResourceExhausted, true},
+		{"no RetryInfo", grpcapi.NotRun(status.Error(codes.ResourceExhausted, "full")), nil, codes.ResourceExhausted, false},
+		// A grain's error that carries a RetryInfo: the call ran, so the
+		// server does not ask for a retry.
+		{"a grain's error", overloaded(t, time.Second), nil, codes.ResourceExhausted, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cc := serveCaller(t, &refusingCaller{err: tc.err, refusals: 1})

@@ -427,7 +427,13 @@ type Envelope struct {
 	// The target is an observer (REQUEST, ONE_WAY): an object of the client
 	// whose ID is the key's part before its first '/', reached through the
 	// gateway the directory names as that client's home.
-	Observer      bool `protobuf:"varint,20,opt,name=observer,proto3" json:"observer,omitempty"`
+	Observer bool `protobuf:"varint,20,opt,name=observer,proto3" json:"observer,omitempty"`
+	// The receiver refused the request before any grain saw it, because it
+	// sheds load (a RESPONSE from a gateway to its client): the request
+	// never ran, so the client may offer it to another gateway. Only the
+	// gateway's own refusal sets it; an error a grain returns never does,
+	// whatever details it carries.
+	NotRun        bool `protobuf:"varint,21,opt,name=not_run,json=notRun,proto3" json:"not_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +604,13 @@ func (x *Envelope) GetCancellable() bool {
 func (x *Envelope) GetObserver() bool {
 	if x != nil {
 		return x.Observer
+	}
+	return false
+}
+
+func (x *Envelope) GetNotRun() bool {
+	if x != nil {
+		return x.NotRun
 	}
 	return false
 }
@@ -1378,7 +1391,7 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x15granary/v1/wire.proto\x12\n" +
 	"granary.v1\";\n" +
 	"\x05Batch\x122\n" +
-	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xd0\x05\n" +
+	"\tenvelopes\x18\x01 \x03(\v2\x14.granary.v1.EnvelopeR\tenvelopes\"\xe9\x05\n" +
 	"\bEnvelope\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.granary.v1.EnvelopeKindR\x04kind\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x12\x1d\n" +
@@ -1401,7 +1414,8 @@ const file_granary_v1_wire_proto_rawDesc = "" +
 	"\x0fdirectory_reply\x18\x11 \x01(\v2\x1d.granary.v1.DirectoryResponseR\x0edirectoryReply\x12'\n" +
 	"\x05hello\x18\x12 \x01(\v2\x11.granary.v1.HelloR\x05hello\x12 \n" +
 	"\vcancellable\x18\x13 \x01(\bR\vcancellable\x12\x1a\n" +
-	"\bobserver\x18\x14 \x01(\bR\bobserver\"\xaf\x01\n" +
+	"\bobserver\x18\x14 \x01(\bR\bobserver\x12\x17\n" +
+	"\anot_run\x18\x15 \x01(\bR\x06notRun\"\xaf\x01\n" +
 	"\fReminderTick\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x15first_tick_unix_nanos\x18\x02 \x01(\x03R\x12firstTickUnixNanos\x125\n" +

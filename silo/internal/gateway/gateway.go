@@ -278,7 +278,7 @@ func (g *Gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 		// proved who they are.
 		err := g.shed(from, !r.Expects())
 		if r.Expects() {
-			r.Reply(transport.SetStatus(&granaryv1.Envelope{}, err))
+			r.Reply(transport.SetStatus(&granaryv1.Envelope{NotRun: true}, err))
 		}
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/silo/grpcapi"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -117,14 +118,14 @@ type shedCaller struct {
 func (c shedCaller) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) (proto.Message, error) {
 	if c.g.sheds() {
 		// A gRPC call is answered, one-way methods included.
-		return nil, c.g.shed("a gRPC client", false)
+		return nil, grpcapi.NotRun(c.g.shed("a gRPC client", false))
 	}
 	return c.Caller.Invoke(ctx, id, m, req, opts...)
 }
 
 func (c shedCaller) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
 	if c.g.sheds() {
-		return grain.Failed(c.g.shed("a gRPC client", false))
+		return grain.Failed(grpcapi.NotRun(c.g.shed("a gRPC client", false)))
 	}
 	return c.Caller.InvokeAsync(ctx, id, m, req, opts...)
 }
