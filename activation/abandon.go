@@ -1,9 +1,8 @@
 package activation
 
 import (
-	"bytes"
 	"runtime"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,25 +28,25 @@ type AbandonedTurn struct {
 }
 
 // execReport is what an Exec publishes for Close's report. cur is set at
-// each group run, one atomic store, and goid once when the goroutine
-// starts; the wait fields are written under waitMu as a turn starts and
-// ends a wait, which costs goroutine switches anyway.
+// each group run, one atomic store; the wait fields are written under
+// waitMu, which nobody else takes until Close gives up, as a turn starts
+// and ends a wait (which costs goroutine switches anyway), with the
+// monitor's coarse time rather than a clock read.
 type execReport struct {
-	goid atomic.Uint64
-	cur  atomic.Pointer[Group]
+	cur atomic.Pointer[Group]
 
 	waitMu    sync.Mutex
 	waitG     *Group
 	waitName  string
-	waitSince time.Time
+	waitSince int64 // Pool.coarse when the wait began
 }
 
 // noteWait records that the turn of frame f waits from now. Owner only.
 func (e *Exec) noteWait(f *frame) {
 	r := &e.report
-	now := e.pool.now()
+	since := e.pool.coarse.Load()
 	r.waitMu.Lock()
-	r.waitG, r.waitName, r.waitSince = f.g, f.name, now
+	r.waitG, r.waitName, r.waitSince = f.g, f.name, since
 	r.waitMu.Unlock()
 }
 
@@ -61,6 +60,14 @@ func (e *Exec) noteWaitEnd() {
 
 // stuckTurns describes the turns of the goroutines still alive after
 // CloseTimeout. Close only, after the wait timed out.
+//
+// Goroutine stacks are matched to turns without a goroutine ID, which
+// would cost every new worker a stack walk: after the timeout every
+// worker goroutine still alive holds a stuck turn, so the stacks of the
+// goroutines in a worker's loop are theirs. Waiting turns are told from
+// running ones by their wait frame; a turn gets its goroutine's stack
+// when it is the only stuck turn of its kind, and otherwise the stacks of
+// every stuck goroutine of its kind.
 func (p *Pool) stuckTurns() []AbandonedTurn {
 	now := p.now()
 	p.mu.Lock()
@@ -78,15 +85,14 @@ func (p *Pool) stuckTurns() []AbandonedTurn {
 			}
 		}
 	}
-	stacks := goroutineStacks()
 	var out []AbandonedTurn
 	for _, e := range execs {
 		r := &e.report
-		a := AbandonedTurn{Running: p.cfg.CloseTimeout, Stack: stacks[r.goid.Load()]}
+		a := AbandonedTurn{Running: p.cfg.CloseTimeout}
 		r.waitMu.Lock()
 		if r.waitG != nil {
 			a.Group, a.Turn, a.Waiting = r.waitG.Label(), r.waitName, true
-			a.Running = now.Sub(r.waitSince)
+			a.Running = max(a.Running, now.Sub(time.Unix(0, r.waitSince)))
 		}
 		r.waitMu.Unlock()
 		if !a.Waiting {
@@ -101,24 +107,21 @@ func (p *Pool) stuckTurns() []AbandonedTurn {
 		}
 		out = append(out, a)
 	}
+	running, waiting := workerStacks()
+	for i := range out {
+		stacks := running
+		if out[i].Waiting {
+			stacks = waiting
+		}
+		out[i].Stack = strings.Join(stacks, "\n\n")
+	}
 	return out
 }
 
-// goroutineID returns the calling goroutine's ID, read from its stack
-// header ("goroutine 42 [running]:"). Once per worker goroutine.
-func goroutineID() uint64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		id, _ := strconv.ParseUint(string(b[:i]), 10, 64)
-		return id
-	}
-	return 0
-}
-
-// goroutineStacks returns every goroutine's stack by goroutine ID.
-func goroutineStacks() map[uint64]string {
+// workerStacks returns the stacks of the goroutines inside a worker's
+// loop, split into those waiting in Exec.Wait or Exec.Blocking and the
+// others.
+func workerStacks() (running, waiting []string) {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -128,14 +131,14 @@ func goroutineStacks() map[uint64]string {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	out := map[uint64]string{}
-	for _, g := range bytes.Split(buf, []byte("\n\n")) {
-		rest := bytes.TrimPrefix(g, []byte("goroutine "))
-		if i := bytes.IndexByte(rest, ' '); i > 0 {
-			if id, err := strconv.ParseUint(string(rest[:i]), 10, 64); err == nil {
-				out[id] = string(g)
-			}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		switch {
+		case !strings.Contains(g, "activation.(*Exec).loop"):
+		case strings.Contains(g, "activation.(*Exec).Wait(") || strings.Contains(g, "activation.(*Exec).Blocking("):
+			waiting = append(waiting, g)
+		default:
+			running = append(running, g)
 		}
 	}
-	return out
+	return running, waiting
 }

@@ -86,7 +86,6 @@ func (e *Exec) loop() {
 	defer e.pool.wg.Done()
 	defer e.pool.nworkers.Add(-1)
 	defer e.pool.forget(e)
-	e.report.goid.Store(goroutineID())
 	for {
 		if e.p == nil && !e.parkSpare() {
 			return

@@ -47,6 +47,7 @@ func (m *monitor) check(now time.Time) {
 	cfg := &p.cfg
 	elapsed := now.Sub(m.last)
 	m.last = now
+	p.coarse.Store(now.UnixNano())
 	for _, pp := range *p.allp.Load() {
 		st := pp.status.Load()
 		g := pp.curGroup.Load()

@@ -143,6 +143,9 @@ type Pool struct {
 	// on, written before closeDone is closed.
 	execs     map[*Exec]struct{}
 	abandoned []AbandonedTurn
+	// coarse is the monitor's last look, in Unix nanoseconds: a time
+	// that costs an atomic load, for the record of a turn's wait.
+	coarse atomic.Int64
 }
 
 // cacheLine is the size of a CPU cache line, for padding hot fields apart.
@@ -171,6 +174,7 @@ func New(cfg Config) (*Pool, error) {
 		p.idle = append(p.idle, all[i])
 	}
 	p.npidle.Store(int32(len(all)))
+	p.coarse.Store(p.now().UnixNano())
 	m := newMonitor(p)
 	p.wg.Add(1)
 	go m.run()

@@ -221,10 +221,13 @@ type LoadSheddingConfig struct {
 	Enabled bool
 	// CPULimit is the process's CPU use, as a fraction of the cores Go
 	// may use (GOMAXPROCS), above which the silo sheds. Default 0.95, as
-	// in Orleans; 0 does not shed for CPU.
+	// in Orleans; 0 does not shed for CPU. Under a CPU quota that is not
+	// a whole number of cores, GOMAXPROCS rounds it up, so set the limit
+	// to the quota's share of GOMAXPROCS or below.
 	CPULimit float64
 	// HeapLimit is the live Go heap (as of the last GC), in bytes, above
-	// which the silo sheds.
+	// which the silo sheds. A shedding silo allocates little, so the heap
+	// reading that ends the shedding may wait for the next GC.
 	// Default 0: not for memory.
 	HeapLimit uint64
 	// Window is the span the averages cover. Default 5 s.

@@ -290,14 +290,14 @@ func TestQueueLimitsPrecedence(t *testing.T) {
 		c.QueueLimits = QueueLimits{Soft: 1, Hard: 1}
 		c.Types = map[string]TypeConfig{probe.ProbeGrainType: {QueueLimits: QueueLimits{Hard: 2}}}
 	}, map[string][]grain.RegisterOption{
-		probe.ProbeGrainType:       {grain.WithQueueLimits(50, 4)},
+		probe.ProbeGrainType:       {grain.WithQueueLimits(3, 4)},
 		probe.WorkerProbeGrainType: {grain.WithQueueLimits(0, 3)},
 	})
 	for _, tc := range []struct {
 		typ  string
 		want local.QueueLimits
 	}{
-		{probe.ProbeGrainType, local.QueueLimits{Soft: 50, Hard: 2}},      // Types, then the option
+		{probe.ProbeGrainType, local.QueueLimits{Soft: 2, Hard: 2}},       // Types, then the option; the soft lowered to the hard
 		{probe.WorkerProbeGrainType, local.QueueLimits{Soft: 1, Hard: 3}}, // the option, then the silo
 		{probe.IntProbeGrainType, local.QueueLimits{Soft: 1, Hard: 1}},    // the silo
 	} {
@@ -565,5 +565,19 @@ func TestQueueHardLimitCountsCallsFromOtherSilos(t *testing.T) {
 	}
 	if n := a.Stats().Overload.QueueRefusals; n != 0 {
 		t.Errorf("a, which holds no activation, counted %d refusals", n)
+	}
+}
+
+// TestQueueLimitsOptionSoftOverHardIsRefused: a grain option whose soft
+// limit exceeds its hard one fails registration, naming both.
+func TestQueueLimitsOptionSoftOverHardIsRefused(t *testing.T) {
+	t.Parallel()
+	s, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return nil }, grain.WithQueueLimits(200, 100))
+	if err == nil || !strings.Contains(err.Error(), "WithQueueLimits(200, 100)") {
+		t.Fatalf("RegisterGrain with soft 200 over hard 100: %v, want an error naming the option", err)
 	}
 }

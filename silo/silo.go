@@ -182,12 +182,18 @@ func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opt
 			t.Interval = tc.CollectionInterval
 		}
 	}
-	if t.Opts.QueueSoftLimit < 0 || t.Opts.QueueHardLimit < 0 {
-		return fmt.Errorf("silo: RegisterGrain %s: WithQueueLimits(%d, %d): a queue limit must not be negative", desc.Type, t.Opts.QueueSoftLimit, t.Opts.QueueHardLimit)
+	if o := t.Opts; o.QueueSoftLimit < 0 || o.QueueHardLimit < 0 || (o.QueueHardLimit > 0 && o.QueueSoftLimit > o.QueueHardLimit) {
+		return fmt.Errorf("silo: RegisterGrain %s: WithQueueLimits(%d, %d): a queue limit must not be negative, and the soft one must not exceed the hard one", desc.Type, t.Opts.QueueSoftLimit, t.Opts.QueueHardLimit)
 	}
 	t.Limits = local.ResolveQueueLimits(local.QueueLimits(s.cfg.QueueLimits),
 		local.QueueLimits{Soft: t.Opts.QueueSoftLimit, Hard: t.Opts.QueueHardLimit},
 		local.QueueLimits(s.cfg.Types[desc.Type].QueueLimits))
+	if l := t.Limits; l.Hard > 0 && l.Soft > l.Hard {
+		// Each limit resolves on its own, so a type that lowers only its
+		// hard limit ends under the silo's soft one: its warnings start
+		// where its refusals do.
+		t.Limits.Soft = l.Hard
+	}
 	t.Workers = t.Opts.MaxLocalWorkers
 	if t.Workers == 0 {
 		t.Workers = runtime.GOMAXPROCS(0)
@@ -266,18 +272,17 @@ func (s *Silo) Start(ctx context.Context) error {
 // Close waits for that. A Stop or Close called while another is under way
 // waits for it to finish (a Stop, up to its own ctx).
 func (s *Silo) Stop(ctx context.Context) error {
-	first, started := s.stop()
+	gctx, cancel := context.WithCancel(ctx)
+	first, started := s.stop(cancel)
 	if !first {
+		cancel()
 		return s.waitHalted(ctx)
 	}
 	if !started {
+		cancel()
 		s.halt()
 		return nil
 	}
-	gctx, cancel := context.WithCancel(ctx)
-	s.lifeMu.Lock()
-	s.abortStop = cancel
-	s.lifeMu.Unlock()
 	result := make(chan error, 1)
 	go func() {
 		defer cancel()
@@ -339,7 +344,7 @@ func (s *Silo) stopGracefully(ctx context.Context) error {
 // do. Idempotent; a second Close waits for the first.
 func (s *Silo) Close() error {
 	s.rt.BeginClose()
-	first, _ := s.stop()
+	first, _ := s.stop(nil)
 	s.lifeMu.Lock()
 	abort := s.abortStop
 	s.lifeMu.Unlock()
@@ -364,14 +369,17 @@ func (s *Silo) Close() error {
 }
 
 // stop marks the silo stopping and stops the collector. first: this call
-// did so; started: the silo had started.
-func (s *Silo) stop() (first, started bool) {
+// did so; started: the silo had started. A first Stop passes abort, which
+// ends its graceful stop: published under the same lock, so a Close that
+// comes after always finds it.
+func (s *Silo) stop(abort context.CancelFunc) (first, started bool) {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
 	if s.stopped {
 		return false, false
 	}
 	s.stopped = true
+	s.abortStop = abort
 	return true, s.rt.BeginStop()
 }
 

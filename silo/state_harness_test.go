@@ -36,6 +36,9 @@ type registerWorld struct {
 	hold map[string]chan struct{}
 	// arrived is told the key of each Set that reached its hold.
 	arrived chan string
+	// tickHold, when set before the silo starts, keeps every reminder
+	// tick in grain code, ignoring its context, until it is closed.
+	tickHold chan struct{}
 }
 
 func newRegisterWorld() *registerWorld {
@@ -132,6 +135,9 @@ func (g *registerGrain) ReceiveReminder(ctx grain.Context, name string, st grain
 	case g.w.ticks <- tick{key: g.key, name: name, silo: g.silo, st: st, at: time.Now()}:
 	default:
 		return status.Error(codes.ResourceExhausted, "test tick channel full")
+	}
+	if g.w.tickHold != nil {
+		<-g.w.tickHold
 	}
 	return nil
 }

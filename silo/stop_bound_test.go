@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/storage"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -157,4 +159,29 @@ func TestSecondStopWaitsForTheFirst(t *testing.T) {
 	if err := testwait.Recv(t, second, defaultTestTimeout, "the second Stop"); err != nil {
 		t.Fatalf("the second Stop: %v", err)
 	}
+}
+
+// TestCloseEndsAStuckReminderTick: Close returns within about
+// CloseTimeout though a reminder tick is stuck in grain code that ignores
+// its context, and the call's own timeout is an hour away.
+func TestCloseEndsAStuckReminderTick(t *testing.T) {
+	t.Parallel()
+	w := newRegisterWorld()
+	w.tickHold = make(chan struct{})
+	s := newStateSilo(t, w, func(c *Config) {
+		withReminders(storage.NewMemory(0))(c)
+		c.CloseTimeout = 300 * time.Millisecond
+		c.ResponseTimeout = time.Hour
+	})
+	release := sync.OnceFunc(func() { close(w.tickHold) })
+	t.Cleanup(release)
+	remind(t, s, "a", "r", testReminderPeriod, testReminderPeriod)
+	w.waitTicks(t, "a", "r", 1)
+	closed := make(chan struct{})
+	go func() { _ = s.Close(); close(closed) }()
+	testwait.Recv(t, closed, defaultTestTimeout, "Close with a reminder tick stuck in grain code")
+	if n := s.Stats().Overload.AbandonedTurns; n != 1 {
+		t.Errorf("abandoned %d turns, want the stuck tick", n)
+	}
+	release()
 }

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"context"
 	"math"
 	"sync"
 	"time"
@@ -142,7 +141,10 @@ func (r *reminderService) fire(e storage.ReminderEntry, st grain.TickStatus, don
 		PeriodNanos:          int64(st.Period),
 	}
 	r.wg.Go(func() {
-		_, err := r.s.Invoke(context.Background(), e.Grain, &ReminderMethod, tick)
+		// The silo's closing ends the wait: Release waits for these
+		// goroutines, and a tick stuck in grain code must not hold Close
+		// past its CloseTimeout.
+		_, err := r.s.Invoke(r.s.Closed, e.Grain, &ReminderMethod, tick)
 		if err != nil {
 			r.s.Log.Warn("reminder tick failed", zap.Stringer("grain", e.Grain), zap.String("reminder", e.Name), zap.Error(err))
 		}
