@@ -203,6 +203,14 @@ func (m *Machine) OfferNeeds() (inChain, holdsChain bool) {
 	return m.state < Active, m.state == Active && m.is(pending)
 }
 
+// Unhold takes back the last Offer that answered Hold: the runtime refused
+// that request instead of holding it (its queue was full).
+func (m *Machine) Unhold() {
+	if m.held > 0 {
+		m.held--
+	}
+}
+
 // Offer is a request arriving. inChain: its call chain passes through this
 // activation; holdsChain: a request up its chain runs here now.
 func (m *Machine) Offer(inChain, holdsChain bool) Result {

@@ -24,3 +24,22 @@ func TestEveryActionNamed(t *testing.T) {
 		}
 	}
 }
+
+// A request the runtime refused instead of holding is not admitted when
+// the activation starts: Unhold takes its Hold back.
+func TestUnholdTakesBackARefusedHold(t *testing.T) {
+	var m lifecycle.Machine
+	for range 2 {
+		if r := m.Offer(false, false); r.Do != lifecycle.Hold {
+			t.Fatalf("Offer while registering: %v, want Hold", r)
+		}
+	}
+	m.Unhold()
+	if n := m.Held(); n != 1 {
+		t.Fatalf("Held() = %d after two holds and an unhold, want 1", n)
+	}
+	m.Registered()
+	if r := m.ActivateDone(false, 0); !r.Has(lifecycle.AdmitHeld) || r.Held != 1 {
+		t.Fatalf("ActivateDone = %v, want AdmitHeld of 1", r)
+	}
+}

@@ -151,6 +151,9 @@ func (a *Activation) submit(c *Call) (start, retry bool) {
 	case lifecycle.Hold:
 		// Held for after activation, or for the next activation.
 		v, depth := a.queueOfferedLocked(c)
+		if v == queueFull {
+			a.life.Unhold() // refused, so not held after all
+		}
 		a.Mu.Unlock()
 		if v != queueOK {
 			a.overLimit(c, v, depth)
