@@ -32,7 +32,7 @@ COMPOSE         ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docke
 COMPOSE_FILE    := deploy/compose.yaml
 CLUSTER_PROJECT ?= granary
 # The silos' stop_grace_period in deploy/compose.yaml.
-CLUSTER_GRACE   := 25
+CLUSTER_GRACE   := 35
 # Flags for the chaos test, e.g. E2E_FLAGS='-hold 20s'.
 E2E_FLAGS       ?=
 # The compose cluster's certificates, tokens and gossip key (make certs):

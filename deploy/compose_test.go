@@ -244,12 +244,17 @@ func TestCompose(t *testing.T) {
 		if v, ok := env["GRANARY_SHUTDOWN_TIMEOUT"]; ok {
 			timeout = parseDuration(t, name+": GRANARY_SHUTDOWN_TIMEOUT", v)
 		}
+		closeTimeout := 10 * time.Second // the host's default
+		if v, ok := env["GRANARY_SHUTDOWN_CLOSE_TIMEOUT"]; ok {
+			closeTimeout = parseDuration(t, name+": GRANARY_SHUTDOWN_CLOSE_TIMEOUT", v)
+		}
+		timeout += closeTimeout
 		grace := 10 * time.Second // compose's default
 		if s.StopGracePeriod != "" {
 			grace = parseDuration(t, name+": stop_grace_period", s.StopGracePeriod)
 		}
 		if grace <= timeout {
-			t.Errorf("%s: stop_grace_period %v does not exceed shutdown.timeout %v: Docker would kill the silo mid-shutdown", name, grace, timeout)
+			t.Errorf("%s: stop_grace_period %v does not exceed shutdown.timeout plus shutdown.close_timeout, %v: Docker would kill the silo mid-shutdown", name, grace, timeout)
 		}
 		published := map[int]publishedPort{}
 		for _, spec := range s.Ports {

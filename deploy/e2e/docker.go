@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // runner runs a command and returns its standard output. An error names
@@ -226,4 +229,43 @@ func parseInspect(out string) (containerState, error) {
 		s.Networks[name] = endpoint{IP: n.IPAddress, Aliases: n.Aliases}
 	}
 	return s, nil
+}
+
+// protectionEnv starts the names of the silos' overload settings, which
+// the report quotes from the compose file.
+var protectionEnv = []string{"GRANARY_LOAD_SHEDDING_", "GRANARY_QUEUE_LIMITS_", "GRANARY_MEMORY_COLLECTION_", "GRANARY_SHUTDOWN_CLOSE_TIMEOUT"}
+
+// composeProtection returns the overload settings of the first silo's
+// environment in the compose file at path, NAME=value, sorted.
+func composeProtection(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseProtection(data)
+}
+
+func parseProtection(data []byte) ([]string, error) {
+	var f struct {
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("the compose file: %w", err)
+	}
+	svc, ok := f.Services[silos[0]]
+	if !ok {
+		return nil, fmt.Errorf("the compose file has no service %s", silos[0])
+	}
+	var out []string
+	for name, v := range svc.Environment {
+		for _, prefix := range protectionEnv {
+			if strings.HasPrefix(name, prefix) {
+				out = append(out, name+"="+v)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

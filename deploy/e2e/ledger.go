@@ -66,14 +66,23 @@ type verdict struct {
 type ledger struct {
 	mu      sync.Mutex
 	tallies map[string]*counterTally
+	// open lets send take keys the ledger has not seen: the overload
+	// soak makes a new key for most of its calls. A closed ledger knows
+	// its keys from the start, and any other is a bug of the generator.
+	open bool
 }
 
 func newLedger(keys []string) *ledger {
 	l := &ledger{tallies: make(map[string]*counterTally, len(keys))}
 	for _, k := range keys {
-		l.tallies[k] = &counterTally{first: map[activationKey]firstReply{}, dupSeen: map[activationKey]bool{}}
+		l.tallies[k] = &counterTally{}
 	}
 	return l
+}
+
+// newOpenLedger returns a ledger that takes each key at its first send.
+func newOpenLedger() *ledger {
+	return &ledger{tallies: map[string]*counterTally{}, open: true}
 }
 
 // send records an Add of 1 about to be sent to key at now.
@@ -107,6 +116,12 @@ func (l *ledger) ack(tk ticket, r addReply, now time.Time) verdict {
 	a := activationKey{r.Silo, r.Activation}
 	first, seen := t.first[a]
 	if !seen {
+		// The maps are made at the first reply: the soak's ledger holds a
+		// tally for each of its hundreds of thousands of keys, most of
+		// which are sent one Add.
+		if t.first == nil {
+			t.first, t.dupSeen = map[activationKey]firstReply{}, map[activationKey]bool{}
+		}
 		t.first[a] = firstReply{sent: tk.sentAt, received: now}
 		return v
 	}
@@ -123,14 +138,34 @@ func (l *ledger) ack(tk ticket, r addReply, now time.Time) verdict {
 	return v
 }
 
-// tally returns key's tally; mu held. The keys are fixed at newLedger:
-// any other is a bug of the generator.
+// tally returns key's tally; mu held. A closed ledger's keys are fixed
+// at newLedger: any other is a bug of the generator. An open one makes
+// the tally.
 func (l *ledger) tally(key string) *counterTally {
 	t, ok := l.tallies[key]
 	if !ok {
-		panic(fmt.Sprintf("e2e: ledger: counter %q is not one of the run's", key))
+		if !l.open {
+			panic(fmt.Sprintf("e2e: ledger: counter %q is not one of the run's", key))
+		}
+		t = &counterTally{}
+		l.tallies[key] = t
 	}
 	return t
+}
+
+// acknowledged returns, sorted, the keys with at least one acknowledged
+// Add: the only ones whose count the cluster can have lost.
+func (l *ledger) acknowledged() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keys []string
+	for k, t := range l.tallies {
+		if t.acked > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // finalCheck is the outcome of reading every counter at the end.
@@ -155,10 +190,19 @@ type finalCheck struct {
 // missing was not read, errs says why) against the tallies.
 func (l *ledger) final(counts map[string]int64, errs map[string]error) finalCheck {
 	l.mu.Lock()
+	keys := slices.Sorted(maps.Keys(l.tallies))
+	l.mu.Unlock()
+	return l.finalOf(keys, counts, errs)
+}
+
+// finalOf is final over keys only: Acked and Sent sum theirs, and a key
+// of them missing from counts is unread.
+func (l *ledger) finalOf(keys []string, counts map[string]int64, errs map[string]error) finalCheck {
+	l.mu.Lock()
 	defer l.mu.Unlock()
 	var f finalCheck
-	for _, key := range slices.Sorted(maps.Keys(l.tallies)) {
-		t := l.tallies[key]
+	for _, key := range keys {
+		t := l.tally(key)
 		f.Acked += t.acked
 		f.Sent += t.sent
 		v, ok := counts[key]

@@ -30,6 +30,12 @@ type loadConfig struct {
 	// Backoff is how long a worker waits after a failed call, so that a
 	// refusal does not spin. Default 50ms.
 	Backoff time.Duration
+	// Pace is the least time from the start of a worker's call to the
+	// start of its next, which holds the load to Workers/Pace calls a
+	// second at most; 0 sends each call as soon as the last returns. The
+	// chaos load runs unpaced; the modest load after the overload soak
+	// is paced, so that it stays well below what the cluster serves.
+	Pace time.Duration
 }
 
 func (c *loadConfig) setDefaults() {
@@ -57,6 +63,9 @@ func (c *loadConfig) validate() error {
 		return fmt.Errorf("load: the counter key prefix is empty")
 	case c.CallTimeout <= 0 || c.Backoff < 0:
 		return fmt.Errorf("load: call timeout %v and backoff %v must be positive", c.CallTimeout, c.Backoff)
+	case c.Pace < 0 || c.Pace >= time.Second:
+		// The recovery rule wants a call of every worker in every second.
+		return fmt.Errorf("load: pace %v must be at least 0 and under 1s", c.Pace)
 	}
 	return nil
 }
@@ -126,7 +135,8 @@ func (g *generator) work(ctx context.Context, w int) {
 	n := len(g.keys)
 	for i := w * n / g.cfg.Workers; ctx.Err() == nil; i = (i + 1) % n {
 		key := g.keys[i]
-		tk := g.ledger.send(key, g.clock.Now())
+		began := g.clock.Now()
+		tk := g.ledger.send(key, began)
 		callCtx, cancel := context.WithTimeout(ctx, g.cfg.CallTimeout)
 		r, err := g.add(callCtx, key, 1)
 		cancel()
@@ -144,6 +154,13 @@ func (g *generator) work(ctx context.Context, w int) {
 			continue
 		}
 		g.tl.record(w, now, nil, g.ledger.ack(tk, r, now))
+		if wait := began.Add(g.cfg.Pace).Sub(now); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-g.clock.After(wait):
+			}
+		}
 	}
 }
 

@@ -21,6 +21,19 @@
 // failed calls, the time until every worker's calls succeed again, the
 // duplicate activations the replies reveal and the lost writes. At the end
 // it reads every counter and compares it with the Adds acknowledged.
+//
+// With -overload, the overload soak follows (overload.go, soak.go): a
+// closed-loop burst
+// measures the calls a second the cluster serves, and for
+// -overload-duration an open loop offers twice that, a share of the calls
+// to one hot counter and the rest to keys never called before. Every
+// call that is not served must be refused with ResourceExhausted, never
+// time out; the admitted calls' p99 latency and every silo's memory
+// (docker stats, once a second) stay under their bounds; once the load
+// drops to a modest rate, every worker's calls succeed again within
+// -overload-recovery; and no acknowledged Add is lost. The silos' overload
+// settings are those of the compose file, which the faults run with too.
+//
 // docs/resilience.md (which the run writes) defines each measure and the
 // rules.
 //
@@ -79,6 +92,27 @@ type options struct {
 	startTimeout time.Duration
 	load         loadConfig
 	chaos        chaosConfig
+	overload     overloadConfig
+	soak         bool
+}
+
+// bytesFlag is a flag of a size written as Docker writes sizes: 512MiB.
+type bytesFlag struct{ p *uint64 }
+
+func (b bytesFlag) String() string {
+	if b.p == nil {
+		return ""
+	}
+	return fmt.Sprintf("%dMiB", *b.p>>20)
+}
+
+func (b bytesFlag) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b.p = n
+	return nil
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -97,11 +131,24 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.startTimeout, "start-timeout", 2*time.Minute, "how long the cluster may take to be ready at the start")
 	fs.DurationVar(&o.chaos.Hold, "hold", 10*time.Second, "how long each fault is held (and the steady state watched)")
 	fs.DurationVar(&o.chaos.Settle, "settle", 8*time.Second, "how long the cluster is watched after a silo is back, before the next fault")
-	fs.DurationVar(&o.chaos.Grace, "grace", 25*time.Second, "docker restart -t: a silo's time to stop after SIGTERM (the compose file's stop_grace_period)")
+	fs.DurationVar(&o.chaos.Grace, "grace", 35*time.Second, "docker restart -t: a silo's time to stop after SIGTERM (the compose file's stop_grace_period)")
 	fs.DurationVar(&o.chaos.ReadyTimeout, "ready-timeout", 90*time.Second, "how long a silo may take to be ready after it starts")
 	fs.IntVar(&o.load.Workers, "workers", 8, "load `workers`, each one call at a time")
 	fs.IntVar(&o.load.Counters, "counters", 64, "`counters` the workers share")
 	fs.DurationVar(&o.load.CallTimeout, "call-timeout", 2*time.Second, "the bound of each call")
+	fs.BoolVar(&o.soak, "overload", false, "run the overload soak after the faults (not yet part of the default run: see docs/resilience.md)")
+	fs.DurationVar(&o.overload.Duration, "overload-duration", 2*time.Minute, "how long the overload soak offers Factor times the capacity")
+	fs.Float64Var(&o.overload.Factor, "overload-factor", 2, "the soak's offered rate, as a multiple of the capacity measured")
+	fs.Float64Var(&o.overload.HotShare, "overload-hot", 0.2, "the `share` of the soak's calls that go to its one hot counter; the rest go to new keys")
+	fs.IntVar(&o.overload.CapacityWorkers, "capacity-workers", 256, "`workers` of the closed-loop burst that measures the capacity")
+	fs.DurationVar(&o.overload.CapacityWarmup, "capacity-warmup", 5*time.Second, "how long the burst runs before it is measured")
+	fs.DurationVar(&o.overload.CapacityMeasure, "capacity-measure", 10*time.Second, "how long the burst is measured")
+	fs.IntVar(&o.overload.MaxInFlight, "overload-max-inflight", 0, "the most `calls` the soak has in flight (default: the offered rate times -call-timeout)")
+	fs.DurationVar(&o.overload.P99Bound, "overload-p99", defaultP99Bound, "the bound of the 99th percentile latency of the calls admitted during the overload")
+	o.overload.RSSBound = defaultRSSBound
+	fs.Var(bytesFlag{&o.overload.RSSBound}, "overload-memory", "the `size` (such as 256MiB) no silo's memory may exceed during the soak")
+	fs.DurationVar(&o.overload.RecoveryBound, "overload-recovery", 10*time.Second, "the bound of the time from the load's drop until every call succeeds again")
+	fs.DurationVar(&o.overload.RecoveryWatch, "overload-watch", 20*time.Second, "how long the modest load after the drop is watched")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -125,6 +172,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.load.Prefix = "e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	if err := o.load.validate(); err != nil {
+		return options{}, err
+	}
+	o.overload.CallTimeout = o.load.CallTimeout
+	o.overload.Prefix = o.load.Prefix + "-soak"
+	o.overload.setDefaults()
+	if err := o.overload.validate(); err != nil {
 		return options{}, err
 	}
 	return o, nil
@@ -342,6 +395,17 @@ func exercise(ctx context.Context, o options, sec secrets, cluster []silo, netwo
 
 	logf("reading every counter back")
 	res.Final = gen.readAll(ctx, 10)
+	if res.RunErr == nil && o.soak {
+		w, method := newWatcher(clock, cluster, d, dockerSocket(os.Getenv("DOCKER_HOST")), sec.tlsConfig())
+		res.Overload = runOverload(ctx, o.overload, add, clock, w, logf)
+		res.Overload.MemoryMethod = method
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("interrupted: %w", ctx.Err())
+		}
+	}
+	if res.Protection, err = composeProtection(o.compose); err != nil {
+		return nil, err
+	}
 	res.Restarts = map[string]int{}
 	for _, s := range cluster {
 		st, err := d.inspect(ctx, s.Container)
@@ -449,6 +513,19 @@ func printSummary(w io.Writer, res *result) {
 	f := res.Final
 	fmt.Fprintf(w, "final read: %d counters, %d sent, %d acknowledged, %d counted; lost %d Adds on %d counters\n",
 		f.Counters, f.Sent, f.Acked, f.Final, f.LostAdds, f.LostCounters)
+	if o := res.Overload; o != nil {
+		s := o.Overload
+		fmt.Fprintf(w, "overload: capacity %.0f/s, offered %.0f/s; ok=%d shed=%d queue-refused=%d deadline=%d unavailable=%d other=%d not-sent=%d; p50=%s p99=%s max=%s\n",
+			o.Capacity, o.Offered, s.Outcomes[outOK], s.Outcomes[outShed], s.Outcomes[outRefused], s.Outcomes[outDeadline], s.Outcomes[outUnavailable], s.Outcomes[outOther],
+			o.Loop.NotSent, formatLatency(s.P50), formatLatency(s.P99), formatLatency(s.Max))
+		for _, sw := range o.Silos {
+			fmt.Fprintf(w, "overload: %s memory<=%s rss<=%s heap<=%s activations<=%d shedding %ds shed=%s queue-refusals=%s memory-collections=%s\n",
+				sw.Service, formatBytes(sw.MemMax), formatBytes(sw.RSSMax), formatBytes(sw.HeapMax), sw.ActivationsMax, sw.SheddingSamples,
+				formatDelta(&sw, metricShed), formatDelta(&sw, metricQueueRefusals), formatDelta(&sw, metricMemoryCollections))
+		}
+		fmt.Fprintf(w, "overload: recovery %s; final read %d counters, lost %d Adds on %d counters, %d unread\n",
+			formatRecovery(o.Recovery), o.Final.Counters, o.Final.LostAdds, o.Final.LostCounters, len(o.Final.Unread))
+	}
 	if res.passed() {
 		fmt.Fprintln(w, "PASS")
 		return

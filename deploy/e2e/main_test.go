@@ -31,10 +31,23 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("flags not applied: %+v", o)
 	}
 
+	o, err = parseFlags([]string{"-overload-duration", "3m", "-overload-memory", "300MiB", "-overload-p99", "750ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.overload; c.Duration != 3*time.Minute || c.RSSBound != 300<<20 || c.P99Bound != 750*time.Millisecond ||
+		c.CallTimeout != o.load.CallTimeout || c.Prefix != o.load.Prefix+"-soak" || c.Factor != 2 {
+		t.Errorf("soak flags not applied: %+v", c)
+	}
+
 	tests := []struct {
 		args    []string
 		wantErr string
 	}{
+		{[]string{"-overload-memory", "lots"}, "invalid value"},
+		{[]string{"-overload-p99", "2s"}, "p99 bound 2s"},
+		{[]string{"-overload-watch", "10s"}, "recovery watch 10s must exceed"},
+		{[]string{"-overload-factor", "0.5"}, "factor 0.5"},
 		{[]string{"-hold", "0s"}, "-hold 0s: must be positive"},
 		{[]string{"-settle", "4s"}, "-settle 4s must exceed -recovery 5s"},
 		{[]string{"-workers", "0"}, "workers 0"},

@@ -25,6 +25,12 @@ type result struct {
 	// Security are the checks that the cluster refuses callers without
 	// its credentials, in the order made.
 	Security []check
+	// Protection are the silos' overload settings in the compose file,
+	// NAME=value, for the report.
+	Protection []string
+	// Overload is the overload soak's outcome; nil when it did not run,
+	// because the faults did not all run.
+	Overload *overloadResult
 	// Screenshot is the dashboard's screenshot, relative to the report;
 	// ScreenshotErr says why there is none.
 	Screenshot    string
@@ -76,6 +82,9 @@ func (r *result) evaluate(tl *timeline) {
 	}
 	if r.RunErr != nil {
 		r.fail("the run stopped early: %v", r.RunErr)
+	}
+	if r.Overload != nil {
+		r.Overload.evaluate(r.fail)
 	}
 }
 
@@ -144,7 +153,12 @@ func writeMarkdown(w io.Writer, r *result) error {
 	p("This page is written by `make e2e` (the program `deploy/e2e`); do not edit it by hand.\n")
 	p("It records the last run: %s, %v long.\n\n", r.Started.UTC().Format(time.RFC3339), r.Elapsed.Round(time.Second))
 	if r.passed() {
-		p("**Verdict: passed.** Every fault recovered within %v, and no acknowledged write was lost.\n\n", r.Bound)
+		p("**Verdict: passed.** Every fault recovered within %v, and no acknowledged write was lost.", r.Bound)
+		if o := r.Overload; o != nil {
+			p(" Offered %g times its capacity for %v, the cluster refused the excess with ResourceExhausted only, kept its admitted calls' p99 latency under %v and every silo's memory under %s, and served normally again %s after the load dropped.",
+				o.Config.Factor, o.Config.Duration, o.Config.P99Bound, formatBytes(o.Config.RSSBound), formatRecovery(o.Recovery))
+		}
+		p("\n\n")
 	} else {
 		p("**Verdict: failed.**\n\n")
 		for _, f := range r.Failures {
@@ -172,6 +186,8 @@ func writeMarkdown(w io.Writer, r *result) error {
 		f.Counters, r.Load.Counters, f.Sent, f.Acked, f.Final)
 	p("Counters below their acknowledged Adds: %d (%d Adds lost). Counters above the Adds sent: %d.\n", f.LostCounters, f.LostAdds, f.OverCounters)
 	p("Duplicate activations revealed by the replies over the whole run: %d. Most activations the silos reported at once: %s.\n\n", r.duplicates(), formatExcess(r.peakActivations(), r.Load.Counters))
+
+	writeOverload(&b, r)
 
 	if len(r.Security) > 0 {
 		p("## Security\n\n")
@@ -227,7 +243,8 @@ func writeMethod(b *strings.Builder, r *result) {
 	p("With %d counters, a sum above %d means some counter is active on two silos at once, whether or not calls reach the second activation; the column gives the excess at its peak in the row, then the peak sum. ", r.Load.Counters, r.Load.Counters)
 	p("A silo the host cannot reach (killed, or partitioned) is left out of the sum.\n")
 	p("- A silo that exits on its own is restarted by its compose restart policy; any such restart fails the run.\n\n")
-	p("Reproduce with `make e2e` (needs Docker; see docs/deploy.md). The program's flags change the hold and settle times, the load and the bound: `go run ./deploy/e2e -help`.\n")
+	writeOverloadMethod(b, r)
+	p("Reproduce with `make e2e` (needs Docker; see docs/deploy.md). The program's flags change the hold and settle times, the load, the soak and the bounds: `go run ./deploy/e2e -help`.\n")
 }
 
 // oneLine shortens s to one line of at most n bytes, for a table.
@@ -238,4 +255,156 @@ func oneLine(s string, n int) string {
 		s = s[:n] + "..."
 	}
 	return s
+}
+
+// writeOverload writes the overload soak's section.
+func writeOverload(b *strings.Builder, r *result) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("## Overload\n\n")
+	o := r.Overload
+	if o == nil {
+		p("The soak did not run: it runs with `-overload` (`make e2e E2E_FLAGS=-overload`), or the faults did not all run.\n\n")
+		return
+	}
+	c := o.Config
+	if o.Offered == 0 {
+		p("The soak stopped before the overload: %v.\n\n", o.Err)
+	} else {
+		p("The cluster served **%.0f calls/s** in the capacity burst; for %v it was then offered **%.0f calls/s**, %g times that, open loop: %.0f%% of the calls to one hot counter, each of the others to a counter never called before.\n\n",
+			o.Capacity, c.Duration, o.Offered, c.Factor, 100*c.HotShare)
+	}
+	if o.Err != nil && o.Offered != 0 {
+		p("The soak stopped early: %v.\n\n", o.Err)
+	}
+
+	p("| calls | capacity burst | overload |\n| --- | ---: | ---: |\n")
+	p("| ended | %d | %d |\n", o.Burst.Calls(), o.Overload.Calls())
+	for oc := range numOutcomes {
+		p("| %s | %d | %d |\n", oc, o.Burst.Outcomes[oc], o.Overload.Outcomes[oc])
+	}
+	p("| not sent by the load generator | - | %d |\n", o.Loop.NotSent)
+	p("| admitted: p50 / p99 / max latency | %s / %s / %s | %s / %s / %s |\n\n",
+		formatLatency(o.Burst.P50), formatLatency(o.Burst.P99), formatLatency(o.Burst.Max),
+		formatLatency(o.Overload.P50), formatLatency(o.Overload.P99), formatLatency(o.Overload.Max))
+	p("The admitted calls' p99 latency during the overload was %s, against a bound of %v; that of the %d calls to the hot counter alone was %s. ",
+		formatLatency(o.Overload.P99), c.P99Bound, o.Overload.HotOK, formatLatency(o.Overload.HotP99))
+	p("The load generator started %d of the %d calls that fell due (at most %d in flight at once, of %d allowed), %s late at the 99th percentile and %s at most.\n\n",
+		o.Loop.Sent, o.Loop.Scheduled, o.Loop.MaxSeen, o.MaxInFlight, formatLatency(o.Overload.LagP99), formatLatency(o.Overload.LagMax))
+	for _, st := range []struct {
+		name string
+		s    stageStats
+	}{{"capacity burst", o.Burst}, {"overload", o.Overload}} {
+		for oc := outShed; oc < numOutcomes; oc++ {
+			if e := st.s.Examples[oc]; e != "" {
+				p("- %s, %s: `%s`\n", st.name, oc, oneLine(e, 240))
+			}
+		}
+	}
+	p("\n")
+
+	p("| silo | memory at most (bound %s) | process RSS at most | Go heap at most | activations at most | CPU at most / mean | seconds shedding | shed requests | queue-limit refusals | memory collections |\n", formatBytes(c.RSSBound))
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, w := range o.Silos {
+		mem, cpu := "no sample", "-"
+		if w.MemSamples > 0 {
+			mem = formatBytes(w.MemMax)
+		}
+		if w.CPUSamples > 0 {
+			cpu = fmt.Sprintf("%.0f%% / %.0f%%", w.CPUMax, w.CPUSum/float64(w.CPUSamples))
+		}
+		p("| %s | %s | %s | %s | %d | %s | %d of %d | %s | %s | %s |\n", w.Service, mem, formatBytes(w.RSSMax), formatBytes(w.HeapMax), w.ActivationsMax, cpu,
+			w.SheddingSamples, w.Scrapes-w.Missed, formatDelta(&w, metricShed), formatDelta(&w, metricQueueRefusals), formatDelta(&w, metricMemoryCollections))
+	}
+	p("\n")
+	if o.MemErr != nil {
+		p("A memory sample failed: %s.\n\n", oneLine(o.MemErr.Error(), 240))
+	}
+
+	if o.Offered != 0 && o.Err == nil {
+		rc := o.Recovery
+		p("After the drop to %d workers at %.0f calls/s at most, ", c.RecoveryWorkers, o.RecoveryRate)
+		if rc.Recovered {
+			p("every worker's calls succeeded again after **%s** (bound %v)", formatRecovery(rc), c.RecoveryBound)
+		} else {
+			p("calls were **still failing or stalled at the end of the %v watch** (bound %v)", c.RecoveryWatch, c.RecoveryBound)
+		}
+		p(": %d calls in %v, %d failed", rc.Calls, c.RecoveryWatch, rc.Failed)
+		if rc.TopCount > 0 {
+			p(", %s for %d of them, such as `%s`", rc.TopCode, rc.TopCount, oneLine(rc.TopExample, 240))
+		}
+		p(".\n\n")
+		f := o.Final
+		p("Final read: %d counters read (the hot one, every new one an Add to which was acknowledged, and the modest load's %d), %d Adds sent to them, %d acknowledged, counts summing to %d. ",
+			f.Counters, o.RecoveryLoad.Counters, f.Sent, f.Acked, f.Final)
+		p("Counters below their acknowledged Adds: %d (%d Adds lost). Counters above the Adds sent: %d. Unread: %d.\n\n", f.LostCounters, f.LostAdds, f.OverCounters, len(f.Unread))
+	}
+}
+
+// formatLatency renders a latency to a tenth of a millisecond.
+func formatLatency(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
+
+// formatDelta renders how much counter name grew on w over the soak.
+func formatDelta(w *siloWatch, name string) string {
+	d, ok := w.delta(name)
+	if !ok {
+		return "not exported"
+	}
+	return fmt.Sprintf("%.0f", d)
+}
+
+// writeOverloadMethod explains how the soak was made and what its
+// figures mean.
+func writeOverloadMethod(b *strings.Builder, r *result) {
+	o := r.Overload
+	if o == nil {
+		return
+	}
+	c := o.Config
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("### The overload soak\n\n")
+	p("After the faults and their final read, on the same client, the run measures what the cluster serves and then offers it more than that:\n\n")
+	p("- The capacity: %d workers each call one call at a time, without pause, for %v; the calls that succeed in the last %v, per second, are the capacity. ",
+		c.CapacityWorkers, c.CapacityWarmup+c.CapacityMeasure, c.CapacityMeasure)
+	p("Every call of the burst goes to a new key: with the hot counter among them, the workers would queue behind its one activation, and the burst would measure the hot counter, not the cluster.\n")
+	p("- The overload: for %v an open loop offers %g times the capacity. Every %v it starts the calls that fell due since, whether or not earlier ones returned, ", c.Duration, c.Factor, c.Tick)
+	p("with at most %d in flight: the offered rate times the call timeout of %v, which is what would be in flight if every call took its whole timeout, so the bound cannot hide a queue shorter than the timeout (such a queue ends calls with DeadlineExceeded first). ",
+		o.MaxInFlight, c.CallTimeout)
+	p("A call that falls due while that many are in flight is not sent, and is counted apart: it is the load generator's, not a refusal by a silo. ")
+	p("%.0f%% of the calls add 1 to one hot counter, which one activation serves one call at a time, so its queue limit decides what waits; ", 100*c.HotShare)
+	p("each of the others adds 1 to a counter never called before, which a silo activates, reads from PostgreSQL and holds in memory until it is collected, so the silos' memory grows unless memory collection keeps up.\n")
+	p("- The drop: at the end of the overload the load falls to %d workers, each paced to a call every %v at most (%.0f calls/s in all, %.0f%% of the capacity), over %d new counters, watched for %v.\n",
+		c.RecoveryWorkers, o.RecoveryLoad.Pace.Round(time.Millisecond), o.RecoveryRate, 100*c.RecoveryShare, o.RecoveryLoad.Counters, c.RecoveryWatch)
+	p("- The silos' protection, deploy/compose.yaml's environment for every silo, which the faults above ran with too: %s.\n\n", formatSettings(r.Protection))
+
+	p("What the overload figures mean:\n\n")
+	p("- **Outcomes**: each call ends in one class. OK. ResourceExhausted (shed): refused with a google.rpc.ErrorInfo of reason %s, by a silo whose CPU or heap is over its load-shedding limit. ", overloadReason)
+	p("ResourceExhausted (queue limit): any other ResourceExhausted, from an activation whose queue is at its hard limit. DeadlineExceeded: the call waited out its %v timeout, in a queue somewhere (the client, a gateway, a silo, the database). Unavailable. Other. ", c.CallTimeout)
+	p("A ResourceExhausted refusal is the cluster protecting itself and passes; any call of the last three classes, in the burst or the overload, fails the run: a timeout hides a queue, and Unavailable would mean a silo or a gateway was gone, which none may be. ")
+	p("The overload must also refuse some calls: one that refused none did not overload the cluster.\n")
+	p("- **Admitted latency**: from a call's start to its reply, of the calls that succeeded, kept in an HDR histogram (1 µs to 1 min, 3 significant figures); the p99 of the overload's is bounded by %v (-overload-p99). ", c.P99Bound)
+	p("How late the load generator started calls against their schedule is reported apart, neither charged to the cluster nor hidden. The generator must send at least %.0f%% of the calls due, or it did not offer the rate claimed.\n", 100*minSentShare)
+	p("- **Memory**: %s, of each silo's container, once a second from the start of the burst to the end of the watch after the drop; the most seen is bounded by %s (-overload-memory). ", o.MemoryMethod, formatBytes(c.RSSBound))
+	p("It is what a container memory limit and the OOM killer go by; the image is FROM scratch, so nothing inside a container can read /proc for the run. ")
+	p("**CPU** is the container's CPU time between successive samples, in percent of one core: the most, and the mean. ")
+	p("Process RSS (process_resident_memory_bytes), Go heap (%s) and activations (%s, all types) are the most the silo's own /metrics reported in the same seconds.\n", metricHeap, metricActivations)
+	p("- **Seconds shedding** counts the once-a-second scrapes of /metrics that found %s at 1, of those that answered. ", metricShedding)
+	p("**Shed requests**, **queue-limit refusals** and **memory collections** are how much %s, %s and %s grew from a scrape before the burst to one after the watch; \"not exported\" when the silo's /metrics lacks the metric.\n",
+		metricShed, metricQueueRefusals, metricMemoryCollections)
+	p("- **Recovery time**: as for the faults, on the modest load's own seconds, counted from the drop: the start of the first clean second after the last unclean one, where a clean second has no failed call (a refusal is a failure here) and a call completed by every worker. The bound is %v (-overload-recovery).\n", c.RecoveryBound)
+	p("- **Lost writes**: the rule of the faults, with the soak's own ledger: every reply must carry a count above what was acknowledged before its call, and at the end every counter an Add to which was acknowledged is read, the hot one, each new one and the modest load's, and must hold at least its acknowledged Adds and at most the Adds sent. A new counter none of whose Adds was acknowledged has nothing to lose and is not read. ")
+	p("The read makes %d reads at once, tries a refused one again a second later up to %d times, and ends after %v: a counter still unread then fails the run.\n\n", readConcurrency, readAttempts, readBudget)
+}
+
+// formatSettings renders the silos' protection settings for the report.
+func formatSettings(env []string) string {
+	if len(env) == 0 {
+		return "none found"
+	}
+	quoted := make([]string, len(env))
+	for i, e := range env {
+		quoted[i] = "`" + e + "`"
+	}
+	return strings.Join(quoted, ", ")
 }

@@ -124,3 +124,150 @@ func TestOneLine(t *testing.T) {
 		t.Errorf("oneLine = %q", got)
 	}
 }
+
+// testOverload is a soak that passes: capacity 1000/s, 2000/s offered,
+// refusals of both kinds, bounded latency and memory, quick recovery.
+func testOverload() *overloadResult {
+	cfg := overloadConfig{Prefix: "s", P99Bound: 500 * time.Millisecond, RSSBound: 256 << 20}
+	cfg.setDefaults()
+	var burst, over stageStats
+	burst.Outcomes[outOK], burst.Outcomes[outShed] = 15000, 200
+	burst.P50, burst.P99, burst.Max = 20*time.Millisecond, 80*time.Millisecond, 300*time.Millisecond
+	over.Outcomes[outOK], over.Outcomes[outShed], over.Outcomes[outRefused] = 120000, 100000, 19000
+	over.P50, over.P99, over.Max = 30*time.Millisecond, 250*time.Millisecond, 900*time.Millisecond
+	over.LagP99, over.LagMax = 6*time.Millisecond, 40*time.Millisecond
+	over.HotOK, over.HotP99 = 20000, 210*time.Millisecond
+	over.Examples[outShed] = "rpc error: code = ResourceExhausted desc = granary: silo a is overloaded"
+	watch := func(name string, mem uint64) siloWatch {
+		return siloWatch{Service: name, MemMax: mem, MemSamples: 140, CPUMax: 70, CPUSum: 140 * 50, CPUSamples: 140, RSSMax: mem - 5<<20, HeapMax: 60 << 20,
+			ActivationsMax: 30000, SheddingSamples: 80, Scrapes: 140,
+			Start: map[string]float64{metricShed: 5, metricQueueRefusals: 0, metricMemoryCollections: 0},
+			End:   map[string]float64{metricShed: 40005, metricQueueRefusals: 19000, metricMemoryCollections: 70000}}
+	}
+	return &overloadResult{
+		Config: cfg, Capacity: 1000, Offered: 2000, MaxInFlight: 4000,
+		Burst: burst, Overload: over,
+		Loop:         loopCounts{Scheduled: 240000, Sent: 239000, NotSent: 1000, MaxSeen: 4000},
+		Recovery:     windowStats{Calls: 3000, Failed: 12, Recovered: true, Recovery: 4 * time.Second, TopCode: "ResourceExhausted", TopCount: 12, TopExample: "overloaded", PeakActivations: -1},
+		RecoveryLoad: loadConfig{Workers: 8, Counters: 64, Pace: 40 * time.Millisecond},
+		RecoveryRate: 200,
+		Final:        finalCheck{Counters: 96065, Acked: 123000, Sent: 124000, Final: 123100},
+		Silos:        []siloWatch{watch("silo-a", 150<<20), watch("silo-b", 140<<20), watch("silo-c", 130<<20)},
+	}
+}
+
+func TestEvaluateOverload(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(o *overloadResult)
+		want   []string
+	}{
+		{name: "a soak that passes"},
+		{name: "a timeout hides a queue", change: func(o *overloadResult) {
+			o.Overload.Outcomes[outDeadline] = 3
+			o.Overload.Examples[outDeadline] = "context deadline exceeded"
+		}, want: []string{"overload: overload: 3 calls ended neither served nor refused with ResourceExhausted (DeadlineExceeded 3, Unavailable 0, other 0), such as context deadline exceeded"}},
+		{name: "a silo gone in the burst", change: func(o *overloadResult) { o.Burst.Outcomes[outUnavailable] = 1 },
+			want: []string{"overload: capacity burst: 1 calls ended neither served nor refused"}},
+		{name: "latency over the bound", change: func(o *overloadResult) { o.Overload.P99 = 600 * time.Millisecond },
+			want: []string{"overload: the admitted calls' p99 latency 600ms is over the 500ms bound"}},
+		{name: "nothing refused", change: func(o *overloadResult) { o.Overload.Outcomes[outShed], o.Overload.Outcomes[outRefused] = 0, 0 },
+			want: []string{"overload: no call was refused"}},
+		{name: "a generator that fell behind", change: func(o *overloadResult) { o.Loop.Sent, o.Loop.NotSent = 200000, 40000 },
+			want: []string{"overload: the load generator sent 200000 of the 240000 calls due"}},
+		{name: "memory over the bound", change: func(o *overloadResult) { o.Silos[1].MemMax = 300 << 20 },
+			want: []string{"overload: silo-b used 300.0 MiB of memory, over the 256.0 MiB bound"}},
+		{name: "no memory sample", change: func(o *overloadResult) { o.Silos[2].MemSamples = 0; o.MemErr = errors.New("docker stats: boom") },
+			want: []string{"overload: silo-c: no memory sample (docker stats: boom)"}},
+		{name: "slow recovery", change: func(o *overloadResult) { o.Recovery.Recovery = 11 * time.Second },
+			want: []string{"overload: the cluster served normally again 11s after the load dropped, over the 10s bound"}},
+		{name: "no recovery", change: func(o *overloadResult) { o.Recovery.Recovered, o.Recovery.Recovery = false, 20*time.Second },
+			want: []string{"overload: calls were still failing or stalled 20s after the load dropped"}},
+		{name: "lost writes", change: func(o *overloadResult) {
+			o.Overload.Lost = 2
+			o.Final.LostCounters, o.Final.LostAdds = 1, 1
+			o.Final.Unread = []string{"s-new-00000007: unavailable"}
+		}, want: []string{"overload: overload: 2 replies carried a count below an acknowledged one", "overload: final read: 1 counters lost 1 acknowledged Adds",
+			"overload: final read: 1 counters could not be read, the first: s-new-00000007"}},
+		{name: "stopped before the overload", change: func(o *overloadResult) {
+			o.Err, o.Offered = errors.New("the capacity burst was served no call"), 0
+		}, want: []string{"overload: the soak stopped early: the capacity burst was served no call"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, tl := testResult([]second{clean, clean})
+			r.Overload = testOverload()
+			if tt.change != nil {
+				tt.change(r.Overload)
+			}
+			r.evaluate(tl)
+			if len(r.Failures) != len(tt.want) {
+				t.Fatalf("failures %q, want %d like %q", r.Failures, len(tt.want), tt.want)
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(r.Failures[i], w) {
+					t.Errorf("failure %d = %q, want it to contain %q", i, r.Failures[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteMarkdownOverload(t *testing.T) {
+	r, tl := testResult([]second{clean, clean})
+	r.Overload = testOverload()
+	r.Overload.Silos[2].End = map[string]float64{} // silo-c exports none of the counters
+	r.Protection = []string{"GRANARY_LOAD_SHEDDING_ENABLED=true", "GRANARY_QUEUE_LIMITS_HARD=100"}
+	r.evaluate(tl)
+	var b strings.Builder
+	if err := writeMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"Offered 2 times its capacity for 2m0s, the cluster refused the excess with ResourceExhausted only, kept its admitted calls' p99 latency under 500ms and every silo's memory under 256.0 MiB, and served normally again 4 s after the load dropped.",
+		"## Overload",
+		"The cluster served **1000 calls/s** in the capacity burst; for 2m0s it was then offered **2000 calls/s**, 2 times that, open loop: 20% of the calls to one hot counter",
+		"| ended | 15200 | 239000 |",
+		"| OK | 15000 | 120000 |",
+		"| ResourceExhausted (shed) | 200 | 100000 |",
+		"| ResourceExhausted (queue limit) | 0 | 19000 |",
+		"| DeadlineExceeded | 0 | 0 |",
+		"| not sent by the load generator | - | 1000 |",
+		"| admitted: p50 / p99 / max latency | 20.0 ms / 80.0 ms / 300.0 ms | 30.0 ms / 250.0 ms / 900.0 ms |",
+		"The admitted calls' p99 latency during the overload was 250.0 ms, against a bound of 500ms; that of the 20000 calls to the hot counter alone was 210.0 ms.",
+		"The load generator started 239000 of the 240000 calls that fell due (at most 4000 in flight at once, of 4000 allowed), 6.0 ms late at the 99th percentile and 40.0 ms at most.",
+		"- overload, ResourceExhausted (shed): `rpc error: code = ResourceExhausted desc = granary: silo a is overloaded`",
+		"| silo-a | 150.0 MiB | 145.0 MiB | 60.0 MiB | 30000 | 70% / 50% | 80 of 140 | 40000 | 19000 | 70000 |",
+		"| silo-c | 130.0 MiB | 125.0 MiB | 60.0 MiB | 30000 | 70% / 50% | 80 of 140 | not exported | not exported | not exported |",
+		"every worker's calls succeeded again after **4 s** (bound 10s): 3000 calls in 20s, 12 failed, ResourceExhausted for 12 of them",
+		"Final read: 96065 counters read",
+		"Counters below their acknowledged Adds: 0 (0 Adds lost).",
+		"### The overload soak",
+		"at most 4000 in flight",
+		"`GRANARY_LOAD_SHEDDING_ENABLED=true`, `GRANARY_QUEUE_LIMITS_HARD=100`",
+		"**Recovery time**",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+
+	r.Overload.Recovery.Recovered = false
+	b.Reset()
+	if err := writeMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if want := "calls were **still failing or stalled at the end of the 20s watch** (bound 10s): 3000 calls in 20s"; !strings.Contains(b.String(), want) {
+		t.Errorf("an unrecovered soak's report lacks %q", want)
+	}
+
+	r.Overload = nil
+	b.Reset()
+	if err := writeMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if md := b.String(); !strings.Contains(md, "The soak did not run: it runs with `-overload`") || strings.Contains(md, "### The overload soak") {
+		t.Errorf("a run without the soak reports it as run:\n%s", md)
+	}
+}
