@@ -226,8 +226,8 @@ type LoadSheddingConfig struct {
 	// to the quota's share of GOMAXPROCS or below.
 	CPULimit float64
 	// HeapLimit is the live Go heap (as of the last GC), in bytes, above
-	// which the silo sheds. A shedding silo allocates little, so the heap
-	// reading that ends the shedding may wait for the next GC.
+	// which the silo sheds. A shedding silo allocates little, so while its
+	// heap keeps it shedding and no GC completes for a Window, it runs one.
 	// Default 0: not for memory.
 	HeapLimit uint64
 	// Window is the span the averages cover. Default 5 s.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -482,5 +483,37 @@ func TestMemoryCollectionWritesStateAndReroutesCalls(t *testing.T) {
 	}
 	if n := h.s.Stats().Overload.MemoryCollections; n != 1 {
 		t.Fatalf("Overload.MemoryCollections = %d, want 1", n)
+	}
+}
+
+// TestMemoryCollectionRunsAGCWhenNoneComes: over the target, a round
+// waits for a GC cycle after the last one before it collects again; when
+// none comes on its own for five intervals (a silo that sheds load
+// allocates next to nothing), the collector runs one and carries on.
+func TestMemoryCollectionRunsAGCWhenNoneComes(t *testing.T) {
+	t.Parallel()
+	heap := &fakeHeap{}
+	var runs atomic.Int32
+	h := newMemHarness(t, heap, memOpt{maxPerRound: 1, before: func(s *Silo) {
+		s.rt.Cfg.MemoryCollection.CollectGarbage = func() {
+			runs.Add(1)
+			heap.gc(overHeap)
+		}
+	}})
+	keys := []string{"g0", "g1", "g2"}
+	for _, k := range keys {
+		callAt(t, h, 10*time.Millisecond, k)
+	}
+	heap.gc(overHeap)
+	memRound(h)
+	for round := 2; round <= 5; round++ {
+		memRound(h)
+		if got := collectedOf(h, probe.ProbeGrainType, keys...); !slices.Equal(got, []string{"g0"}) || runs.Load() != 0 {
+			t.Fatalf("round %d without a GC cycle: collected %v, ran %d GCs; want [g0] and none", round, got, runs.Load())
+		}
+	}
+	memRound(h)
+	if got := collectedOf(h, probe.ProbeGrainType, keys...); !slices.Equal(got, []string{"g0", "g1"}) || runs.Load() != 1 {
+		t.Fatalf("five intervals without a GC cycle: collected %v, ran %d GCs; want [g0 g1] and one", got, runs.Load())
 	}
 }

@@ -46,6 +46,15 @@ type Config struct {
 	Cores func() int
 	// Heap returns the size of the Go heap in bytes. Default LiveHeap.
 	Heap func() uint64
+	// GCCycles returns how many garbage collections have completed, and
+	// CollectGarbage runs one. While the monitor sheds for its heap and no
+	// collection has completed for a whole window, it runs one: the live
+	// heap changes only when a collection ends, and a silo that refuses
+	// new work allocates so little that the next may be minutes away,
+	// which would keep it shedding long after its memory fell. Defaults
+	// GCCount and runtime.GC.
+	GCCycles       func() uint64
+	CollectGarbage func()
 
 	// Flag is raised while the monitor sheds: a reader pays one atomic
 	// load to know. Default: one of the monitor's own.
@@ -82,9 +91,17 @@ type Monitor struct {
 	// last is the latest window's outcome, for Measures and Reason.
 	last atomic.Pointer[outcome]
 
+	gc       gcWatch
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
+}
+
+// gcWatch is when the monitor last saw the count of completed garbage
+// collections change. Monitor's goroutine only.
+type gcWatch struct {
+	cycles uint64
+	at     time.Time
 }
 
 type point struct {
@@ -126,6 +143,12 @@ func New(cfg Config) (*Monitor, error) {
 	}
 	if cfg.Heap == nil {
 		cfg.Heap = LiveHeap
+	}
+	if cfg.GCCycles == nil {
+		cfg.GCCycles = GCCount
+	}
+	if cfg.CollectGarbage == nil {
+		cfg.CollectGarbage = runtime.GC
 	}
 	if cfg.Flag == nil {
 		cfg.Flag = new(atomic.Bool)
@@ -226,6 +249,9 @@ func (m *Monitor) sample() {
 		o.reason = m.reason(ms)
 	}
 	m.last.Store(o)
+	if now && m.cfg.HeapLimit > 0 && float64(ms.Heap) >= m.cfg.Hysteresis*float64(m.cfg.HeapLimit) {
+		m.freshenHeap(p.at)
+	}
 	switch {
 	case now && !was:
 		m.since = p.at
@@ -340,4 +366,19 @@ func bytes(v float64) string {
 
 func oneDecimal(v float64) string {
 	return strings.TrimSuffix(strconv.FormatFloat(v, 'f', 1, 64), ".0")
+}
+
+// freshenHeap runs a garbage collection when none has completed for a
+// whole window while the heap keeps the monitor shedding: the live heap
+// it measures changes only when one does. Monitor's goroutine only.
+func (m *Monitor) freshenHeap(at time.Time) {
+	if c := m.cfg.GCCycles(); c != m.gc.cycles || m.gc.at.IsZero() {
+		m.gc = gcWatch{cycles: c, at: at}
+		return
+	}
+	if at.Sub(m.gc.at) < m.cfg.Window {
+		return
+	}
+	m.cfg.CollectGarbage()
+	m.gc = gcWatch{cycles: m.cfg.GCCycles(), at: at}
 }

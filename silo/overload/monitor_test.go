@@ -34,6 +34,7 @@ type rig struct {
 	m                   *Monitor
 	logs                *observer.ObservedLogs
 	cpuCalls, heapCalls atomic.Int64
+	gcCycles, gcRuns    atomic.Uint64 // collections completed; those the monitor ran
 }
 
 func newRig(t *testing.T, cfg Config) *rig {
@@ -45,6 +46,8 @@ func newRig(t *testing.T, cfg Config) *rig {
 	cfg.CPUTime = func() time.Duration { r.cpuCalls.Add(1); return time.Duration(r.cpu.Load()) }
 	cfg.Cores = func() int { return cores }
 	cfg.Heap = func() uint64 { r.heapCalls.Add(1); return r.heap.Load() }
+	cfg.GCCycles = r.gcCycles.Load
+	cfg.CollectGarbage = func() { r.gcRuns.Add(1); r.gcCycles.Add(1) }
 	cfg.Logger = zap.New(core)
 	if cfg.Window == 0 {
 		cfg.Window = window
@@ -360,4 +363,35 @@ func TestDefaultSamplersMeasureThisProcess(t *testing.T) {
 		t.Fatalf("LiveHeap %d with 64 MiB kept live", got)
 	}
 	runtime.KeepAlive(keep)
+}
+
+// TestCollectsGarbageWhileShedForAStaleHeap: while the heap keeps the
+// monitor shedding and no garbage collection completes, it runs one once a
+// window, since the live heap it reads changes only then; it runs none
+// while collections come on their own, or while it does not shed.
+func TestCollectsGarbageWhileShedForAStaleHeap(t *testing.T) {
+	const gib = 1 << 30
+	r := newRig(t, Config{HeapLimit: gib})
+	r.feedWindow(0, gib/2)
+	r.feedWindow(0, gib/2)
+	if n := r.gcRuns.Load(); n != 0 {
+		t.Fatalf("ran %d collections while not shedding", n)
+	}
+	r.feedWindow(0, 2*gib)
+	r.wantShedding(true, "a heap of 2 GiB")
+	r.feedWindow(0, 2*gib) // no collection completes on its own
+	if n := r.gcRuns.Load(); n != 1 {
+		t.Fatalf("ran %d collections in a window without one, want 1", n)
+	}
+	r.feedWindow(0, 2*gib)
+	if n := r.gcRuns.Load(); n != 2 {
+		t.Fatalf("ran %d collections after two such windows, want 2", n)
+	}
+	for range 2 * DefaultSamples { // collections complete on their own
+		r.gcCycles.Add(1)
+		r.feed(0, 2*gib)
+	}
+	if n := r.gcRuns.Load(); n != 2 {
+		t.Fatalf("ran %d collections though they came on their own, want still 2", n)
+	}
 }

@@ -23,3 +23,13 @@ func LiveHeap() uint64 {
 	}
 	return s[0].Value.Uint64()
 }
+
+// GCCount returns how many garbage collections have completed.
+func GCCount() uint64 {
+	s := [1]metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s[:])
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}

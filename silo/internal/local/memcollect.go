@@ -3,6 +3,7 @@ package local
 import (
 	"cmp"
 	"math"
+	"runtime"
 	"runtime/metrics"
 	"slices"
 	"time"
@@ -40,20 +41,19 @@ import (
 // well under the target; the live heap is what activations actually keep,
 // and it changes only when a cycle ends, which is what step 2 relies on.
 //
-// Why the collector waits for a cycle rather than forcing one
-// (runtime.GC, debug.FreeOSMemory): a forced collection blocks the
-// collector for a whole mark, costs CPU on a silo that is already pressed,
-// and comes too early anyway, since the deactivations it would measure
-// run afterwards on the scheduler (OnDeactivate, and what it writes).
-// Cycles come on their own as the silo allocates, which a silo whose heap
-// grows does,
-// and at least every two minutes (the runtime's forced period) when it
-// does not; a silo that allocates nothing is not growing, so waiting costs
-// it nothing. FreeOSMemory would return pages to the OS, which does not
-// change the live heap the target is about. A cycle that was already
-// marking while a round's activations deactivated still counts them; the
-// next round may then take up to one round's worth more than needed,
-// bounded by MaxPerRound.
+// Why the collector waits for a cycle rather than forcing one at once
+// (runtime.GC): a forced collection blocks the collector for a whole mark,
+// costs CPU on a silo that is already pressed, and comes too early anyway,
+// since the deactivations it would measure run afterwards on the scheduler
+// (OnDeactivate, and what it writes). Cycles come on their own as the silo
+// allocates, which a silo whose heap grows does. A silo that sheds load
+// refuses new work and may allocate next to nothing while its heap stays
+// over the target, so after staleRounds intervals without a cycle the
+// collector runs one. FreeOSMemory would return pages to the OS, which
+// does not change the live heap the target is about. A cycle that was
+// already marking while a round's activations deactivated still counts
+// them; the next round may then take up to one round's worth more than
+// needed, bounded by MaxPerRound.
 //
 // The hot path pays nothing for any of this: the idle time the choice
 // reads is the one TurnDone records for idle collection already, and no
@@ -71,10 +71,16 @@ type MemoryCollectionConfig struct {
 	HeapTarget  uint64 // 0: off
 	Interval    time.Duration
 	MaxPerRound int
-	// ReadHeap, when set, replaces the reading of runtime/metrics. Tests
-	// only. Called on the collector's goroutine.
-	ReadHeap func() HeapReading
+	// ReadHeap, when set, replaces the reading of runtime/metrics, and
+	// CollectGarbage runtime.GC. Tests only. Called on the collector's
+	// goroutine.
+	ReadHeap       func() HeapReading
+	CollectGarbage func()
 }
+
+// staleRounds is how many intervals the collector waits, over its target,
+// for a GC cycle to come on its own before it runs one.
+const staleRounds = 5
 
 // HeapReading is one reading of the Go heap.
 type HeapReading struct {
@@ -118,6 +124,7 @@ type memCollector struct {
 	// round ended.
 	scanned     bool
 	cyclesAfter uint64
+	scannedAt   time.Time
 	// emptyNoted: a round over the target found nothing to collect and
 	// said so; the next such round stays quiet until one collects or the
 	// heap falls under the target.
@@ -134,6 +141,9 @@ func newMemCollector(cfg MemoryCollectionConfig) *memCollector {
 	if mc.read == nil {
 		mc.read = metricsHeapReader()
 	}
+	if mc.cfg.CollectGarbage == nil {
+		mc.cfg.CollectGarbage = runtime.GC
+	}
 	return mc
 }
 
@@ -146,7 +156,20 @@ func (s *Runtime) collectMemory(mc *memCollector, now time.Time) {
 		return
 	}
 	if mc.scanned && h.Cycles <= mc.cyclesAfter {
-		return // the reading does not reflect the last round yet
+		// The reading does not reflect the last round yet. A silo that
+		// refuses new work (it sheds load) may allocate too little for a
+		// cycle to come for minutes: after staleRounds intervals, run one.
+		if now.Sub(mc.scannedAt) < staleRounds*mc.cfg.Interval {
+			return
+		}
+		mc.cfg.CollectGarbage()
+		if h = mc.read(); h.Cycles <= mc.cyclesAfter {
+			return
+		}
+		if h.Live <= target {
+			mc.emptyNoted = false
+			return
+		}
 	}
 	acts := s.Live.Load()
 	want := min(surplus(acts, h.Live, target), mc.cfg.MaxPerRound)
@@ -162,7 +185,7 @@ func (s *Runtime) collectMemory(mc *memCollector, now time.Time) {
 	// would keep their memory from the very cycle it waits for.
 	clear(mc.chosen)
 	mc.chosen = mc.chosen[:0]
-	mc.scanned, mc.cyclesAfter = true, mc.read().Cycles
+	mc.scanned, mc.cyclesAfter, mc.scannedAt = true, mc.read().Cycles, now
 	if n == 0 {
 		if !mc.emptyNoted {
 			s.Log.Info("heap over the memory-collection target, but no idle activation to collect",
