@@ -30,15 +30,8 @@ benchstat="$root/bin/benchstat"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# tree REV DIR: the files of REV (or of the working tree for "") in DIR.
-tree() {
-	mkdir -p "$2"
-	if [ -z "$1" ]; then
-		git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$2"
-	else
-		git archive "$1" | tar -x -C "$2"
-	fi
-}
+# shellcheck source=lib/revtree.sh
+. "$root/scripts/lib/revtree.sh"
 
 for side in old new; do
 	rev=$old

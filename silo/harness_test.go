@@ -56,6 +56,7 @@ type harnessOpt struct {
 	cfg      func(*Config)
 	register map[string][]grain.RegisterOption // by type
 	fake     bool
+	before   func(s *Silo) // after the probe types are registered, before Start
 }
 
 func newHarness(t *testing.T, o harnessOpt) *harness {
@@ -93,6 +94,9 @@ func newHarness(t *testing.T, o harnessOpt) *harness {
 	must(probe.RegisterReentrantProbeGrain(s, func(id grain.ID) probe.ReentrantProbeGrain { return factory(id) }, o.register[probe.ReentrantProbeGrainType]...))
 	must(probe.RegisterWorkerProbeGrain(s, func(id grain.ID) probe.WorkerProbeGrain { return factory(id) }, o.register[probe.WorkerProbeGrainType]...))
 	must(probe.RegisterIntProbeGrain(s, func(id grain.ID) probe.IntProbeGrain { return factory(id) }))
+	if o.before != nil {
+		o.before(s)
+	}
 	must(s.Start(context.Background()))
 	if o.fake { // the collector is waiting on the fake clock
 		testwait.Recv(t, h.collected, defaultTestTimeout, "the collector to start")

@@ -14,7 +14,6 @@ import (
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/granaryio/granary/silo/storage"
-	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -77,58 +76,29 @@ type memOpt struct {
 // memory collector on, reading heap, and whatever o adds before Start.
 func newMemHarness(t *testing.T, heap *fakeHeap, o memOpt) *harness {
 	t.Helper()
-	h := &harness{t: t, scripts: map[string]behaviour{}, eventc: make(chan string, 1024)}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("events: %q", h.eventLog())
-		}
+	return newHarness(t, harnessOpt{fake: true, register: o.register,
+		cfg: func(cfg *Config) {
+			cfg.MemoryCollection = MemoryCollectionConfig{HeapTarget: memTarget, Interval: memIv, MaxPerRound: 1000}
+			if o.maxPerRound > 0 {
+				cfg.MemoryCollection.MaxPerRound = o.maxPerRound
+			}
+			if o.off {
+				cfg.MemoryCollection.HeapTarget = 0
+			}
+			if o.logger != nil {
+				cfg.Logger = o.logger
+			}
+			if o.cfg != nil {
+				o.cfg(cfg)
+			}
+		},
+		before: func(s *Silo) {
+			s.rt.Cfg.MemoryCollection.ReadHeap = heap.read
+			if o.before != nil {
+				o.before(s)
+			}
+		},
 	})
-	cfg := DefaultConfig()
-	h.clock = clockwork.NewFakeClock()
-	cfg.Clock = h.clock
-	cfg.MemoryCollection = MemoryCollectionConfig{HeapTarget: memTarget, Interval: memIv, MaxPerRound: 1000}
-	if o.maxPerRound > 0 {
-		cfg.MemoryCollection.MaxPerRound = o.maxPerRound
-	}
-	if o.off {
-		cfg.MemoryCollection.HeapTarget = 0
-	}
-	if o.logger != nil {
-		cfg.Logger = o.logger
-	}
-	if o.cfg != nil {
-		o.cfg(&cfg)
-	}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.s = s
-	s.rt.Cfg.MemoryCollection.ReadHeap = heap.read
-	h.collected = make(chan time.Time, 64)
-	s.rt.Collected = func(now time.Time) { h.collected <- now }
-	factory := func(id grain.ID) *probeGrain { return &probeGrain{h: h, id: id} }
-	must := func(err error) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(probe.RegisterProbeGrain(s, func(id grain.ID) probe.ProbeGrain { return factory(id) }, o.register[probe.ProbeGrainType]...))
-	must(probe.RegisterReentrantProbeGrain(s, func(id grain.ID) probe.ReentrantProbeGrain { return factory(id) }, o.register[probe.ReentrantProbeGrainType]...))
-	must(probe.RegisterWorkerProbeGrain(s, func(id grain.ID) probe.WorkerProbeGrain { return factory(id) }, o.register[probe.WorkerProbeGrainType]...))
-	if o.before != nil {
-		o.before(s)
-	}
-	must(s.Start(context.Background()))
-	testwait.Recv(t, h.collected, defaultTestTimeout, "the collector to start")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return h
 }
 
 // memRound moves the clock on to the next memory round and waits for it.
