@@ -121,6 +121,10 @@ type TypeOptions struct {
 	// activation of the type (WithQueueLimits); 0 keeps the silo's
 	// setting.
 	QueueSoftLimit, QueueHardLimit int
+	// QueueWaitLimit bounds how long a request from outside the silo
+	// waits for its turn at an activation of the type
+	// (WithQueueWaitLimit); 0 keeps the silo's setting.
+	QueueWaitLimit time.Duration
 }
 
 // ServiceDesc describes a grain type: generated code builds one per proto
@@ -212,6 +216,17 @@ func WithCollectionAge(d time.Duration) RegisterOption {
 // option.
 func WithQueueLimits(soft, hard int) RegisterOption {
 	return func(o *TypeOptions) { o.QueueSoftLimit, o.QueueHardLimit = soft, hard }
+}
+
+// WithQueueWaitLimit bounds how long a request from outside the silo (a
+// client's, or another silo's) waits for its turn at an activation of the
+// type, from when the silo receives it: one that waited longer is refused
+// with ResourceExhausted when its turn comes, and never runs. Zero keeps
+// the silo's limit (Config.QueueLimits.Wait); the silo's per-type
+// configuration overrides this option. Give a type whose requests
+// legitimately queue for long, behind slow turns, a longer limit.
+func WithQueueWaitLimit(d time.Duration) RegisterOption {
+	return func(o *TypeOptions) { o.QueueWaitLimit = d }
 }
 
 // WithKeepAlive keeps the type's activations from being collected for

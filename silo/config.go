@@ -204,11 +204,30 @@ type QueueLimits struct {
 	// Hard: a request that would queue past it is refused with
 	// ResourceExhausted, which gives the queue's depth; it never runs.
 	Hard int
+	// Wait bounds the time a new request from outside the silo (a
+	// client's, through the gateway, or another silo's) waits here for
+	// its turn, from when the silo receives it, the making of its
+	// activation included. A request that waited longer is refused when
+	// its turn comes, with ResourceExhausted, and never runs: its caller
+	// learns well inside its deadline that the grain is too busy, rather
+	// than at the deadline with a DeadlineExceeded that hides the queue.
+	// Work the silo admitted already is not bounded, as load shedding
+	// does not refuse it: calls between its own grains, reminder ticks,
+	// calls another silo passed on and calls whose chain comes back
+	// through this silo. A stalled turn delays the check until it ends,
+	// so the callers' deadlines still bound a stall. A one-way request
+	// refused for its wait is counted and logged, at most once a minute
+	// per type. The coarse call clock times the wait, so the limit must
+	// be at least TimeoutResolution. Set it above the waits a failover
+	// causes (activations made again, their state read), or the
+	// failover's calls are refused rather than served late.
+	Wait time.Duration
 }
 
 // LoadSheddingConfig makes the gateway and the silo-to-silo receiver
-// refuse new requests while the process's CPU use or Go heap, averaged
-// over Window, is over its limit. Requests already admitted, responses,
+// refuse new requests while the process's CPU use, its Go heap or the
+// time requests wait for their turn, averaged over Window, is over its
+// limit. Requests already admitted, responses,
 // cancellations, directory and other system traffic are never refused. A
 // refusal is ResourceExhausted with a RetryInfo of RetryAfter; Granary's
 // Go client backs off that long from that gateway and tries another.
@@ -230,6 +249,17 @@ type LoadSheddingConfig struct {
 	// heap keeps it shedding and no GC completes for a Window, it runs one.
 	// Default 0: not for memory.
 	HeapLimit uint64
+	// LatencyLimit is the mean latency of the new requests from outside
+	// the silo (those QueueLimits.Wait bounds) that ended in the Window,
+	// from their arrival to the end of their turns, above which the silo
+	// sheds. It catches what CPU and heap do not: a silo whose grains
+	// wait on something slower than themselves, such as a saturated
+	// database, takes ever longer while its cores idle. It counts what
+	// the grains' own work takes, so set it above the workload's ordinary
+	// mean, and above what a failover adds to it (activations made again,
+	// their state read); one hot grain raises it in proportion to its
+	// share of the requests. Default 0: not for latency.
+	LatencyLimit time.Duration
 	// Window is the span the averages cover. Default 5 s.
 	Window time.Duration
 	// Hysteresis: once shedding, the silo stops only when every measure
@@ -328,7 +358,7 @@ func (c *Config) validate() error {
 	case c.CloseTimeout <= 0:
 		return bad("CloseTimeout", "%v must be positive", c.CloseTimeout)
 	}
-	if err := c.QueueLimits.validate("QueueLimits"); err != nil {
+	if err := c.QueueLimits.validate("QueueLimits", c.TimeoutResolution); err != nil {
 		return err
 	}
 	if err := c.LoadShedding.validate(); err != nil {
@@ -350,7 +380,7 @@ func (c *Config) validate() error {
 		if tc.CollectionInterval < 0 {
 			return bad(fmt.Sprintf("Types[%q].CollectionInterval", typ), "%v must not be negative", tc.CollectionInterval)
 		}
-		if err := tc.QueueLimits.validate(fmt.Sprintf("Types[%q].QueueLimits", typ)); err != nil {
+		if err := tc.QueueLimits.validate(fmt.Sprintf("Types[%q].QueueLimits", typ), c.TimeoutResolution); err != nil {
 			return err
 		}
 	}
@@ -390,7 +420,7 @@ func (c *Config) validate() error {
 	return nil
 }
 
-func (q QueueLimits) validate(field string) error {
+func (q QueueLimits) validate(field string, resolution time.Duration) error {
 	switch {
 	case q.Soft < 0:
 		return &ConfigError{Field: field + ".Soft", Reason: fmt.Sprintf("%d must not be negative", q.Soft)}
@@ -398,6 +428,10 @@ func (q QueueLimits) validate(field string) error {
 		return &ConfigError{Field: field + ".Hard", Reason: fmt.Sprintf("%d must not be negative", q.Hard)}
 	case q.Soft > 0 && q.Hard > 0 && q.Soft > q.Hard:
 		return &ConfigError{Field: field + ".Soft", Reason: fmt.Sprintf("%d must not exceed Hard %d", q.Soft, q.Hard)}
+	case q.Wait < 0:
+		return &ConfigError{Field: field + ".Wait", Reason: fmt.Sprintf("%v must not be negative", q.Wait)}
+	case q.Wait > 0 && q.Wait < resolution:
+		return &ConfigError{Field: field + ".Wait", Reason: fmt.Sprintf("%v is under TimeoutResolution %v, the clock that times it", q.Wait, resolution)}
 	}
 	return nil
 }
@@ -412,8 +446,10 @@ func (l *LoadSheddingConfig) validate() error {
 	switch {
 	case !(l.CPULimit >= 0 && l.CPULimit <= 1): // NaN too
 		return bad("CPULimit", "%v must be between 0 and 1 (a fraction of GOMAXPROCS cores)", l.CPULimit)
-	case l.CPULimit == 0 && l.HeapLimit == 0:
-		return bad("CPULimit", "load shedding is enabled but neither CPULimit nor HeapLimit is set")
+	case l.LatencyLimit < 0:
+		return bad("LatencyLimit", "%v must not be negative", l.LatencyLimit)
+	case l.CPULimit == 0 && l.HeapLimit == 0 && l.LatencyLimit == 0:
+		return bad("CPULimit", "load shedding is enabled but none of CPULimit, HeapLimit and LatencyLimit is set")
 	case l.Window <= 0:
 		return bad("Window", "%v must be positive", l.Window)
 	case !(l.Hysteresis > 0 && l.Hysteresis <= 1): // NaN too

@@ -253,7 +253,14 @@ func TestGatewayShedsNewCallsButNotAdmittedWork(t *testing.T) {
 	}
 
 	// A one-way call has no answer to carry the refusal: it is counted.
-	if _, err := ref("told").Tell(testCtx(t), &probe.Request{Tag: "told while shedding"}); err != nil {
+	// It comes from a client the silo has not refused yet, as the first
+	// one now refuses calls itself, unsent, until the retry delay ends.
+	fresh, err := client.Dial(testCtx(t), client.WithGateways(s.GatewayAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if _, err := probe.NewReentrantProbeRef(fresh, "told").Tell(testCtx(t), &probe.Request{Tag: "told while shedding"}); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, defaultTestTimeout, "the one-way call's refusal to be counted", func() bool { return s.Stats().Overload.Shed == 2 })
@@ -294,7 +301,8 @@ func TestGatewayShedsNewCallsButNotAdmittedWork(t *testing.T) {
 	}
 
 	load.setShedding(false)
-	if _, err := ref("new").Call(testCtx(t), &probe.Request{}); err != nil {
+	// fresh's one-way call was refused unseen, so it did not learn to wait.
+	if _, err := probe.NewReentrantProbeRef(fresh, "new").Call(testCtx(t), &probe.Request{}); err != nil {
 		t.Fatalf("a call once the load fell: %v", err)
 	}
 }

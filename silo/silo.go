@@ -104,6 +104,7 @@ func New(cfg Config) (*Silo, error) {
 		Reminders:               (*local.RemindersConfig)(cfg.Reminders),
 		Clustered:               cfg.Cluster != nil,
 		QueueLimits:             local.QueueLimits(cfg.QueueLimits),
+		MeasureLatency:          cfg.LoadShedding.Enabled && cfg.LoadShedding.LatencyLimit > 0,
 		MemoryCollection: local.MemoryCollectionConfig{
 			HeapTarget:  cfg.MemoryCollection.HeapTarget,
 			Interval:    cfg.MemoryCollection.Interval,
@@ -113,8 +114,8 @@ func New(cfg Config) (*Silo, error) {
 	if ls := cfg.LoadShedding; ls.Enabled {
 		// The monitor times CPU use, so it runs on the real clock,
 		// whatever the silo's (as the scheduler's monitor does).
-		mon, err := overload.New(overload.Config{CPULimit: ls.CPULimit, HeapLimit: ls.HeapLimit, Window: ls.Window,
-			Hysteresis: ls.Hysteresis, Flag: &s.rt.Overload.Shedding, Logger: s.log})
+		mon, err := overload.New(overload.Config{CPULimit: ls.CPULimit, HeapLimit: ls.HeapLimit, LatencyLimit: ls.LatencyLimit,
+			Latencies: s.rt.Latencies, Window: ls.Window, Hysteresis: ls.Hysteresis, Flag: &s.rt.Overload.Shedding, Logger: s.log})
 		if err != nil {
 			return nil, &ConfigError{Field: "LoadShedding", Reason: err.Error()}
 		}
@@ -185,8 +186,11 @@ func (s *Silo) RegisterGrain(desc *grain.ServiceDesc, factory grain.Factory, opt
 	if o := t.Opts; o.QueueSoftLimit < 0 || o.QueueHardLimit < 0 || (o.QueueHardLimit > 0 && o.QueueSoftLimit > o.QueueHardLimit) {
 		return fmt.Errorf("silo: RegisterGrain %s: WithQueueLimits(%d, %d): a queue limit must not be negative, and the soft one must not exceed the hard one", desc.Type, t.Opts.QueueSoftLimit, t.Opts.QueueHardLimit)
 	}
+	if w := t.Opts.QueueWaitLimit; w < 0 || w > 0 && w < s.cfg.TimeoutResolution {
+		return fmt.Errorf("silo: RegisterGrain %s: WithQueueWaitLimit(%v): the limit must not be negative, nor under Config.TimeoutResolution %v, the clock that times it", desc.Type, w, s.cfg.TimeoutResolution)
+	}
 	t.Limits = local.ResolveQueueLimits(local.QueueLimits(s.cfg.QueueLimits),
-		local.QueueLimits{Soft: t.Opts.QueueSoftLimit, Hard: t.Opts.QueueHardLimit},
+		local.QueueLimits{Soft: t.Opts.QueueSoftLimit, Hard: t.Opts.QueueHardLimit, Wait: t.Opts.QueueWaitLimit},
 		local.QueueLimits(s.cfg.Types[desc.Type].QueueLimits))
 	if l := t.Limits; l.Hard > 0 && l.Soft > l.Hard {
 		// Each limit resolves on its own, so a type that lowers only its
@@ -454,6 +458,9 @@ type OverloadStats struct {
 	// QueueWarnings counts requests that queued past an activation's soft
 	// queue limit; QueueRefusals those refused at its hard limit.
 	QueueWarnings, QueueRefusals uint64
+	// WaitRefusals counts requests refused because they waited past
+	// their type's queue wait limit (QueueLimits.Wait).
+	WaitRefusals uint64
 	// Shed counts requests refused by load shedding; Shedding says the
 	// silo refuses new requests now.
 	Shed     uint64
@@ -480,7 +487,7 @@ type ClusterStats struct {
 func (s *Silo) Stats() Stats {
 	o := &s.rt.Overload
 	st := Stats{Activations: int(s.rt.Live.Load()), Overload: OverloadStats{
-		QueueWarnings: o.QueueWarnings.Load(), QueueRefusals: o.QueueRefusals.Load(),
+		QueueWarnings: o.QueueWarnings.Load(), QueueRefusals: o.QueueRefusals.Load(), WaitRefusals: o.WaitRefusals.Load(),
 		Shed: o.Shed.Load(), Shedding: o.Shedding.Load(),
 		MemoryCollections: o.MemoryCollections.Load(), AbandonedTurns: o.AbandonedTurns.Load(),
 	}}

@@ -47,6 +47,7 @@ func (h TestHooks) SetOverload(o OverloadStats) {
 	c := &h.s.rt.Overload
 	c.QueueWarnings.Store(o.QueueWarnings)
 	c.QueueRefusals.Store(o.QueueRefusals)
+	c.WaitRefusals.Store(o.WaitRefusals)
 	c.Shed.Store(o.Shed)
 	c.MemoryCollections.Store(o.MemoryCollections)
 	c.AbandonedTurns.Store(o.AbandonedTurns)

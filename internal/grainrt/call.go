@@ -14,6 +14,7 @@ type CallOption struct {
 	timeout time.Duration
 	oneWay  bool
 	reentry ChainReentry
+	outside bool
 }
 
 // ChainReentry is a call's call-chain reentrancy scope: whether calls that
@@ -43,6 +44,12 @@ func WithTimeout(d time.Duration) CallOption { return CallOption{timeout: d} }
 // OneWay implements grain.OneWay.
 func OneWay() CallOption { return CallOption{oneWay: true} }
 
+// FromOutside marks a call a silo's gateway makes for a client of its
+// plain gRPC services: the silo bounds and times its wait for its turn as
+// it does a request that came from outside (the silo's QueueLimits.Wait).
+// Runtimes other than a silo's ignore it; it is not part of grain's API.
+func FromOutside() CallOption { return CallOption{outside: true} }
+
 // AllowCallChainReentrancy implements grain.AllowCallChainReentrancy.
 func AllowCallChainReentrancy() CallOption { return CallOption{reentry: ChainReentryAllow} }
 
@@ -60,6 +67,8 @@ type CallOptions struct {
 	// Allow or Suppress given wins. Runtimes that make no call chain (a
 	// client's) ignore it.
 	ChainReentry ChainReentry
+	// Outside: FromOutside was given.
+	Outside bool
 }
 
 // ResolveCallOptions applies the options of the method called (its
@@ -75,6 +84,9 @@ func ResolveCallOptions(timeout time.Duration, oneWay bool, opts []CallOption) C
 		}
 		if op.reentry != ChainReentryDefault {
 			o.ChainReentry = op.reentry
+		}
+		if op.outside {
+			o.Outside = true
 		}
 	}
 	return o

@@ -160,6 +160,7 @@ func (s *Server) siloReport(a *attachment) adminapi.SiloReport {
 			ShedRequests:      st.Overload.Shed,
 			QueueWarnings:     st.Overload.QueueWarnings,
 			QueueRefusals:     st.Overload.QueueRefusals,
+			WaitRefusals:      st.Overload.WaitRefusals,
 			MemoryCollections: st.Overload.MemoryCollections,
 			AbandonedTurns:    st.Overload.AbandonedTurns,
 		},

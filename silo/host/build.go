@@ -35,10 +35,10 @@ func (c Config) Silo(ctx context.Context, logger *zap.Logger) (cfg silo.Config, 
 	cfg.Name = c.Name
 	cfg.Logger = logger
 	cfg.CloseTimeout = c.Shutdown.CloseTimeout
-	cfg.QueueLimits = silo.QueueLimits{Soft: c.QueueLimits.Soft, Hard: c.QueueLimits.Hard}
+	cfg.QueueLimits = silo.QueueLimits{Soft: c.QueueLimits.Soft, Hard: c.QueueLimits.Hard, Wait: c.QueueLimits.Wait}
 	ls := &c.LoadShedding
 	cfg.LoadShedding = silo.LoadSheddingConfig{
-		Enabled: ls.Enabled, CPULimit: ls.CPULimit, HeapLimit: ls.HeapLimit,
+		Enabled: ls.Enabled, CPULimit: ls.CPULimit, HeapLimit: ls.HeapLimit, LatencyLimit: ls.LatencyLimit,
 		Window: ls.Window, Hysteresis: ls.Hysteresis, RetryAfter: ls.RetryAfter,
 	}
 	mc := &c.MemoryCollection

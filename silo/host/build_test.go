@@ -303,10 +303,12 @@ shutdown:
 queue_limits:
   soft: 100
   hard: 400
+  wait: 300ms
 load_shedding:
   enabled: true
   cpu_limit: 0.8
   heap_limit: 1073741824
+  latency_limit: 150ms
   window: 10s
   hysteresis: 0.75
   retry_after: 2s
@@ -316,7 +318,8 @@ memory_collection:
   max_per_round: 50
 `)
 	c := loadOK(t, []string{"--config", file, "--queue_limits.hard=500", "--load_shedding.retry_after=3s"},
-		map[string]string{"GRANARY_LOAD_SHEDDING_CPU_LIMIT": "0.85", "GRANARY_MEMORY_COLLECTION_MAX_PER_ROUND": "60"})
+		map[string]string{"GRANARY_LOAD_SHEDDING_CPU_LIMIT": "0.85", "GRANARY_MEMORY_COLLECTION_MAX_PER_ROUND": "60",
+			"GRANARY_LOAD_SHEDDING_LATENCY_LIMIT": "250ms"})
 	sc, closeStorage, err := c.Silo(context.Background(), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -325,10 +328,10 @@ memory_collection:
 	if sc.CloseTimeout != 7*time.Second {
 		t.Errorf("CloseTimeout %v, want 7s", sc.CloseTimeout)
 	}
-	if want := (silo.QueueLimits{Soft: 100, Hard: 500}); sc.QueueLimits != want {
+	if want := (silo.QueueLimits{Soft: 100, Hard: 500, Wait: 300 * time.Millisecond}); sc.QueueLimits != want {
 		t.Errorf("QueueLimits %+v, want %+v", sc.QueueLimits, want)
 	}
-	wantShed := silo.LoadSheddingConfig{Enabled: true, CPULimit: 0.85, HeapLimit: 1 << 30, Window: 10 * time.Second, Hysteresis: 0.75, RetryAfter: 3 * time.Second}
+	wantShed := silo.LoadSheddingConfig{Enabled: true, CPULimit: 0.85, HeapLimit: 1 << 30, LatencyLimit: 250 * time.Millisecond, Window: 10 * time.Second, Hysteresis: 0.75, RetryAfter: 3 * time.Second}
 	if sc.LoadShedding != wantShed {
 		t.Errorf("LoadShedding %+v, want %+v", sc.LoadShedding, wantShed)
 	}
@@ -339,7 +342,9 @@ memory_collection:
 	for path, want := range map[string]string{
 		"queue_limits.hard":               "flag --queue_limits.hard",
 		"load_shedding.cpu_limit":         "env GRANARY_LOAD_SHEDDING_CPU_LIMIT",
-		"memory_collection.heap_target":   "file " + file + " line 15",
+		"memory_collection.heap_target":   "file " + file + " line 17",
+		"queue_limits.wait":               "file " + file + " line 7",
+		"load_shedding.latency_limit":     "env GRANARY_LOAD_SHEDDING_LATENCY_LIMIT",
 		"memory_collection.max_per_round": "env GRANARY_MEMORY_COLLECTION_MAX_PER_ROUND",
 	} {
 		if got := c.source(path, nil); got != want {

@@ -249,22 +249,28 @@ type RemindersConfig struct {
 
 // QueueLimitsConfig bounds the requests queued at one activation (one
 // stateless worker set), from when a request reaches it until its turn
-// starts; 0 means no limit. A grain type's own option
-// (grain.WithQueueLimits) overrides them. See silo.QueueLimits.
+// starts, and how long a request from outside the silo may wait for its
+// turn; 0 means no limit. A grain type's own options
+// (grain.WithQueueLimits, grain.WithQueueWaitLimit) override them. See
+// silo.QueueLimits.
 type QueueLimitsConfig struct {
 	// Soft: past it the silo logs a warning naming the activation, at
-	// most once a minute per type. Default 5000.
+	// most once a minute per type. Default 10000.
 	Soft int `yaml:"soft"`
 	// Hard: a request that would queue past it is refused with
 	// ResourceExhausted and never runs. At least Soft when both are set.
-	// Default 20000.
+	// Default 50000.
 	Hard int `yaml:"hard"`
+	// Wait: a request from a client or another silo that waited longer
+	// for its turn is refused with ResourceExhausted when the turn comes,
+	// and never runs. Default 0: no limit.
+	Wait time.Duration `yaml:"wait"`
 }
 
 // LoadSheddingConfig makes the gateway and the silo-to-silo receiver
 // refuse new requests, with ResourceExhausted and a delay to retry after,
-// while the process's CPU use or Go heap averaged over Window is over its
-// limit; it stops once every measure is under Hysteresis times its limit.
+// while the process's CPU use, its Go heap or the time requests wait for
+// their turn, averaged over Window, is over its limit; it stops once every measure is under Hysteresis times its limit.
 // See silo.LoadSheddingConfig.
 type LoadSheddingConfig struct {
 	// Enabled turns load shedding on. Default false.
@@ -276,6 +282,10 @@ type LoadSheddingConfig struct {
 	// HeapLimit is the Go heap, in bytes, above which the silo sheds; 0
 	// does not shed for memory. Default 0.
 	HeapLimit uint64 `yaml:"heap_limit"`
+	// LatencyLimit is the mean time new requests from clients and other
+	// silos take, from their arrival to the end of their turns, above
+	// which the silo sheds; 0 does not shed for latency. Default 0.
+	LatencyLimit time.Duration `yaml:"latency_limit"`
 	// Window is the span the averages cover. Default 5 s.
 	Window time.Duration `yaml:"window"`
 	// Hysteresis, in (0, 1]: once shedding, the silo stops when every
@@ -353,14 +363,15 @@ func DefaultConfig() Config {
 		},
 		Gateway:     GatewayConfig{Listen: ":30000", TLS: TLSConfig{Mode: tlsOff}, MaxConnections: 4096},
 		Storage:     StorageConfig{DataDir: "./data"},
-		QueueLimits: QueueLimitsConfig{Soft: sd.QueueLimits.Soft, Hard: sd.QueueLimits.Hard},
+		QueueLimits: QueueLimitsConfig{Soft: sd.QueueLimits.Soft, Hard: sd.QueueLimits.Hard, Wait: sd.QueueLimits.Wait},
 		LoadShedding: LoadSheddingConfig{
-			Enabled:    sd.LoadShedding.Enabled,
-			CPULimit:   sd.LoadShedding.CPULimit,
-			HeapLimit:  sd.LoadShedding.HeapLimit,
-			Window:     sd.LoadShedding.Window,
-			Hysteresis: sd.LoadShedding.Hysteresis,
-			RetryAfter: sd.LoadShedding.RetryAfter,
+			Enabled:      sd.LoadShedding.Enabled,
+			CPULimit:     sd.LoadShedding.CPULimit,
+			HeapLimit:    sd.LoadShedding.HeapLimit,
+			LatencyLimit: sd.LoadShedding.LatencyLimit,
+			Window:       sd.LoadShedding.Window,
+			Hysteresis:   sd.LoadShedding.Hysteresis,
+			RetryAfter:   sd.LoadShedding.RetryAfter,
 		},
 		MemoryCollection: MemoryCollectionConfig{
 			HeapTarget:  sd.MemoryCollection.HeapTarget,
@@ -581,13 +592,19 @@ func (v *validator) validateOverload() {
 	if q.Soft > 0 && q.Hard > 0 && q.Soft > q.Hard {
 		v.bad("queue_limits.soft", "%d must not exceed queue_limits.hard %d (%s)", q.Soft, q.Hard, v.source("queue_limits.hard"))
 	}
+	if q.Wait < 0 {
+		v.bad("queue_limits.wait", "%v must not be negative (0: no limit)", q.Wait)
+	}
 
 	ls := &v.c.LoadShedding
 	// NaN fails every comparison, so each range is written to let it out.
 	if !(ls.CPULimit >= 0 && ls.CPULimit <= 1) {
 		v.bad("load_shedding.cpu_limit", "%v is not in [0, 1] (a fraction of the cores Go may use)", ls.CPULimit)
-	} else if ls.Enabled && ls.CPULimit == 0 && ls.HeapLimit == 0 {
-		v.bad("load_shedding.cpu_limit", "is 0 and so is load_shedding.heap_limit: load shedding is enabled (%s) with no limit to shed at", v.source("load_shedding.enabled"))
+	} else if ls.Enabled && ls.CPULimit == 0 && ls.HeapLimit == 0 && ls.LatencyLimit == 0 {
+		v.bad("load_shedding.cpu_limit", "is 0 and so are load_shedding.heap_limit and load_shedding.latency_limit: load shedding is enabled (%s) with no limit to shed at", v.source("load_shedding.enabled"))
+	}
+	if ls.LatencyLimit < 0 {
+		v.bad("load_shedding.latency_limit", "%v must not be negative (0: not for latency)", ls.LatencyLimit)
 	}
 	if ls.Window <= 0 {
 		v.bad("load_shedding.window", "%v must be positive", ls.Window)

@@ -237,7 +237,7 @@ func TestOverloadFamiliesFollowStats(t *testing.T) {
 	if err := m.Attach(s); err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"granary_queue_limit_warnings_total", "granary_queue_limit_refusals_total", "granary_shed_requests_total",
+	names := []string{"granary_queue_limit_warnings_total", "granary_queue_limit_refusals_total", "granary_queue_wait_refusals_total", "granary_shed_requests_total",
 		"granary_load_shedding", "granary_memory_collections_total", "granary_abandoned_turns_total"}
 	exposition := func(o silo.OverloadStats, shedding int) string {
 		return `
@@ -247,10 +247,13 @@ granary_queue_limit_warnings_total ` + strconv.FormatUint(o.QueueWarnings, 10) +
 # HELP granary_queue_limit_refusals_total Requests refused with ResourceExhausted because an activation's queue was at its hard limit.
 # TYPE granary_queue_limit_refusals_total counter
 granary_queue_limit_refusals_total ` + strconv.FormatUint(o.QueueRefusals, 10) + `
+# HELP granary_queue_wait_refusals_total Requests refused with ResourceExhausted because they waited for their turn past their type's queue wait limit.
+# TYPE granary_queue_wait_refusals_total counter
+granary_queue_wait_refusals_total ` + strconv.FormatUint(o.WaitRefusals, 10) + `
 # HELP granary_shed_requests_total Requests refused with ResourceExhausted by load shedding.
 # TYPE granary_shed_requests_total counter
 granary_shed_requests_total ` + strconv.FormatUint(o.Shed, 10) + `
-# HELP granary_load_shedding 1 while the silo sheds load (refuses new requests because its CPU use or Go heap is over its limit), else 0.
+# HELP granary_load_shedding 1 while the silo sheds load (refuses new requests because its CPU use, Go heap or requests' latency is over its limit), else 0.
 # TYPE granary_load_shedding gauge
 granary_load_shedding ` + strconv.Itoa(shedding) + `
 # HELP granary_memory_collections_total Idle activations deactivated because the Go heap was over the memory collection's heap target.
@@ -266,7 +269,7 @@ granary_abandoned_turns_total ` + strconv.FormatUint(o.AbandonedTurns, 10) + `
 		t.Fatal(err)
 	}
 	// Distinct values, so that a family reading another's counter shows.
-	busy := silo.OverloadStats{QueueWarnings: 11, QueueRefusals: 22, Shed: 33, Shedding: true, MemoryCollections: 44, AbandonedTurns: 55}
+	busy := silo.OverloadStats{QueueWarnings: 11, QueueRefusals: 22, WaitRefusals: 66, Shed: 33, Shedding: true, MemoryCollections: 44, AbandonedTurns: 55}
 	s.TestHooks().SetOverload(busy)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition(busy, 1)), names...); err != nil {
 		t.Fatal(err)

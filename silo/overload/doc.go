@@ -1,10 +1,16 @@
 // Package overload decides when a silo is too busy to take new work, as
-// Orleans' load shedding does. A Monitor samples the process's CPU time
-// and the Go heap a few times per window, averages both over the window,
-// and raises a flag while either average is over its limit. The flag
-// comes down only once every average is under Hysteresis times its limit,
-// so a load that hovers at a limit does not switch shedding on and off
-// with each sample.
+// Orleans' load shedding does. A Monitor samples the process's CPU time,
+// the Go heap and the requests' latency a few times per window,
+// averages each over the window, and raises a flag while any average is
+// over its limit. The flag comes down only once every average is under
+// Hysteresis times its limit, so a load that hovers at a limit does not
+// switch shedding on and off with each sample.
+//
+// The latency is the mean time the requests that ended during the window
+// took, which the silo times from their arrival to the end of their
+// turns. It sees a request only once it ends, so it tells of work that
+// drains slowly, not of work that has stopped: a stall is caught by the
+// per-request wait limit and the calls' deadlines.
 //
 // The package owns the measuring and the decision, nothing else: what a
 // silo refuses while the flag is up, and how it tells the caller, belong

@@ -25,8 +25,12 @@ type Config struct {
 	// which the monitor sheds; 0 never sheds for CPU.
 	CPULimit float64
 	// HeapLimit is the Go heap, in bytes, over which the monitor sheds; 0
-	// never sheds for memory. One of the two limits must be set.
+	// never sheds for memory.
 	HeapLimit uint64
+	// LatencyLimit is the mean latency of the requests (see Latencies)
+	// over which the monitor sheds; 0 never sheds for latency. One of the
+	// three limits must be set.
+	LatencyLimit time.Duration
 	// Window is the span the averages cover. It must be positive.
 	Window time.Duration
 	// Hysteresis, in (0, 1]: once shedding, the monitor stops only when
@@ -46,6 +50,12 @@ type Config struct {
 	Cores func() int
 	// Heap returns the size of the Go heap in bytes. Default LiveHeap.
 	Heap func() uint64
+	// Latencies returns, for every request that has ended so far, the sum
+	// of the time each took, and how many there are. Both only grow: the
+	// monitor takes the mean latency of a window from their change across
+	// it. Required when LatencyLimit is set; no default, since only the
+	// silo knows its requests.
+	Latencies func() (total time.Duration, ended uint64)
 	// GCCycles returns how many garbage collections have completed, and
 	// CollectGarbage runs one. While the monitor sheds for its heap and no
 	// collection has completed for a whole window, it runs one: the live
@@ -68,6 +78,12 @@ type Config struct {
 type Measures struct {
 	CPU  float64 // CPU time used per unit of time, as a fraction of the cores
 	Heap uint64  // the Go heap, in bytes
+	// Latency is the mean time the requests that ended during the window
+	// took; 0 when none ended. It counts a request only once it ends, so
+	// a silo that has stalled reads 0, not high: a stall is caught by the
+	// per-request wait limit and the calls' deadlines, not by this
+	// measure.
+	Latency time.Duration
 }
 
 // A Monitor samples the process's load on its own goroutine from Start to
@@ -105,9 +121,11 @@ type gcWatch struct {
 }
 
 type point struct {
-	at   time.Time
-	cpu  time.Duration
-	heap uint64
+	at    time.Time
+	cpu   time.Duration
+	heap  uint64
+	spent time.Duration // Latencies' total
+	ended uint64        // Latencies' count
 }
 
 type outcome struct {
@@ -120,8 +138,12 @@ func New(cfg Config) (*Monitor, error) {
 	switch {
 	case cfg.CPULimit < 0:
 		return nil, fmt.Errorf("overload: CPULimit %v is negative", cfg.CPULimit)
-	case cfg.CPULimit == 0 && cfg.HeapLimit == 0:
-		return nil, errors.New("overload: neither CPULimit nor HeapLimit is set")
+	case cfg.LatencyLimit < 0:
+		return nil, fmt.Errorf("overload: LatencyLimit %v is negative", cfg.LatencyLimit)
+	case cfg.CPULimit == 0 && cfg.HeapLimit == 0 && cfg.LatencyLimit == 0:
+		return nil, errors.New("overload: none of CPULimit, HeapLimit and LatencyLimit is set")
+	case cfg.LatencyLimit > 0 && cfg.Latencies == nil:
+		return nil, errors.New("overload: LatencyLimit is set but Latencies is nil: it has no default")
 	case cfg.Window <= 0:
 		return nil, fmt.Errorf("overload: Window %v is not positive", cfg.Window)
 	case cfg.Hysteresis <= 0 || cfg.Hysteresis > 1:
@@ -236,6 +258,9 @@ func (m *Monitor) sample() {
 	if m.cfg.HeapLimit > 0 {
 		p.heap = m.cfg.Heap()
 	}
+	if m.cfg.LatencyLimit > 0 {
+		p.spent, p.ended = m.cfg.Latencies()
+	}
 	m.ring[m.taken%len(m.ring)] = p
 	m.taken++
 	if m.taken < len(m.ring) {
@@ -265,8 +290,9 @@ func (m *Monitor) sample() {
 
 // average returns the averages over the ring, which is full: the CPU
 // time used between its oldest and newest samples per unit of time and
-// core, and the mean heap of every sample but the oldest (which only
-// opens the window's first interval).
+// core, the mean heap of every sample but the oldest (which only opens
+// the window's first interval), and the latency summed between the oldest
+// and newest samples per request ended in between.
 func (m *Monitor) average() Measures {
 	n := len(m.ring)
 	oldest, newest := m.ring[m.taken%n], m.ring[(m.taken-1)%n]
@@ -284,6 +310,11 @@ func (m *Monitor) average() Measures {
 			sum += float64(m.ring[(m.taken+i)%n].heap)
 		}
 		ms.Heap = uint64(sum / float64(n-1))
+	}
+	if m.cfg.LatencyLimit > 0 {
+		if ended := newest.ended - oldest.ended; ended > 0 {
+			ms.Latency = (newest.spent - oldest.spent) / time.Duration(ended)
+		}
 	}
 	return ms
 }
@@ -308,6 +339,7 @@ func (m *Monitor) decide(shedding bool, ms Measures) bool {
 	}
 	check(ms.CPU, m.cfg.CPULimit)
 	check(float64(ms.Heap), float64(m.cfg.HeapLimit))
+	check(float64(ms.Latency), float64(m.cfg.LatencyLimit))
 	if shedding {
 		return !calm
 	}
@@ -336,6 +368,15 @@ func (m *Monitor) reason(ms Measures) string {
 			parts = append(parts, "heap "+bytes(v)+", not yet under "+bytes(h*lf))
 		}
 	}
+	if l := m.cfg.LatencyLimit; l > 0 {
+		v, lf := float64(ms.Latency), float64(l)
+		switch {
+		case v > lf:
+			parts = append(parts, "latency "+millis(ms.Latency)+" over limit "+millis(l))
+		case v >= h*lf:
+			parts = append(parts, "latency "+millis(ms.Latency)+", not yet under "+millis(time.Duration(h*lf)))
+		}
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -346,6 +387,9 @@ func (m *Monitor) fields(ms Measures, extra zap.Field) []zap.Field {
 	}
 	if m.cfg.HeapLimit > 0 {
 		f = append(f, zap.Uint64("heap_bytes", ms.Heap), zap.Uint64("heap_limit_bytes", m.cfg.HeapLimit))
+	}
+	if m.cfg.LatencyLimit > 0 {
+		f = append(f, zap.Duration("latency", ms.Latency), zap.Duration("latency_limit", m.cfg.LatencyLimit))
 	}
 	return append(f, zap.Duration("window", m.cfg.Window))
 }
@@ -363,6 +407,9 @@ func bytes(v float64) string {
 	}
 	return oneDecimal(v) + " " + units[i]
 }
+
+// millis writes a duration rounded to the millisecond.
+func millis(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 func oneDecimal(v float64) string {
 	return strings.TrimSuffix(strconv.FormatFloat(v, 'f', 1, 64), ".0")

@@ -23,8 +23,8 @@ const (
 	cores    = 4
 )
 
-// rig is a Monitor on a fake clock whose CPU and heap samplers report
-// what the test feeds them. The samplers are atomics because the
+// rig is a Monitor on a fake clock whose CPU, heap and latency samplers
+// report what the test feeds them. The samplers are atomics because the
 // monitor's goroutine reads them in the test that starts it.
 type rig struct {
 	t                   *testing.T
@@ -35,6 +35,8 @@ type rig struct {
 	logs                *observer.ObservedLogs
 	cpuCalls, heapCalls atomic.Int64
 	gcCycles, gcRuns    atomic.Uint64 // collections completed; those the monitor ran
+	waited              atomic.Int64  // nanoseconds taken by the requests ended so far
+	started, waitsCalls atomic.Uint64
 }
 
 func newRig(t *testing.T, cfg Config) *rig {
@@ -47,6 +49,10 @@ func newRig(t *testing.T, cfg Config) *rig {
 	cfg.Cores = func() int { return cores }
 	cfg.Heap = func() uint64 { r.heapCalls.Add(1); return r.heap.Load() }
 	cfg.GCCycles = r.gcCycles.Load
+	cfg.Latencies = func() (time.Duration, uint64) {
+		r.waitsCalls.Add(1)
+		return time.Duration(r.waited.Load()), r.started.Load()
+	}
 	cfg.CollectGarbage = func() { r.gcRuns.Add(1); r.gcCycles.Add(1) }
 	cfg.Logger = zap.New(core)
 	if cfg.Window == 0 {
@@ -76,6 +82,21 @@ func (r *rig) feed(cpu float64, heap uint64) {
 func (r *rig) load(cpu float64, heap uint64) {
 	r.cpu.Add(int64(cpu * float64(interval) * cores))
 	r.heap.Store(heap)
+}
+
+// feedLatencies makes n requests, which took total between them, end in
+// the next interval, then samples.
+func (r *rig) feedLatencies(n uint64, total time.Duration) {
+	r.started.Add(n)
+	r.waited.Add(int64(total))
+	r.feed(0, 0)
+}
+
+// feedLatenciesWindow feeds a whole window of intervals like feedLatencies'.
+func (r *rig) feedLatenciesWindow(n uint64, total time.Duration) {
+	for range DefaultSamples {
+		r.feedLatencies(n, total)
+	}
 }
 
 // feedWindow feeds a whole window of one load.
@@ -239,6 +260,9 @@ func TestShedsForCPUAlone(t *testing.T) {
 	if n := r.heapCalls.Load(); n != 0 {
 		t.Fatalf("the heap was sampled %d times with no heap limit", n)
 	}
+	if n := r.waitsCalls.Load(); n != 0 {
+		t.Fatalf("the latencies were sampled %d times with no latency limit", n)
+	}
 	r.feedWindow(0.6, 1<<50)
 	r.wantShedding(true, "CPU over its limit")
 }
@@ -270,6 +294,73 @@ func TestEveryMeasureMustBeCalmToStop(t *testing.T) {
 	r.wantShedding(true, "CPU calm, heap in its band")
 	r.feedWindow(0.5, 790)
 	r.wantShedding(false, "both under their floors")
+}
+
+// TestShedsForLatency: the monitor sheds when the mean latency of the
+// requests that ended in the window is over LatencyLimit, names it in
+// Reason and the log, and stops only under Hysteresis times the limit.
+func TestShedsForLatency(t *testing.T) {
+	r := newRig(t, Config{LatencyLimit: 200 * time.Millisecond, Hysteresis: 0.9}) // stops under 180ms
+	r.feedLatenciesWindow(10, 10*150*time.Millisecond)
+	r.wantShedding(false, "a window of 150ms latencies")
+	if ms, _ := r.m.Measures(); ms.Latency != 150*time.Millisecond {
+		t.Fatalf("latency %v, want 150ms", ms.Latency)
+	}
+	r.feedLatenciesWindow(3, 1237*time.Millisecond) // 412.33ms each
+	r.wantShedding(true, "a window of 412ms latencies")
+	if ms, _ := r.m.Measures(); ms.Latency != 5*1237*time.Millisecond/15 {
+		t.Fatalf("latency %v, want %v", ms.Latency, 5*1237*time.Millisecond/15)
+	}
+	if got, want := r.m.Reason(), "latency 412ms over limit 200ms"; got != want {
+		t.Fatalf("Reason %q, want %q", got, want)
+	}
+	if e := r.logs.FilterMessageSnippet("load shedding started").All(); len(e) != 1 || e[0].ContextMap()["latency_limit"] != 200*time.Millisecond {
+		t.Fatalf("start log lines %+v, want one with latency_limit 200ms", e)
+	}
+	r.feedLatenciesWindow(2, 2*190*time.Millisecond)
+	r.wantShedding(true, "a window of 190ms latencies: under the limit, not under 180ms")
+	if got, want := r.m.Reason(), "latency 190ms, not yet under 180ms"; got != want {
+		t.Fatalf("Reason %q, want %q", got, want)
+	}
+	r.feedLatenciesWindow(2, 2*179*time.Millisecond)
+	r.wantShedding(false, "a window of 179ms latencies")
+	if started, stopped := r.transitions(); started != 1 || stopped != 1 {
+		t.Fatalf("%d start and %d stop log lines, want one of each", started, stopped)
+	}
+}
+
+// TestLatencyIsTheMeanPerRequest: the latency weighs every request that
+// ended alike, not every interval, so one slow request among many quick
+// ones does not shed; the mean of the intervals' means, 280ms, would.
+func TestLatencyIsTheMeanPerRequest(t *testing.T) {
+	r := newRig(t, Config{LatencyLimit: 200 * time.Millisecond})
+	r.feedLatencies(1, time.Second)
+	for range DefaultSamples - 1 {
+		r.feedLatencies(9, 9*100*time.Millisecond)
+	}
+	r.wantShedding(false, "one 1s request among 36 of 100ms")
+	if ms, _ := r.m.Measures(); ms.Latency != 4600*time.Millisecond/37 {
+		t.Fatalf("latency %v, want %v", ms.Latency, 4600*time.Millisecond/37)
+	}
+}
+
+// TestNoLatencyWhenNothingEnded: a window in which no request ended has
+// no latency to report, so its latency is 0 and it does not shed, even
+// after a window of slow requests.
+func TestNoLatencyWhenNothingEnded(t *testing.T) {
+	r := newRig(t, Config{LatencyLimit: 200 * time.Millisecond})
+	r.feedLatenciesWindow(0, 0)
+	r.wantShedding(false, "a window in which nothing started")
+	if ms, ok := r.m.Measures(); !ok || ms.Latency != 0 {
+		t.Fatalf("latency %v (measured %v), want 0", ms.Latency, ok)
+	}
+	r.feedLatenciesWindow(4, 4*time.Second)
+	r.wantShedding(true, "a window of 1s latencies")
+	r.feedLatenciesWindow(0, 0)
+	if ms, _ := r.m.Measures(); ms.Latency != 0 {
+		t.Fatalf("latency %v once nothing ended, want 0", ms.Latency)
+	}
+	r.wantShedding(false, "a window in which nothing started")
 }
 
 // TestSamplesOnItsClockUntilClose runs the monitor's goroutine: it
@@ -332,7 +423,9 @@ func TestNewRefusesAnUnusableConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"no limit", Config{Window: window, Hysteresis: 0.9}, "neither"},
+		{"no limit", Config{Window: window, Hysteresis: 0.9}, "none of"},
+		{"negative latency limit", Config{LatencyLimit: -time.Millisecond, Window: window, Hysteresis: 0.9, Latencies: func() (time.Duration, uint64) { return 0, 0 }}, "LatencyLimit"},
+		{"latency limit without Latencies", Config{LatencyLimit: time.Second, Window: window, Hysteresis: 0.9}, "Latencies"},
 		{"negative CPU limit", Config{CPULimit: -1, Window: window, Hysteresis: 0.9}, "CPULimit"},
 		{"no window", Config{CPULimit: 0.9, Hysteresis: 0.9}, "Window"},
 		{"hysteresis over 1", Config{CPULimit: 0.9, Window: window, Hysteresis: 1.1}, "Hysteresis"},

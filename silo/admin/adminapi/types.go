@@ -50,7 +50,7 @@ type SiloReport struct {
 // whose version reports none reads as zero and not shedding.
 type Overload struct {
 	// Shedding is true while the silo refuses new requests because its
-	// CPU use or Go heap is over its load-shedding limit.
+	// CPU use, Go heap or requests' latency is over its load-shedding limit.
 	Shedding bool `json:"shedding"`
 	// ShedRequests counts the requests load shedding refused.
 	ShedRequests uint64 `json:"shed_requests"`
@@ -58,6 +58,9 @@ type Overload struct {
 	// soft queue limit; QueueRefusals those refused at its hard limit.
 	QueueWarnings uint64 `json:"queue_warnings"`
 	QueueRefusals uint64 `json:"queue_refusals"`
+	// WaitRefusals counts requests refused because they waited for their
+	// turn past their type's queue wait limit.
+	WaitRefusals uint64 `json:"wait_refusals"`
 	// MemoryCollections counts idle activations collected because the Go
 	// heap was over the memory collection's target.
 	MemoryCollections uint64 `json:"memory_collections"`

@@ -335,17 +335,8 @@ func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		return
 	}
 	s := cl.s
+	fresh := cl.fresh(env)
 	if s.Overload.Shedding.Load() && s.Cfg.Shed != nil && (env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST || env.Kind == granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY) {
-		// Shedding refuses new work only. Not a reminder tick, which the
-		// runtime sends; not a call another silo passed on (Hops), which
-		// a silo took already; not a call to a client's observer, which
-		// runs no grain here and whose caller runs already; and not a
-		// call whose chain comes through this silo, which a request
-		// running here waits for.
-		fresh := env.Hops == 0 && !env.Observer && env.Method != local.ReminderMethodName
-		for _, l := range env.Chain {
-			fresh = fresh && l.Silo != cl.SelfID
-		}
 		if fresh {
 			err := s.Cfg.Shed(cl.SelfID, from, !r.Expects())
 			if r.Expects() {
@@ -378,12 +369,34 @@ func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		return
 	}
 	c := s.Incoming(from, env, id, m, r, local.RemoteWaiter, &cl.cancels, &cl.Inflight)
+	if !fresh {
+		c.Arrived = 0 // admitted work: its wait is neither bounded nor timed
+	}
 	c.Chain, c.Depth = cl.chainFrom(env.Chain), len(env.Chain)
 	c.Hops = env.Hops + 1 // were it passed on from here, this silo would be one more hop
 	if env.Placed {
 		c.PlacedHere = true
 	}
 	s.Route(nil, c)
+}
+
+// fresh reports whether env, a call from another silo, is new work for
+// this silo, which load shedding and the queue wait limit may refuse. Not
+// a reminder tick, which the runtime sends; not a call another silo
+// passed on (Hops), which a silo took already; not a call to a client's
+// observer, which runs no grain here and whose caller runs already; and
+// not a call whose chain comes through this silo, which a request running
+// here waits for.
+func (cl *Cluster) fresh(env *granaryv1.Envelope) bool {
+	if env.Hops != 0 || env.Observer || env.Method == local.ReminderMethodName {
+		return false
+	}
+	for _, l := range env.Chain {
+		if l.Silo == cl.SelfID {
+			return false
+		}
+	}
+	return true
 }
 
 // chainFrom rebuilds a call chain that came from another silo: links to

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/silo/grpcapi"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -109,7 +110,8 @@ func (g *Gateway) shed(from string, oneWay bool) error { return g.s.Cfg.Shed(g.s
 
 // shedCaller is the grain.Caller behind the gateway's plain gRPC
 // services (silo/grpcapi): it refuses calls while the silo sheds load, as
-// Deliver refuses the Go clients', and hands the others on.
+// Deliver refuses the Go clients', and hands the others on, marked as
+// requests from outside the silo, whose waits the silo bounds and times.
 type shedCaller struct {
 	grain.Caller
 	g *Gateway
@@ -120,12 +122,12 @@ func (c shedCaller) Invoke(ctx context.Context, id grain.ID, m *grain.MethodDesc
 		// A gRPC call is answered, one-way methods included.
 		return nil, grpcapi.NotRun(c.g.shed("a gRPC client", false))
 	}
-	return c.Caller.Invoke(ctx, id, m, req, opts...)
+	return c.Caller.Invoke(ctx, id, m, req, append(opts[:len(opts):len(opts)], grainrt.FromOutside())...)
 }
 
 func (c shedCaller) InvokeAsync(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, opts ...grain.CallOption) grain.Pending {
 	if c.g.sheds() {
 		return grain.Failed(grpcapi.NotRun(c.g.shed("a gRPC client", false)))
 	}
-	return c.Caller.InvokeAsync(ctx, id, m, req, opts...)
+	return c.Caller.InvokeAsync(ctx, id, m, req, append(opts[:len(opts):len(opts)], grainrt.FromOutside())...)
 }

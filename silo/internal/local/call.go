@@ -47,6 +47,10 @@ type Call struct {
 	// few nanoseconds off, since wall and monotonic clocks drift apart.
 	exact  time.Time
 	OneWay bool
+	// Arrived is when a call from outside the silo (Incoming) reached
+	// it, an offset from the epoch of the coarse call clock, at least 1;
+	// 0 for a call made inside the silo. Its turn's wait is timed from it.
+	Arrived time.Duration
 	// Cancel is the nearest caller context that can be cancelled (an
 	// outside caller's, or one a grain derived), or nil.
 	Cancel  context.Context

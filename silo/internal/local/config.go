@@ -50,12 +50,17 @@ type Config struct {
 	// QueueLimits are the silo-wide queue limits, which a type's option
 	// or configuration overrides (GrainType.Limits).
 	QueueLimits QueueLimits
+	// MeasureLatency: the runtime sums the latencies of requests from
+	// outside the silo, from their arrival to the end of their turns
+	// (Runtime.Latencies), for load shedding.
+	MeasureLatency bool
 }
 
 // QueueLimits bound the requests queued at one activation, or at one
 // stateless worker ID's set; a zero field is no limit. See the silo's.
 type QueueLimits struct {
 	Soft, Hard int
+	Wait       time.Duration
 }
 
 // RemindersConfig sets up the reminder service; see the silo's.

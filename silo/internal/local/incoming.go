@@ -41,7 +41,9 @@ func (s *Runtime) Incoming(from string, env *granaryv1.Envelope, id grain.ID, m 
 	if c.Raw == nil {
 		c.Raw = []byte{}
 	}
-	c.Due = s.CallNow() + s.CallTimeout(time.Duration(env.TimeoutNanos))
+	now := s.CallNow()
+	c.Due = now + s.CallTimeout(time.Duration(env.TimeoutNanos))
+	c.Arrived = max(now, 1) // 0 is a call from inside the silo
 	if len(env.Headers) > 0 {
 		kv := make([]string, 0, 2*len(env.Headers))
 		for _, h := range env.Headers {

@@ -135,7 +135,11 @@ func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *gr
 			c.Waiter = turnWaiter
 		}
 	}
-	c.Due = s.CallNow() + s.CallTimeout(o.Timeout)
+	now := s.CallNow()
+	c.Due = now + s.CallTimeout(o.Timeout)
+	if o.Outside && from == nil {
+		c.Arrived = max(now, 1)
+	}
 	if d, ok := ctx.Deadline(); ok {
 		if due := d.Sub(s.Epoch); due < c.Due {
 			c.Due, c.exact = due, d

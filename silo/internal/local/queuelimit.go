@@ -117,6 +117,7 @@ const limitLogInterval = time.Minute
 type limitLogs struct {
 	soft   logEvery // requests queued past the soft limit
 	oneWay logEvery // one-way requests refused at the hard limit
+	wait   logEvery // requests refused past the wait limit
 }
 
 // logEvery lets one event a limitLogInterval be logged and counts those
@@ -143,17 +144,74 @@ func (l *logEvery) allow(now time.Duration) (held uint64, ok bool) {
 // silo's per-type configuration when set there, else from the type's
 // option when set, else the silo-wide one.
 func ResolveQueueLimits(silo, option, typeConfig QueueLimits) QueueLimits {
-	pick := func(s, o, t int) int {
-		switch {
-		case t != 0:
-			return t
-		case o != 0:
-			return o
-		}
-		return s
-	}
 	return QueueLimits{
-		Soft: pick(silo.Soft, option.Soft, typeConfig.Soft),
-		Hard: pick(silo.Hard, option.Hard, typeConfig.Hard),
+		Soft: pickLimit(silo.Soft, option.Soft, typeConfig.Soft),
+		Hard: pickLimit(silo.Hard, option.Hard, typeConfig.Hard),
+		Wait: pickLimit(silo.Wait, option.Wait, typeConfig.Wait),
 	}
+}
+
+// pickLimit is the type's configuration t when set, else its option o
+// when set, else the silo's s.
+func pickLimit[T int | time.Duration](s, o, t T) T {
+	switch {
+	case t != 0:
+		return t
+	case o != 0:
+		return o
+	}
+	return s
+}
+
+// Queue wait and latency. A request from outside the silo records when it
+// arrived (Call.Arrived, from the coarse call clock Incoming reads
+// anyway), unless it is work the silo admitted already (see cluster's
+// fresh). When its turn comes, Run asks waitRefused, which refuses the
+// request past its type's Wait; when the turn ends, Done sums the time
+// since its arrival for load shedding's latency (Latencies) when
+// MeasureLatency is set, whether the turn ran, was refused or expired.
+// The check is at the turn's start, not on a timer: a request refused
+// there has cost a slot in the queue and nothing else, and a timer per
+// request would cost every request two clock reads and a heap operation.
+// A request stuck behind a turn that never ends is refused when that turn
+// ends, or ends at its caller's deadline.
+
+// waitRefused reports whether c, a request from outside the silo whose
+// turn starts now, waited past its type's queue wait limit, in which case
+// it has set c's error. Run only.
+func (c *Call) waitRefused() bool {
+	s, t := c.s, c.act.typ
+	if t.Limits.Wait == 0 {
+		return false
+	}
+	waited := max(0, s.CallNow()-c.Arrived)
+	if waited <= t.Limits.Wait {
+		return false
+	}
+	s.Overload.WaitRefusals.Add(1)
+	c.resErr = status.Errorf(codes.ResourceExhausted, "granary: %s.%s waited %v for its turn, past the queue wait limit %v; it did not run: retry later",
+		c.ID, c.Method.Name, waited.Round(time.Millisecond), t.Limits.Wait)
+	if held, ok := t.overLimit.wait.allow(s.CallNow()); ok {
+		s.Log.Warn("requests waited past their type's queue wait limit and were refused",
+			zap.Stringer("grain", c.ID), zap.String("type", t.Desc.Type), zap.String("method", c.Method.Name),
+			zap.Bool("one_way", c.OneWay), zap.Duration("waited", waited), zap.Duration("wait_limit", t.Limits.Wait),
+			zap.Uint64("unlogged_since_last", held), zap.Duration("log_interval", limitLogInterval))
+	}
+	return true
+}
+
+// noteLatency sums the time since c, a request from outside the silo
+// whose turn ends now, arrived. Done only, with MeasureLatency set.
+func (c *Call) noteLatency() {
+	s := c.s
+	s.spent.Add(int64(max(0, s.CallNow()-c.Arrived)))
+	s.ended.Add(1)
+}
+
+// Latencies returns the summed latency of the requests from outside the
+// silo whose turns have ended, from their arrival, and how many they
+// are, since the runtime was made; both stay 0 unless MeasureLatency is
+// set. Any goroutine.
+func (s *Runtime) Latencies() (total time.Duration, ended uint64) {
+	return time.Duration(s.spent.Load()), s.ended.Load()
 }

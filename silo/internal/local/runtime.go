@@ -72,6 +72,10 @@ type Runtime struct {
 	// Overload counts what the silo refused, shed, collected and
 	// abandoned to protect itself.
 	Overload OverloadCounters
+	// spent sums the latencies of the requests from outside the silo whose
+	// turns ended, in nanoseconds, and ended counts them: Latencies.
+	spent atomic.Int64
+	ended atomic.Uint64
 
 	// filterChain is the chain of Config.IncomingFilters, or nil for none.
 	filterChain grain.Invocation
@@ -497,6 +501,7 @@ func (s *Runtime) countStateOps() {
 type OverloadCounters struct {
 	QueueWarnings     atomic.Uint64 // requests queued past a soft queue limit
 	QueueRefusals     atomic.Uint64 // requests refused at a hard queue limit
+	WaitRefusals      atomic.Uint64 // requests refused past a queue wait limit
 	Shed              atomic.Uint64 // requests refused by load shedding
 	MemoryCollections atomic.Uint64 // activations collected for memory pressure
 	AbandonedTurns    atomic.Uint64 // turns still running when a close gave up on them

@@ -41,6 +41,7 @@ func (c *Call) Run(e *activation.Exec) {
 		c.tick.run(c)
 	case c.expired():
 		c.resErr = DeadlineError(c)
+	case c.Arrived != 0 && c.waitRefused():
 	case c.Req == nil && c.Raw != nil:
 		req := c.Method.NewRequest()
 		if err := proto.Unmarshal(c.Raw, req); err != nil {
@@ -82,6 +83,9 @@ func (c *Call) Done(e *activation.Exec, err error) {
 	case c.tick != nil:
 		c.tick.done(e, c, panicked)
 		return
+	}
+	if c.Arrived != 0 && c.s.Cfg.MeasureLatency {
+		c.noteLatency()
 	}
 	resp, rerr := c.result, c.resErr
 	switch {
