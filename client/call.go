@@ -207,6 +207,11 @@ func (c *Client) sendOneWay(id grain.ID, env *granaryv1.Envelope, deadline time.
 		if g == nil {
 			return noGateway(id, env, last)
 		}
+		if len(tried) == 0 {
+			if err := c.sheddingEverywhere(g, id, env.Method); err != nil {
+				return err
+			}
+		}
 		tried = append(tried, g)
 		env.TimeoutNanos = int64(c.o.clock.Until(deadline))
 		if env.TimeoutNanos <= 0 {
@@ -262,6 +267,14 @@ func (p *pcall) send() {
 	}
 	if p.settled.Load() {
 		return // cancelled or timed out while another gateway was sought
+	}
+	if p.refused == nil {
+		// pick falls back to a gateway that asked to be left alone only
+		// when every one did: the call is refused here, unsent.
+		if err := c.sheddingEverywhere(g, p.id, p.m.Name); err != nil {
+			p.settle(nil, err)
+			return
+		}
 	}
 	p.tried = append(p.tried, g)
 	attempt := len(p.tried)

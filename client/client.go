@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // A Client calls grains from outside the cluster, through the silos'
@@ -48,8 +49,12 @@ import (
 // own silo refused never ran: the client avoids that gateway for the
 // delay asked, and offers the call to another gateway that is not marked
 // so, within the call's deadline; when none is left, the call fails with
-// the refusal. A refusal from a silo behind the gateway, where the
-// grain lives, reaches the caller as it is.
+// the refusal. While every gateway is marked so, a new call is not sent
+// at all: it fails at once with ResourceExhausted, whose RetryInfo is the
+// time left until the first of them may be tried again, so a cluster that
+// asked its clients to wait is not kept busy refusing them. A refusal
+// from a silo behind the gateway, where the grain lives, reaches the
+// caller as it is.
 //
 // A Client is safe for use by many goroutines. Close it when done.
 type Client struct {
@@ -102,9 +107,16 @@ type gatewayRef struct {
 	silo string
 	addr string
 	hash uint64 // of silo, for rendezvous hashing
-	// downUntil, in Unix nanoseconds, is when a gateway that refused a
-	// call may be tried again first.
+	// downUntil, in Unix nanoseconds, is when a gateway that failed to
+	// take a call may be tried again first; shedUntil, when one whose
+	// silo refused a call because it sheds load asked to be tried again.
 	downUntil atomic.Int64
+	shedUntil atomic.Int64
+}
+
+// marked reports whether g is to be avoided at now, Unix nanoseconds.
+func (g *gatewayRef) marked(now int64) bool {
+	return g.downUntil.Load() > now || g.shedUntil.Load() > now
 }
 
 // Dial connects to a cluster through its gateways: it asks the given
@@ -355,7 +367,7 @@ func (c *Client) refresh(ctx context.Context) {
 	rand.Shuffle(len(gws), func(i, j int) { gws[i], gws[j] = gws[j], gws[i] })
 	now := c.o.clock.Now().UnixNano()
 	slices.SortStableFunc(gws, func(a, b *gatewayRef) int {
-		return boolInt(a.downUntil.Load() > now) - boolInt(b.downUntil.Load() > now)
+		return boolInt(a.marked(now)) - boolInt(b.marked(now))
 	})
 	for _, g := range gws {
 		if list, err := c.fetch(ctx, g.addr); err == nil {
@@ -425,27 +437,35 @@ func (c *Client) pickFrom(id grain.ID, tried []*gatewayRef, marked bool) *gatewa
 	}
 	h := id.Hash()
 	now := c.o.clock.Now().UnixNano()
-	var best, bestDown *gatewayRef
-	var score, scoreDown uint64
+	// Of the marked gateways, one that failed may have come back, while
+	// one whose silo sheds asked to be left alone: the first go first.
+	var best, bestDown, bestShed *gatewayRef
+	var score, scoreDown, scoreShed uint64
 	for _, g := range gws {
 		if slices.Contains(tried, g) {
 			continue
 		}
 		s := hashmix.Mix64(h ^ g.hash)
-		if g.downUntil.Load() > now {
+		switch {
+		case g.downUntil.Load() > now:
 			if bestDown == nil || s > scoreDown {
 				bestDown, scoreDown = g, s
 			}
-			continue
-		}
-		if best == nil || s > score {
+		case g.shedUntil.Load() > now:
+			if bestShed == nil || s > scoreShed {
+				bestShed, scoreShed = g, s
+			}
+		case best == nil || s > score:
 			best, score = g, s
 		}
 	}
-	if best != nil || !marked {
+	switch {
+	case best != nil || !marked:
 		return best
+	case bestDown != nil:
+		return bestDown
 	}
-	return bestDown
+	return bestShed
 }
 
 // markDown has calls avoid g for a while, and the list refreshed.
@@ -467,11 +487,42 @@ func (c *Client) markOverloaded(g *gatewayRef, retry time.Duration) {
 	retry = min(retry, maxOverloadBackoff)
 	until := c.o.clock.Now().Add(retry).UnixNano()
 	for {
-		cur := g.downUntil.Load()
-		if cur >= until || g.downUntil.CompareAndSwap(cur, until) {
+		cur := g.shedUntil.Load()
+		if cur >= until || g.shedUntil.CompareAndSwap(cur, until) {
 			return
 		}
 	}
+}
+
+// sheddingEverywhere is the refusal of a call the client does not send
+// because g, the gateway it would go to, and every other it could go to
+// asked it to wait: ResourceExhausted, with the RetryInfo of the soonest
+// end of their waits and the ErrorInfo of a refusal by g's silo, which the
+// client would have got from it. A caller that retries after the delay
+// finds a gateway again; one that does not is told so at once, at no cost
+// to the cluster. nil when g's wait is over.
+func (c *Client) sheddingEverywhere(g *gatewayRef, id grain.ID, method string) error {
+	if g.shedUntil.Load() == 0 {
+		return nil // the common case, a gateway that never shed: no clock read
+	}
+	now := c.o.clock.Now().UnixNano()
+	soonest := g.shedUntil.Load()
+	for _, o := range c.gateways() {
+		soonest = min(soonest, max(o.shedUntil.Load(), o.downUntil.Load()))
+	}
+	left := time.Duration(soonest - now)
+	if left <= 0 {
+		return nil
+	}
+	st := status.Newf(codes.ResourceExhausted, "granary: not sent %s.%s: every gateway's silo is shedding load and asked to be retried later; the soonest in %v",
+		id, method, left.Round(time.Millisecond))
+	if d, err := st.WithDetails(
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(left)},
+		&errdetails.ErrorInfo{Reason: overloadReason, Domain: overloadDomain, Metadata: map[string]string{overloadSiloKey: g.silo}},
+	); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // maxOverloadBackoff bounds how long a refusal can keep the client from

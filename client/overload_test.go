@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -185,11 +186,12 @@ func TestShedCallMovesToAnotherGatewayAndTheGatewayIsAvoided(t *testing.T) {
 
 // TestEveryGatewayShedding: when every gateway's silo sheds the call, it
 // fails with the last refusal, its details intact, having been offered to
-// each once; a later call still goes out, to a gateway marked overloaded
-// since there is no other, and is not re-offered.
+// each once; a later call within the retry delays is refused by the
+// client itself, unsent, with the time left to wait; once the delays are
+// over, calls go out again.
 func TestEveryGatewayShedding(t *testing.T) {
 	t.Parallel()
-	cl, _, gws := startShedGateways(t, "g1", "g2")
+	cl, clock, gws := startShedGateways(t, "g1", "g2")
 	for id, g := range gws {
 		g.refuse(overloadError(id))
 	}
@@ -197,8 +199,36 @@ func TestEveryGatewayShedding(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("error %v, want ResourceExhausted", err)
 	}
-	var info *errdetails.ErrorInfo
-	var retry *errdetails.RetryInfo
+	info, retry := refusalDetails(err)
+	if info == nil || info.Reason != "OVERLOADED" || gws[info.Metadata["silo"]] == nil || retry.GetRetryDelay().AsDuration() != shedRetry {
+		t.Fatalf("details %v, %v; want the refusal's ErrorInfo and RetryInfo", info, retry)
+	}
+	if a, b := gws["g1"].calls.Load(), gws["g2"].calls.Load(); a != 1 || b != 1 {
+		t.Fatalf("the gateways received %d and %d calls, want one each", a, b)
+	}
+	clock.Advance(shedRetry / 4)
+	_, err = call(t, cl, "k")
+	info, retry = refusalDetails(err)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "not sent") ||
+		info.GetReason() != "OVERLOADED" || retry.GetRetryDelay().AsDuration() != shedRetry-shedRetry/4 {
+		t.Fatalf("a second call within the delay: %v (details %v, %v), want ResourceExhausted, not sent, retry in %v",
+			err, info, retry, shedRetry-shedRetry/4)
+	}
+	if total := gws["g1"].calls.Load() + gws["g2"].calls.Load(); total != 2 {
+		t.Fatalf("the gateways received %d calls in all, want 2: the second call not sent", total)
+	}
+	clock.Advance(shedRetry)
+	if _, err := call(t, cl, "k"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a call after the delay: %v, want the gateways' refusal", err)
+	}
+	if total := gws["g1"].calls.Load() + gws["g2"].calls.Load(); total != 4 {
+		t.Fatalf("the gateways received %d calls in all, want 4: a call after the delay offered to each again", total)
+	}
+}
+
+// refusalDetails returns the ErrorInfo and RetryInfo err carries, nil
+// for either it lacks.
+func refusalDetails(err error) (info *errdetails.ErrorInfo, retry *errdetails.RetryInfo) {
 	for _, d := range status.Convert(err).Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
@@ -207,18 +237,7 @@ func TestEveryGatewayShedding(t *testing.T) {
 			retry = d
 		}
 	}
-	if info == nil || info.Reason != "OVERLOADED" || gws[info.Metadata["silo"]] == nil || retry.GetRetryDelay().AsDuration() != shedRetry {
-		t.Fatalf("details %v, %v; want the refusal's ErrorInfo and RetryInfo", info, retry)
-	}
-	if a, b := gws["g1"].calls.Load(), gws["g2"].calls.Load(); a != 1 || b != 1 {
-		t.Fatalf("the gateways received %d and %d calls, want one each", a, b)
-	}
-	if _, err := call(t, cl, "k"); status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("a second call: %v, want ResourceExhausted", err)
-	}
-	if total := gws["g1"].calls.Load() + gws["g2"].calls.Load(); total != 3 {
-		t.Fatalf("the gateways received %d calls in all, want 3: the second call offered once", total)
-	}
+	return info, retry
 }
 
 // TestRefusalNotByTheGatewaysSiloIsTheCallersError: a refusal for
