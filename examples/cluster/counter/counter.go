@@ -8,9 +8,9 @@
 // its activation: a counter activated again, after collection or on
 // another silo after its silo died, starts from zero. As persistent state
 // (State, kept by the silo's default storage provider) it is read when the
-// counter activates and written on every Add, so a counter activated again
-// goes on from its stored count, and an Add that was acknowledged is never
-// forgotten.
+// counter activates and written on every Add that changes it, so a
+// counter activated again goes on from its stored count, and an Add that
+// was acknowledged is never forgotten.
 package counter
 
 import (
@@ -84,14 +84,19 @@ func (c *storedCounter) OnActivate(ctx grain.Context) error {
 	return nil
 }
 
-// Add adds to the count, writes it, and says where it ran. If the write
-// fails, the count stays as it was and the activation deactivates: the
+// Add adds to the count, writes it, and says where it ran. An Add of 0
+// changes nothing and writes nothing: it reads the count, as it was
+// stored or last written. If the write fails, the count stays as it was
+// and the activation deactivates: the
 // write may have been stored anyway, or another activation of the
 // counter (a transient duplicate) may have written since this one read,
 // so this one's count and ETag can no longer be trusted, and the next
 // call reads them again.
 func (c *storedCounter) Add(ctx grain.Context, req *clusterpb.AddRequest) (*clusterpb.AddReply, error) {
 	v := c.state.Value()
+	if req.GetDelta() == 0 {
+		return &clusterpb.AddReply{Value: v.Value, Silo: c.silo, Activation: ctx.ActivationID()}, nil
+	}
 	old := v.Value
 	v.Value += req.GetDelta()
 	if err := c.state.Write(ctx); err != nil {
