@@ -53,7 +53,7 @@ BENCH_TIME  ?= 1s
 BENCH_PKGS  ?= ./activation/ ./silo/
 
 .PHONY: all build test fmt-check vet lint race fuzz peers-check bench microbench run generate generate-check tools clean postgres-up postgres-down \
-	image certs cluster-up cluster-down e2e chromium python-example
+	image certs cluster-up cluster-down e2e soak chromium python-example
 
 all: build
 
@@ -154,6 +154,10 @@ e2e: image certs
 	scripts/postgres-test.sh up --docker >/dev/null
 	GRANARY_CHROMIUM="$${GRANARY_CHROMIUM:-$$(scripts/chromium.sh | tail -n1)}" && export GRANARY_CHROMIUM && \
 	$(GO) run ./deploy/e2e -compose $(COMPOSE_FILE) -secrets $(SECRETS_DIR) -image $(IMAGE) -grace $(CLUSTER_GRACE)s $(E2E_FLAGS)
+
+## soak: make e2e, then the overload soak: twice the cluster's capacity for two minutes, a hot counter and new keys; adds its section to docs/resilience.md.
+soak:
+	$(MAKE) e2e E2E_FLAGS="-overload $(E2E_FLAGS)"
 
 ## python-example: a Python client (examples/python) calls a grain through a silo's TLS gateway with a bearer token, and decodes an error's details; needs Debian's python3-grpcio python3-protobuf protobuf-compiler libprotobuf-dev golang-github-gogo-googleapis-dev.
 python-example:

@@ -233,7 +233,7 @@ func parseInspect(out string) (containerState, error) {
 
 // protectionEnv starts the names of the silos' overload settings, which
 // the report quotes from the compose file.
-var protectionEnv = []string{"GRANARY_LOAD_SHEDDING_", "GRANARY_QUEUE_LIMITS_", "GRANARY_MEMORY_COLLECTION_", "GRANARY_SHUTDOWN_CLOSE_TIMEOUT"}
+var protectionEnv = []string{"GRANARY_LOAD_SHEDDING_", "GRANARY_QUEUE_LIMITS_", "GRANARY_MEMORY_COLLECTION_", "GRANARY_SHUTDOWN_CLOSE_TIMEOUT", "GOMEMLIMIT"}
 
 // composeProtection returns the overload settings of the first silo's
 // environment in the compose file at path, NAME=value, sorted.

@@ -136,7 +136,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.load.Workers, "workers", 8, "load `workers`, each one call at a time")
 	fs.IntVar(&o.load.Counters, "counters", 64, "`counters` the workers share")
 	fs.DurationVar(&o.load.CallTimeout, "call-timeout", 2*time.Second, "the bound of each call")
-	fs.BoolVar(&o.soak, "overload", false, "run the overload soak after the faults (not yet part of the default run: see docs/resilience.md)")
+	fs.BoolVar(&o.soak, "overload", false, "run the overload soak after the faults (make soak)")
 	fs.DurationVar(&o.overload.Duration, "overload-duration", 2*time.Minute, "how long the overload soak offers Factor times the capacity")
 	fs.Float64Var(&o.overload.Factor, "overload-factor", 2, "the soak's offered rate, as a multiple of the capacity measured")
 	fs.Float64Var(&o.overload.HotShare, "overload-hot", 0.2, "the `share` of the soak's calls that go to its one hot counter; the rest go to new keys")
@@ -519,9 +519,9 @@ func printSummary(w io.Writer, res *result) {
 			o.Capacity, o.Offered, s.Outcomes[outOK], s.Outcomes[outShed], s.Outcomes[outRefused], s.Outcomes[outDeadline], s.Outcomes[outUnavailable], s.Outcomes[outOther],
 			o.Loop.NotSent, formatLatency(s.P50), formatLatency(s.P99), formatLatency(s.Max))
 		for _, sw := range o.Silos {
-			fmt.Fprintf(w, "overload: %s memory<=%s rss<=%s heap<=%s activations<=%d shedding %ds shed=%s queue-refusals=%s memory-collections=%s\n",
+			fmt.Fprintf(w, "overload: %s memory<=%s rss<=%s heap<=%s activations<=%d shedding %ds shed=%s queue+wait-refusals=%s memory-collections=%s\n",
 				sw.Service, formatBytes(sw.MemMax), formatBytes(sw.RSSMax), formatBytes(sw.HeapMax), sw.ActivationsMax, sw.SheddingSamples,
-				formatDelta(&sw, metricShed), formatDelta(&sw, metricQueueRefusals), formatDelta(&sw, metricMemoryCollections))
+				formatDelta(&sw, metricShed), formatDelta(&sw, metricQueueRefusals)+"+"+formatDelta(&sw, metricWaitRefusals), formatDelta(&sw, metricMemoryCollections))
 		}
 		fmt.Fprintf(w, "overload: recovery %s; final read %d counters, lost %d Adds on %d counters, %d unread\n",
 			formatRecovery(o.Recovery), o.Final.Counters, o.Final.LostAdds, o.Final.LostCounters, len(o.Final.Unread))

@@ -86,11 +86,15 @@ type overloadConfig struct {
 
 // The soak's default bounds.
 //
-// The p99 bound is a quarter of the chaos load's 2 s call timeout: an
-// admitted call may wait in a short queue (a hot counter's holds 20
-// calls of some 10 ms, deploy/compose.yaml), but a silo that admits more
-// than it can serve soon makes its callers wait a good part of their
-// timeout.
+// The p99 bound is half the chaos load's 2 s call timeout: a silo that
+// admits more than it can serve makes its callers wait out their timeout,
+// and one that protects itself answers the calls it admits with half of
+// it to spare. The silos of deploy/compose.yaml refuse a request that
+// waited 500 ms for its turn; the rest is the turn itself (a write to a
+// database the soak keeps saturated) and the client, which shares the
+// machine's cores with the three silos and PostgreSQL and starts its own
+// calls up to some 400 ms late at the 99th percentile (the report gives
+// the figure).
 //
 // The memory bound comes from a measured silo: with 14,000 Counter
 // activations and 42 MiB of live heap it used 53 MiB (process RSS 75
@@ -101,7 +105,7 @@ type overloadConfig struct {
 // with GOGC's headroom), so the bound fails a run in which memory
 // collection did not keep up.
 const (
-	defaultP99Bound = 500 * time.Millisecond
+	defaultP99Bound = time.Second
 	defaultRSSBound = 128 << 20
 )
 

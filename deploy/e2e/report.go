@@ -263,7 +263,7 @@ func writeOverload(b *strings.Builder, r *result) {
 	p("## Overload\n\n")
 	o := r.Overload
 	if o == nil {
-		p("The soak did not run: it runs with `-overload` (`make e2e E2E_FLAGS=-overload`), or the faults did not all run.\n\n")
+		p("The soak did not run: it runs with `-overload` (`make soak`), or the faults did not all run.\n\n")
 		return
 	}
 	c := o.Config
@@ -302,8 +302,8 @@ func writeOverload(b *strings.Builder, r *result) {
 	}
 	p("\n")
 
-	p("| silo | memory at most (bound %s) | process RSS at most | Go heap at most | activations at most | CPU at most / mean | seconds shedding | shed requests | queue-limit refusals | memory collections |\n", formatBytes(c.RSSBound))
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| silo | memory at most (bound %s) | process RSS at most | Go heap at most | activations at most | CPU at most / mean | seconds shedding | shed requests | queue-limit refusals | wait-limit refusals | memory collections |\n", formatBytes(c.RSSBound))
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, w := range o.Silos {
 		mem, cpu := "no sample", "-"
 		if w.MemSamples > 0 {
@@ -312,8 +312,8 @@ func writeOverload(b *strings.Builder, r *result) {
 		if w.CPUSamples > 0 {
 			cpu = fmt.Sprintf("%.0f%% / %.0f%%", w.CPUMax, w.CPUSum/float64(w.CPUSamples))
 		}
-		p("| %s | %s | %s | %s | %d | %s | %d of %d | %s | %s | %s |\n", w.Service, mem, formatBytes(w.RSSMax), formatBytes(w.HeapMax), w.ActivationsMax, cpu,
-			w.SheddingSamples, w.Scrapes-w.Missed, formatDelta(&w, metricShed), formatDelta(&w, metricQueueRefusals), formatDelta(&w, metricMemoryCollections))
+		p("| %s | %s | %s | %s | %d | %s | %d of %d | %s | %s | %s | %s |\n", w.Service, mem, formatBytes(w.RSSMax), formatBytes(w.HeapMax), w.ActivationsMax, cpu,
+			w.SheddingSamples, w.Scrapes-w.Missed, formatDelta(&w, metricShed), formatDelta(&w, metricQueueRefusals), formatDelta(&w, metricWaitRefusals), formatDelta(&w, metricMemoryCollections))
 	}
 	p("\n")
 	if o.MemErr != nil {
@@ -379,8 +379,8 @@ func writeOverloadMethod(b *strings.Builder, r *result) {
 	p("- The silos' protection, deploy/compose.yaml's environment for every silo, which the faults above ran with too: %s.\n\n", formatSettings(r.Protection))
 
 	p("What the overload figures mean:\n\n")
-	p("- **Outcomes**: each call ends in one class. OK. ResourceExhausted (shed): refused with a google.rpc.ErrorInfo of reason %s, by a silo whose CPU or heap is over its load-shedding limit. ", overloadReason)
-	p("ResourceExhausted (queue limit): any other ResourceExhausted, from an activation whose queue is at its hard limit. DeadlineExceeded: the call waited out its %v timeout, in a queue somewhere (the client, a gateway, a silo, the database). Unavailable. Other. ", c.CallTimeout)
+	p("- **Outcomes**: each call ends in one class. OK. ResourceExhausted (shed): refused with a google.rpc.ErrorInfo of reason %s, by a silo whose CPU, heap or requests' latency is over its load-shedding limit, or by the client when every gateway's silo asked it to wait. ", overloadReason)
+	p("ResourceExhausted (queue limit): any other ResourceExhausted, from an activation whose queue is at its hard limit or a request that waited past the queue wait limit. DeadlineExceeded: the call waited out its %v timeout, in a queue somewhere (the client, a gateway, a silo, the database). Unavailable. Other. ", c.CallTimeout)
 	p("A ResourceExhausted refusal is the cluster protecting itself and passes; any call of the last three classes, in the burst or the overload, fails the run: a timeout hides a queue, and Unavailable would mean a silo or a gateway was gone, which none may be. ")
 	p("The overload must also refuse some calls: one that refused none did not overload the cluster.\n")
 	p("- **Admitted latency**: from a call's start to its reply, of the calls that succeeded, kept in an HDR histogram (1 µs to 1 min, 3 significant figures); the p99 of the overload's is bounded by %v (-overload-p99). ", c.P99Bound)
@@ -390,8 +390,8 @@ func writeOverloadMethod(b *strings.Builder, r *result) {
 	p("**CPU** is the container's CPU time between successive samples, in percent of one core: the most, and the mean. ")
 	p("Process RSS (process_resident_memory_bytes), Go heap (%s) and activations (%s, all types) are the most the silo's own /metrics reported in the same seconds.\n", metricHeap, metricActivations)
 	p("- **Seconds shedding** counts the once-a-second scrapes of /metrics that found %s at 1, of those that answered. ", metricShedding)
-	p("**Shed requests**, **queue-limit refusals** and **memory collections** are how much %s, %s and %s grew from a scrape before the burst to one after the watch; \"not exported\" when the silo's /metrics lacks the metric.\n",
-		metricShed, metricQueueRefusals, metricMemoryCollections)
+	p("**Shed requests**, **queue-limit refusals**, **wait-limit refusals** and **memory collections** are how much %s, %s, %s and %s grew from a scrape before the burst to one after the watch; \"not exported\" when the silo's /metrics lacks the metric.\n",
+		metricShed, metricQueueRefusals, metricWaitRefusals, metricMemoryCollections)
 	p("- **Recovery time**: as for the faults, on the modest load's own seconds, counted from the drop: the start of the first clean second after the last unclean one, where a clean second has no failed call (a refusal is a failure here) and a call completed by every worker. The bound is %v (-overload-recovery).\n", c.RecoveryBound)
 	p("- **Lost writes**: the rule of the faults, with the soak's own ledger: every reply must carry a count above what was acknowledged before its call, and at the end every counter an Add to which was acknowledged is read, the hot one, each new one and the modest load's, and must hold at least its acknowledged Adds and at most the Adds sent. A new counter none of whose Adds was acknowledged has nothing to lose and is not read. ")
 	p("The read makes %d reads at once, tries a refused one again a second later up to %d times, and ends after %v: a counter still unread then fails the run.\n\n", readConcurrency, readAttempts, readBudget)
