@@ -508,7 +508,9 @@ func TestQueueHardLimitCountsCallsFromOtherSilos(t *testing.T) {
 	a := tc.start("a")
 	b := tc.start("b")
 	key := tc.keyOn(b)
-	if _, err := tc.call(a, key, nil); err != nil { // activates it on b
+	// keyOn's call made the activation on b (its first offer); this one
+	// reaches it from a (the second).
+	if _, err := tc.call(a, key, nil); err != nil {
 		t.Fatal(err)
 	}
 	act := localActivation(b, probe.ProbeGrainType, key)
@@ -527,7 +529,7 @@ func TestQueueHardLimitCountsCallsFromOtherSilos(t *testing.T) {
 	sleeper := ref.CallAsync(sleepCtx, &probe.Request{Tag: "sleep", N: int64(time.Hour)})
 	testwait.For(t, defaultTestTimeout, "the sleeping request to start on b", func() bool {
 		calls, queued := state()
-		return calls == 2 && queued == 0
+		return calls == 3 && queued == 0 // the third offer, and not queued: running
 	})
 	var queued []grain.Future[*probe.Reply]
 	for range 2 {
