@@ -9,9 +9,13 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
+	"github.com/granaryio/granary/silo/grpcapi"
 	"github.com/granaryio/granary/silo/overload"
 	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -87,6 +91,41 @@ func TestQueueWaitLimitRefusesRequestsThatWaitedTooLong(t *testing.T) {
 	}
 	if n := q.logs.FilterMessage("requests waited past their type's queue wait limit and were refused").Len(); n != 1 {
 		t.Errorf("%d warnings of the refusal, want 1", n)
+	}
+}
+
+// TestQueueWaitLimitBoundsPlainGRPCCalls: a call of the gateway's plain
+// gRPC services is a request from outside too, bounded by the wait limit
+// with load shedding off.
+func TestQueueWaitLimitBoundsPlainGRPCCalls(t *testing.T) {
+	t.Parallel()
+	q, _ := newWaitTest(t, func(c *Config) { c.QueueLimits.Wait = time.Second }, nil)
+	g := q.hold("block")
+	q.countRuns("late")
+	first := q.send(probe.ProbeGrainType, "k", "block")
+	q.waitEvent("block start")
+	cc, err := grpc.NewClient(q.s.GatewayAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	done := make(chan error, 1)
+	go func() {
+		ctx := metadata.AppendToOutgoingContext(q.ctx, grpcapi.KeyHeader, "k")
+		done <- cc.Invoke(ctx, "/"+probe.ProbeGrainType+"/Call", &probe.Request{Tag: "late"}, new(probe.Reply))
+	}()
+	testwait.For(t, defaultTestTimeout, "the gRPC call to queue", func() bool {
+		return q.depth(probe.ProbeGrainType, "k") == 1
+	})
+	q.clock.Advance(1500 * time.Millisecond)
+	g.open()
+	q.await(first)
+	err = testwait.Recv(t, done, defaultTestTimeout, "the gRPC call's answer")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "past the queue wait limit 1s") {
+		t.Fatalf("the gRPC call: %v, want ResourceExhausted past the wait limit", err)
+	}
+	if n := q.runs("late"); n != 0 {
+		t.Errorf("the refused gRPC call ran %d times", n)
 	}
 }
 

@@ -152,9 +152,9 @@ func (g *Gateway) Serve(cl *cluster.Cluster, caller grain.Caller) error {
 		}
 	}
 	srv := g.Lis.Server()
-	if s.Cfg.Shed != nil {
-		caller = shedCaller{Caller: caller, g: g}
-	}
+	// Always: it marks the calls as from outside the silo, for the queue
+	// wait limit and latency, and sheds them only when shedding is on.
+	caller = shedCaller{Caller: caller, g: g}
 	if err := grpcapi.Register(srv, caller, descs, g.log); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
 	}
