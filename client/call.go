@@ -207,10 +207,8 @@ func (c *Client) sendOneWay(id grain.ID, env *granaryv1.Envelope, deadline time.
 		if g == nil {
 			return noGateway(id, env, last)
 		}
-		if len(tried) == 0 {
-			if err := c.sheddingEverywhere(g, id, env.Method); err != nil {
-				return err
-			}
+		if err := c.sheddingEverywhere(g, tried, id, env.Method); err != nil {
+			return err
 		}
 		tried = append(tried, g)
 		env.TimeoutNanos = int64(c.o.clock.Until(deadline))
@@ -270,8 +268,8 @@ func (p *pcall) send() {
 	}
 	if p.refused == nil {
 		// pick falls back to a gateway that asked to be left alone only
-		// when every one did: the call is refused here, unsent.
-		if err := c.sheddingEverywhere(g, p.id, p.m.Name); err != nil {
+		// when every one left did: the call is refused here, unsent.
+		if err := c.sheddingEverywhere(g, p.tried, p.id, p.m.Name); err != nil {
 			p.settle(nil, err)
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -495,23 +496,31 @@ func (c *Client) markOverloaded(g *gatewayRef, retry time.Duration) {
 }
 
 // sheddingEverywhere is the refusal of a call the client does not send
-// because g, the gateway it would go to, and every other it could go to
-// asked it to wait: ResourceExhausted, with the RetryInfo of the soonest
-// end of their waits and the ErrorInfo of a refusal by g's silo, which the
-// client would have got from it. A caller that retries after the delay
-// finds a gateway again; one that does not is told so at once, at no cost
-// to the cluster. nil when g's wait is over.
-func (c *Client) sheddingEverywhere(g *gatewayRef, id grain.ID, method string) error {
+// because g, the gateway pick chose for it, and every other it could go to
+// (not in tried) asked it to wait: ResourceExhausted, with the RetryInfo
+// of the soonest end of their waits and the ErrorInfo of a refusal by g's
+// silo, which the client would have got from it. A caller that retries
+// after the delay finds a gateway again; one that does not is told so at
+// once, at no cost to the cluster. nil when any of them has no wait
+// running: a gateway that is down but never shed is still worth a try.
+func (c *Client) sheddingEverywhere(g *gatewayRef, tried []*gatewayRef, id grain.ID, method string) error {
 	if g.shedUntil.Load() == 0 {
 		return nil // the common case, a gateway that never shed: no clock read
 	}
 	now := c.o.clock.Now().UnixNano()
-	soonest := g.shedUntil.Load()
+	soonest := int64(math.MaxInt64)
 	for _, o := range c.gateways() {
-		soonest = min(soonest, max(o.shedUntil.Load(), o.downUntil.Load()))
+		if slices.Contains(tried, o) {
+			continue
+		}
+		until := o.shedUntil.Load()
+		if until <= now {
+			return nil
+		}
+		soonest = min(soonest, until)
 	}
 	left := time.Duration(soonest - now)
-	if left <= 0 {
+	if soonest == math.MaxInt64 || left <= 0 {
 		return nil
 	}
 	st := status.Newf(codes.ResourceExhausted, "granary: not sent %s.%s: every gateway's silo is shedding load and asked to be retried later; the soonest in %v",
