@@ -8,9 +8,9 @@
 // its activation: a counter activated again, after collection or on
 // another silo after its silo died, starts from zero. As persistent state
 // (State, kept by the silo's default storage provider) it is read when the
-// counter activates and written on every Add that changes it, so a
-// counter activated again goes on from its stored count, and an Add that
-// was acknowledged is never forgotten.
+// counter activates and written on every Add that changes it (an Add of
+// 0 reads it again), so a counter activated again goes on from its stored
+// count, and an Add that was acknowledged is never forgotten.
 package counter
 
 import (
@@ -64,8 +64,9 @@ func (c *memCounter) Add(ctx grain.Context, req *clusterpb.AddRequest) (*cluster
 }
 
 // storedCounter implements the Counter grain with its count persistent
-// state (State), read before the activation starts and written on every
-// Add. Like memCounter, it needs no lock.
+// state (State), read before the activation starts, written on every Add
+// that changes it and read again by one that does not. Like memCounter,
+// it needs no lock.
 type storedCounter struct {
 	clusterpb.UnimplementedCounterGrain
 
@@ -85,8 +86,9 @@ func (c *storedCounter) OnActivate(ctx grain.Context) error {
 }
 
 // Add adds to the count, writes it, and says where it ran. An Add of 0
-// changes nothing and writes nothing: it reads the count, as it was
-// stored or last written. If the write fails, the count stays as it was
+// changes nothing, so it reads the stored count instead of writing it:
+// the answer is storage's, even from an activation that another has
+// outdated. If the write or that read fails, the count stays as it was
 // and the activation deactivates: the
 // write may have been stored anyway, or another activation of the
 // counter (a transient duplicate) may have written since this one read,
@@ -95,7 +97,11 @@ func (c *storedCounter) OnActivate(ctx grain.Context) error {
 func (c *storedCounter) Add(ctx grain.Context, req *clusterpb.AddRequest) (*clusterpb.AddReply, error) {
 	v := c.state.Value()
 	if req.GetDelta() == 0 {
-		return &clusterpb.AddReply{Value: v.Value, Silo: c.silo, Activation: ctx.ActivationID()}, nil
+		if err := c.state.Read(ctx); err != nil {
+			ctx.DeactivateOnIdle()
+			return nil, err
+		}
+		return &clusterpb.AddReply{Value: c.state.Value().Value, Silo: c.silo, Activation: ctx.ActivationID()}, nil
 	}
 	old := v.Value
 	v.Value += req.GetDelta()
