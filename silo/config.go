@@ -226,8 +226,8 @@ type QueueLimits struct {
 
 // LoadSheddingConfig makes the gateway and the silo-to-silo receiver
 // refuse new requests while the process's CPU use, its Go heap or the
-// time requests wait for their turn, averaged over Window, is over its
-// limit. Requests already admitted, responses,
+// latency of new requests from outside (arrival to the end of their
+// turns), averaged over Window, is over its limit. Requests already admitted, responses,
 // cancellations, directory and other system traffic are never refused. A
 // refusal is ResourceExhausted with a RetryInfo of RetryAfter; Granary's
 // Go client backs off that long from that gateway and tries another.

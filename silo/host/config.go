@@ -269,8 +269,9 @@ type QueueLimitsConfig struct {
 
 // LoadSheddingConfig makes the gateway and the silo-to-silo receiver
 // refuse new requests, with ResourceExhausted and a delay to retry after,
-// while the process's CPU use, its Go heap or the time requests wait for
-// their turn, averaged over Window, is over its limit; it stops once every measure is under Hysteresis times its limit.
+// while the process's CPU use, its Go heap or the latency of new requests
+// from outside (arrival to the end of their turns), averaged over Window,
+// is over its limit; it stops once every measure is under Hysteresis times its limit.
 // See silo.LoadSheddingConfig.
 type LoadSheddingConfig struct {
 	// Enabled turns load shedding on. Default false.
