@@ -89,10 +89,10 @@ type overloadConfig struct {
 // The p99 bound is half the chaos load's 2 s call timeout: a silo that
 // admits more than it can serve makes its callers wait out their timeout,
 // and one that protects itself answers the calls it admits with half of
-// it to spare. The silos of deploy/compose.yaml shed when their requests
-// take 100 ms on average; the tail is the bursts they take between
-// sheddings, the turns themselves (writes to a database the soak keeps
-// saturated) and the client, which shares the
+// it to spare. With latency shedding (off in deploy/compose.yaml, which
+// says why) the silos' tail is the bursts they take between sheddings,
+// the turns themselves (writes to a database the soak keeps saturated)
+// and the client, which shares the
 // machine's cores with the three silos and PostgreSQL and starts its own
 // calls up to some 400 ms late at the 99th percentile (the report gives
 // the figure).
