@@ -75,18 +75,33 @@ func TestEvaluate(t *testing.T) {
 	}
 }
 
+// render writes r's report, failing the test if it cannot.
+func render(t *testing.T, r *result) string {
+	t.Helper()
+	var b strings.Builder
+	if err := writeMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// wantLines checks that md holds each of wants.
+func wantLines(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
 func TestWriteMarkdown(t *testing.T) {
 	fault := second{ok: [2]int{1, 0}, failed: 3}
 	r, tl := testResult([]second{clean, fault, {ok: [2]int{1, 1}, dups: 1}, clean})
 	tl.sample(sec(2.5), 6)
 	tl.sample(sec(3.5), 4)
 	r.evaluate(tl)
-	var b strings.Builder
-	if err := writeMarkdown(&b, r); err != nil {
-		t.Fatal(err)
-	}
-	md := b.String()
-	for _, want := range []string{
+	wantLines(t, render(t, r),
 		"# Resilience under chaos",
 		"**Verdict: passed.**",
 		"| fault | injected by | calls | failed calls | recovery time | duplicates seen in replies | excess activations in silo reports | lost writes |",
@@ -97,23 +112,11 @@ func TestWriteMarkdown(t *testing.T) {
 		"![dashboard](resilience-dashboard.png)",
 		"The partition rule",
 		"Duplicate activations revealed by the replies over the whole run: 1. Most activations the silos reported at once: 2 (6 for 4 counters).",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 
 	r.Failures = []string{"kill silo-b: recovered after 6s, over the 5s bound"}
 	r.Screenshot, r.ScreenshotErr = "", errors.New("no Chromium found")
-	b.Reset()
-	if err := writeMarkdown(&b, r); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"**Verdict: failed.**", "- kill silo-b: recovered after 6s", "No screenshot was taken: no Chromium found."} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the failed run's report lacks %q", want)
-		}
-	}
+	wantLines(t, render(t, r), "**Verdict: failed.**", "- kill silo-b: recovered after 6s", "No screenshot was taken: no Chromium found.")
 }
 
 func TestOneLine(t *testing.T) {
@@ -219,12 +222,7 @@ func TestWriteMarkdownOverload(t *testing.T) {
 	r.Overload.Silos[2].End = map[string]float64{} // silo-c exports none of the counters
 	r.Protection = []string{"GRANARY_LOAD_SHEDDING_ENABLED=true", "GRANARY_QUEUE_LIMITS_HARD=100"}
 	r.evaluate(tl)
-	var b strings.Builder
-	if err := writeMarkdown(&b, r); err != nil {
-		t.Fatal(err)
-	}
-	md := b.String()
-	for _, want := range []string{
+	wantLines(t, render(t, r),
 		"Offered 2 times its capacity for 2m0s, the cluster refused the excess with ResourceExhausted only, kept its admitted calls' p99 latency under 500ms and every silo's memory under 256.0 MiB, and served normally again 4 s after the load dropped.",
 		"## Overload",
 		"The cluster served **1000 calls/s** in the capacity burst; for 2m0s it was then offered **2000 calls/s**, 2 times that, open loop: 20% of the calls to one hot counter",
@@ -247,27 +245,13 @@ func TestWriteMarkdownOverload(t *testing.T) {
 		"at most 4000 in flight",
 		"`GRANARY_LOAD_SHEDDING_ENABLED=true`, `GRANARY_QUEUE_LIMITS_HARD=100`",
 		"**Recovery time**",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 
 	r.Overload.Recovery.Recovered = false
-	b.Reset()
-	if err := writeMarkdown(&b, r); err != nil {
-		t.Fatal(err)
-	}
-	if want := "calls were **still failing or stalled at the end of the 20s watch** (bound 10s): 3000 calls in 20s"; !strings.Contains(b.String(), want) {
-		t.Errorf("an unrecovered soak's report lacks %q", want)
-	}
+	wantLines(t, render(t, r), "calls were **still failing or stalled at the end of the 20s watch** (bound 10s): 3000 calls in 20s")
 
 	r.Overload = nil
-	b.Reset()
-	if err := writeMarkdown(&b, r); err != nil {
-		t.Fatal(err)
-	}
-	if md := b.String(); !strings.Contains(md, "The soak did not run: it runs with `-overload`") || strings.Contains(md, "### The overload soak") {
+	if md := render(t, r); !strings.Contains(md, "The soak did not run: it runs with `-overload`") || strings.Contains(md, "### The overload soak") {
 		t.Errorf("a run without the soak reports it as run:\n%s", md)
 	}
 }
