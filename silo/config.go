@@ -9,6 +9,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/security"
 	"github.com/granaryio/granary/silo/internal/local"
+	"github.com/granaryio/granary/silo/overload"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -249,17 +250,28 @@ type LoadSheddingConfig struct {
 	// heap keeps it shedding and no GC completes for a Window, it runs one.
 	// Default 0: not for memory.
 	HeapLimit uint64
-	// LatencyLimit is the mean latency of the new requests from outside
-	// the silo (those QueueLimits.Wait bounds) that ended in the Window,
-	// from their arrival to the end of their turns, above which the silo
-	// sheds. It catches what CPU and heap do not: a silo whose grains
-	// wait on something slower than themselves, such as a saturated
-	// database, takes ever longer while its cores idle. It counts what
-	// the grains' own work takes, so set it above the workload's ordinary
-	// mean, and above what a failover adds to it (activations made again,
-	// their state read); one hot grain raises it in proportion to its
-	// share of the requests. Default 0: not for latency.
+	// LatencyLimit is the mean latency, from arrival to the end of their
+	// turns, that the silo keeps the new requests from outside it (those
+	// QueueLimits.Wait bounds) under, by limiting how many run at once.
+	// It catches what CPU and heap do not: a silo whose grains wait on
+	// something slower than themselves, such as a saturated database,
+	// takes ever longer while its cores idle. The silo does not refuse
+	// every new request for it, as it does for CPU and heap: each
+	// fraction of a Window it measures the latency of the requests that
+	// ended, and when it is over the limit, it lowers the number it runs
+	// at once in proportion (to no fewer than MinConcurrency), then
+	// raises it again while the latency stays under the limit; requests
+	// past that number are refused with ResourceExhausted and a
+	// RetryInfo of LatencyLimit. It counts what the grains' own work
+	// takes, so set it above the workload's ordinary mean; one hot grain
+	// raises it in proportion to its share of the requests. Default 0:
+	// no limit.
 	LatencyLimit time.Duration
+	// MinConcurrency is the fewest new requests from outside the silo
+	// that LatencyLimit lets it run at once, so that latency the load did
+	// not cause (a failover making activations again, a slow dependency)
+	// slows the silo's intake without stopping it. Default 16.
+	MinConcurrency int
 	// Window is the span the averages cover. Default 5 s.
 	Window time.Duration
 	// Hysteresis: once shedding, the silo stops only when every measure
@@ -305,10 +317,11 @@ func DefaultConfig() Config {
 		CloseTimeout:            10 * time.Second,
 		QueueLimits:             QueueLimits{Soft: DefaultQueueSoftLimit, Hard: DefaultQueueHardLimit},
 		LoadShedding: LoadSheddingConfig{
-			CPULimit:   0.95,
-			Window:     5 * time.Second,
-			Hysteresis: 0.9,
-			RetryAfter: time.Second,
+			CPULimit:       0.95,
+			MinConcurrency: overload.DefaultMinLimit,
+			Window:         5 * time.Second,
+			Hysteresis:     0.9,
+			RetryAfter:     time.Second,
 		},
 		MemoryCollection: MemoryCollectionConfig{Interval: time.Second, MaxPerRound: 1000},
 	}
@@ -448,6 +461,8 @@ func (l *LoadSheddingConfig) validate() error {
 		return bad("CPULimit", "%v must be between 0 and 1 (a fraction of GOMAXPROCS cores)", l.CPULimit)
 	case l.LatencyLimit < 0:
 		return bad("LatencyLimit", "%v must not be negative", l.LatencyLimit)
+	case l.LatencyLimit > 0 && l.MinConcurrency < 1:
+		return bad("MinConcurrency", "%d must be at least 1 when LatencyLimit is set", l.MinConcurrency)
 	case l.CPULimit == 0 && l.HeapLimit == 0 && l.LatencyLimit == 0:
 		return bad("CPULimit", "load shedding is enabled but none of CPULimit, HeapLimit and LatencyLimit is set")
 	case l.Window <= 0:

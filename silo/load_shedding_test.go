@@ -491,3 +491,65 @@ func TestGoClientAvoidsASheddingGateway(t *testing.T) {
 		t.Fatalf("b refused %d calls; want the first it was offered only, then the client to avoid it", n)
 	}
 }
+
+// TestNewRequestsCountWhereTheyRun: with a latency limit, a client's
+// request holds a place in the limit of the silo its grain runs on, not
+// in that of the gateway's silo that passed it on, and gives it back
+// when it ends.
+func TestNewRequestsCountWhereTheyRun(t *testing.T) {
+	l := newShedLedger()
+	tc := newTestCluster(t, []string{"a", "b"}, clusterOpt{
+		tweak: func(cfg *Config) {
+			gc := DefaultGatewayConfig()
+			gc.Listen = "127.0.0.1:0"
+			cfg.Gateway = &gc
+			// A limit no latency here reaches: the places are counted,
+			// and nothing is refused.
+			cfg.LoadShedding = LoadSheddingConfig{Enabled: true, LatencyLimit: time.Hour, MinConcurrency: 1,
+				Window: shedWindow, Hysteresis: 0.9, RetryAfter: shedRetry}
+		},
+		register: func(s *Silo, name string) {
+			if err := registerShedProbe(s, l); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	t.Cleanup(l.releaseHeld)
+	a, b := tc.silo("a"), tc.silo("b")
+	// Called from b's own grain code, the grain is placed on b.
+	if r, err := probe.NewReentrantProbeRef(b, "on-b").Call(testCtx(t), &probe.Request{}); err != nil || r.Text != "b" {
+		t.Fatalf("placing the grain on b: %v, %v", r, err)
+	}
+	concurrency := func() (int64, int64) { return a.Stats().Overload.Concurrency, b.Stats().Overload.Concurrency }
+	if ca, cb := concurrency(); ca != 0 || cb != 0 {
+		t.Fatalf("before any client call, a runs %d and b %d new requests; want none", ca, cb)
+	}
+	// A plain gRPC client reaches a's gateway alone.
+	cc, err := grpc.NewClient(a.GatewayAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	held := make(chan error, 1)
+	go func() {
+		ctx := metadata.AppendToOutgoingContext(testCtx(t), grpcapi.KeyHeader, "on-b")
+		var r probe.Reply
+		err := cc.Invoke(ctx, "/"+probe.ReentrantProbeGrainType+"/Call", &probe.Request{Tag: "hold-answer"}, &r)
+		if err == nil && r.Text != "b" {
+			err = fmt.Errorf("it ran on %s", r.Text)
+		}
+		held <- err
+	}()
+	testwait.Recv(t, l.started, defaultTestTimeout, "the held call to start")
+	if ca, cb := concurrency(); ca != 0 || cb != 1 {
+		t.Fatalf("with a client's call through a held on b, a runs %d and b %d new requests; want 0 and 1", ca, cb)
+	}
+	l.releaseHeld()
+	if err := testwait.Recv(t, held, defaultTestTimeout, "the held call's answer"); err != nil {
+		t.Fatalf("the held call: %v; want it run on b", err)
+	}
+	testwait.For(t, defaultTestTimeout, "b to give the place back", func() bool {
+		ca, cb := concurrency()
+		return ca == 0 && cb == 0
+	})
+}

@@ -10,8 +10,8 @@ import (
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
 	"github.com/granaryio/granary/silo/grpcapi"
-	"github.com/granaryio/granary/silo/overload"
 	"github.com/jonboulle/clockwork"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -151,89 +151,98 @@ func TestQueueWaitLimitPerTypeOverridesTheSilos(t *testing.T) {
 	}
 }
 
-// TestSiloShedsForLatency: with a latency limit, a silo whose requests
-// from outside took longer than it on average in the window, waiting for
-// their turns, sheds new requests, naming the latency, and stops after a
-// window in which none ended.
-func TestSiloShedsForLatency(t *testing.T) {
+// TestSiloLimitsNewRequestsForLatency: with a latency limit, a silo whose
+// requests from outside took longer than it limits how many it runs at
+// once, in proportion, and refuses a new request past that number with
+// ResourceExhausted and a RetryInfo; calls made inside the silo are not
+// counted, and a place comes free when a request ends.
+func TestSiloLimitsNewRequestsForLatency(t *testing.T) {
 	t.Parallel()
 	q, cl := newWaitTest(t, func(c *Config) {
-		c.LoadShedding = LoadSheddingConfig{Enabled: true, LatencyLimit: 200 * time.Millisecond,
+		c.LoadShedding = LoadSheddingConfig{Enabled: true, LatencyLimit: 200 * time.Millisecond, MinConcurrency: 1,
 			Window: shedWindow, Hysteresis: 0.9, RetryAfter: shedRetry}
 	}, nil)
-	// The monitor samples on a clock of its own, so that its windows and
-	// the waits the silo's clock times move apart.
+	// The monitor samples on a clock of its own, so that its intervals
+	// and the latencies the silo's clock times move apart.
 	mon := clockwork.NewFakeClock()
 	// The harness started the silo; the monitor is started again on the
 	// test's clock, as rigLoad would before Start.
 	q.s.shed.Close()
 	q.s.sampleLoadWith(mon, func() time.Duration { return 0 }, func() int { return 1 }, func() uint64 { return 0 })
 	q.s.shed.Start(q.ctx)
-	window := func() {
+	sample := func() {
 		t.Helper()
-		for i := 0; i < overload.DefaultSamples; i++ {
-			if err := mon.BlockUntilContext(q.ctx, 1); err != nil {
-				t.Fatalf("the load monitor took no sample %d: %v", i, err)
-			}
-			mon.Advance(shedInterval)
+		if err := mon.BlockUntilContext(q.ctx, 1); err != nil {
+			t.Fatalf("the load monitor took no sample: %v", err)
 		}
+		mon.Advance(shedInterval)
 		if err := mon.BlockUntilContext(q.ctx, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-
-	// Two requests from the client wait 400 ms and 0 ms behind a held
-	// turn: a mean of 200 ms, at the limit, does not shed.
+	// Two requests from the client, one of which waits 1 s behind a turn
+	// of the silo's own, so they end at a mean of 500 ms: 2.5 times the
+	// limit. A limit is set at 0.4 of the 2 in progress at the peak, and
+	// at its floor, 1.
 	g := q.hold("block")
 	first := q.send(probe.ProbeGrainType, "k", "block")
 	q.waitEvent("block start")
 	a := q.fromClient(cl, "", 1)
-	q.clock.Advance(400 * time.Millisecond)
-	b := q.fromClient(cl, "", 2)
-	g.open()
-	q.await(first)
-	for _, p := range []grain.Future[*probe.Reply]{a, b} {
-		if _, err := p.Await(q.ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	window()
-	if q.s.Stats().Overload.Shedding {
-		t.Fatal("the silo sheds at a mean wait of 200ms, its limit")
-	}
-
-	g = q.hold("block2")
-	first = q.send(probe.ProbeGrainType, "k", "block2")
-	q.waitEvent("block2 start")
-	a = q.fromClient(cl, "", 1)
 	q.clock.Advance(time.Second)
+	if _, err := probe.NewProbeRef(cl, "quick").Call(q.ctx, &probe.Request{}, grain.WithTimeout(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if st := q.s.Stats().Overload; st.ConcurrencyLimit != 0 || st.Concurrency != 1 {
+		t.Fatalf("before any sample, limit %d with %d running; want none, with 1", st.ConcurrencyLimit, st.Concurrency)
+	}
 	g.open()
 	q.await(first)
 	if _, err := a.Await(q.ctx); err != nil {
 		t.Fatal(err)
 	}
-	window()
-	if !q.s.Stats().Overload.Shedding {
-		t.Fatal("the silo does not shed after a request waited 1s, over the 200ms limit")
-	}
-	_, err := probe.NewProbeRef(cl, "other").Call(q.ctx, &probe.Request{}, grain.WithTimeout(time.Hour))
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "latency 1s over limit 200ms") {
-		t.Fatalf("a new call while shedding: %v, want ResourceExhausted naming the latency", err)
+	sample()
+	if st := q.s.Stats().Overload; st.ConcurrencyLimit != 1 || st.Concurrency != 0 {
+		t.Fatalf("after a mean of 500ms, limit %d with %d running; want 1, with 0", st.ConcurrencyLimit, st.Concurrency)
 	}
 
-	// A window in which nothing waited ends the shedding.
-	window()
-	if q.s.Stats().Overload.Shedding {
-		t.Fatal("the silo still sheds after a window in which no request waited")
+	// The one place is taken: a new request is refused, a call from a
+	// grain of the silo is not.
+	g = q.hold("block2")
+	first = q.send(probe.ProbeGrainType, "k", "block2")
+	q.waitEvent("block2 start")
+	a = q.fromClient(cl, "", 1)
+	_, err := probe.NewProbeRef(cl, "other").Call(q.ctx, &probe.Request{}, grain.WithTimeout(time.Hour))
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "runs 1 new requests at once, as many as keep their latency under 200ms") {
+		t.Fatalf("a new call at the limit: %v, want ResourceExhausted naming the limit", err)
 	}
-	// From a client the silo has not refused: the first waits out the
-	// retry delay the refusal asked for.
-	fresh, err := client.Dial(q.ctx, client.WithGateways(q.s.GatewayAddr()))
-	if err != nil {
+	if retry := retryDelay(st); retry != 200*time.Millisecond {
+		t.Fatalf("the refusal asks for a retry in %v, want 200ms", retry)
+	}
+	inside := q.send(probe.ProbeGrainType, "other", "")
+	q.await(inside)
+	if got := q.s.Stats().Overload.LimitRefusals; got != 1 {
+		t.Fatalf("LimitRefusals = %d, want 1", got)
+	}
+	if n := q.logs.FilterMessageSnippet("refused new requests").Len(); n != 1 {
+		t.Fatalf("%d warnings of the refusal, want 1", n)
+	}
+	g.open()
+	q.await(first)
+	if _, err := a.Await(q.ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer fresh.Close()
-	if _, err := probe.NewProbeRef(fresh, "other").Call(q.ctx, &probe.Request{}, grain.WithTimeout(time.Hour)); err != nil {
-		t.Fatalf("a call after the shedding stopped: %v", err)
+	if _, err := probe.NewProbeRef(cl, "other").Call(q.ctx, &probe.Request{}, grain.WithTimeout(time.Hour)); err != nil {
+		t.Fatalf("a new call once the place came free: %v", err)
 	}
+}
+
+// retryDelay is the delay st's RetryInfo asks for; 0 without one.
+func retryDelay(st *status.Status) time.Duration {
+	for _, d := range st.Details() {
+		if r, ok := d.(*errdetails.RetryInfo); ok {
+			return r.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }

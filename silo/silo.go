@@ -40,6 +40,9 @@ type Silo struct {
 	// gw serves external clients, or is nil. Set by Start.
 	cl *cluster.Cluster
 	gw *gateway.Gateway
+	// hookLimit, when not 0, is the concurrency limit Stats reports
+	// (TestHooks.SetOverload).
+	hookLimit atomic.Int64
 
 	// lifeMu serialises Start, Stop and Close; stopped is set by the
 	// first Stop or Close, and abortStop, by the first Stop, ends its
@@ -115,11 +118,12 @@ func New(cfg Config) (*Silo, error) {
 		// The monitor times CPU use, so it runs on the real clock,
 		// whatever the silo's (as the scheduler's monitor does).
 		mon, err := overload.New(overload.Config{CPULimit: ls.CPULimit, HeapLimit: ls.HeapLimit, LatencyLimit: ls.LatencyLimit,
-			Latencies: s.rt.Latencies, Window: ls.Window, Hysteresis: ls.Hysteresis, Flag: &s.rt.Overload.Shedding, Logger: s.log})
+			MinLimit: ls.MinConcurrency, Latencies: s.rt.Latencies, Window: ls.Window, Hysteresis: ls.Hysteresis, Flag: &s.rt.Overload.Shedding, Logger: s.log})
 		if err != nil {
 			return nil, &ConfigError{Field: "LoadShedding", Reason: err.Error()}
 		}
 		s.shed = mon
+		s.rt.Cfg.Limiter = mon.Limiter()
 		s.rt.Cfg.Shed = gateway.NewShedder(func() string { return s.shed.Reason() }, ls.RetryAfter, &s.rt.Overload.Shed, s.log, cfg.Clock).Refuse
 	}
 	return s, nil
@@ -461,6 +465,13 @@ type OverloadStats struct {
 	// WaitRefusals counts requests refused because they waited past
 	// their type's queue wait limit (QueueLimits.Wait).
 	WaitRefusals uint64
+	// LimitRefusals counts new requests refused because as many as
+	// LoadShedding.LatencyLimit lets the silo run at once were running.
+	// ConcurrencyLimit is that number now, 0 while nothing is limited;
+	// Concurrency is how many run now (0 without a LatencyLimit).
+	LimitRefusals    uint64
+	ConcurrencyLimit int64
+	Concurrency      int64
 	// Shed counts requests refused by load shedding; Shedding says the
 	// silo refuses new requests now.
 	Shed     uint64
@@ -488,9 +499,18 @@ func (s *Silo) Stats() Stats {
 	o := &s.rt.Overload
 	st := Stats{Activations: int(s.rt.Live.Load()), Overload: OverloadStats{
 		QueueWarnings: o.QueueWarnings.Load(), QueueRefusals: o.QueueRefusals.Load(), WaitRefusals: o.WaitRefusals.Load(),
-		Shed: o.Shed.Load(), Shedding: o.Shedding.Load(),
+		LimitRefusals: o.LimitRefusals.Load(), Shed: o.Shed.Load(), Shedding: o.Shedding.Load(),
 		MemoryCollections: o.MemoryCollections.Load(), AbandonedTurns: o.AbandonedTurns.Load(),
 	}}
+	if l := s.rt.Cfg.Limiter; l != nil {
+		st.Overload.Concurrency = l.InFlight()
+		if n, limited := l.Limit(); limited {
+			st.Overload.ConcurrencyLimit = n
+		}
+	}
+	if n := s.hookLimit.Load(); n != 0 {
+		st.Overload.ConcurrencyLimit = n
+	}
 	if !s.published() {
 		return st
 	}

@@ -38,9 +38,9 @@ func (h TestHooks) TimersSwept(now time.Time) bool {
 	return w.Halted || time.Duration(w.Armed.Load()) > now.Sub(h.s.rt.Epoch)
 }
 
-// SetOverload sets the silo's overload counters, and whether it sheds
-// load, to o: Stats().Overload reports them from then on, plus whatever
-// the silo counts itself. It lets the tests of what shows those counters
+// SetOverload sets the silo's overload counters, whether it sheds load
+// and, when not 0, its concurrency limit, to o: Stats().Overload reports
+// them from then on, plus whatever the silo counts itself. It lets the tests of what shows those counters
 // (metrics, the admin API, the dashboard) make a silo look overloaded on
 // cue. Any goroutine.
 func (h TestHooks) SetOverload(o OverloadStats) {
@@ -48,10 +48,12 @@ func (h TestHooks) SetOverload(o OverloadStats) {
 	c.QueueWarnings.Store(o.QueueWarnings)
 	c.QueueRefusals.Store(o.QueueRefusals)
 	c.WaitRefusals.Store(o.WaitRefusals)
+	c.LimitRefusals.Store(o.LimitRefusals)
 	c.Shed.Store(o.Shed)
 	c.MemoryCollections.Store(o.MemoryCollections)
 	c.AbandonedTurns.Store(o.AbandonedTurns)
 	c.Shedding.Store(o.Shedding)
+	h.s.hookLimit.Store(o.ConcurrencyLimit)
 }
 
 // Holds reports whether the silo's catalog holds an activation of id
@@ -71,4 +73,5 @@ func (s *Silo) sampleLoadWith(clock clockwork.Clock, cpu func() time.Duration, c
 		panic(err) // c passed New once already
 	}
 	s.shed = mon
+	s.rt.Cfg.Limiter = mon.Limiter()
 }

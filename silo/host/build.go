@@ -39,7 +39,7 @@ func (c Config) Silo(ctx context.Context, logger *zap.Logger) (cfg silo.Config, 
 	ls := &c.LoadShedding
 	cfg.LoadShedding = silo.LoadSheddingConfig{
 		Enabled: ls.Enabled, CPULimit: ls.CPULimit, HeapLimit: ls.HeapLimit, LatencyLimit: ls.LatencyLimit,
-		Window: ls.Window, Hysteresis: ls.Hysteresis, RetryAfter: ls.RetryAfter,
+		MinConcurrency: ls.MinConcurrency, Window: ls.Window, Hysteresis: ls.Hysteresis, RetryAfter: ls.RetryAfter,
 	}
 	mc := &c.MemoryCollection
 	cfg.MemoryCollection = silo.MemoryCollectionConfig{HeapTarget: mc.HeapTarget, Interval: mc.Interval, MaxPerRound: mc.MaxPerRound}

@@ -309,6 +309,7 @@ load_shedding:
   cpu_limit: 0.8
   heap_limit: 1073741824
   latency_limit: 150ms
+  min_concurrency: 24
   window: 10s
   hysteresis: 0.75
   retry_after: 2s
@@ -331,7 +332,7 @@ memory_collection:
 	if want := (silo.QueueLimits{Soft: 100, Hard: 500, Wait: 300 * time.Millisecond}); sc.QueueLimits != want {
 		t.Errorf("QueueLimits %+v, want %+v", sc.QueueLimits, want)
 	}
-	wantShed := silo.LoadSheddingConfig{Enabled: true, CPULimit: 0.85, HeapLimit: 1 << 30, LatencyLimit: 250 * time.Millisecond, Window: 10 * time.Second, Hysteresis: 0.75, RetryAfter: 3 * time.Second}
+	wantShed := silo.LoadSheddingConfig{Enabled: true, CPULimit: 0.85, HeapLimit: 1 << 30, LatencyLimit: 250 * time.Millisecond, MinConcurrency: 24, Window: 10 * time.Second, Hysteresis: 0.75, RetryAfter: 3 * time.Second}
 	if sc.LoadShedding != wantShed {
 		t.Errorf("LoadShedding %+v, want %+v", sc.LoadShedding, wantShed)
 	}
@@ -342,7 +343,7 @@ memory_collection:
 	for path, want := range map[string]string{
 		"queue_limits.hard":               "flag --queue_limits.hard",
 		"load_shedding.cpu_limit":         "env GRANARY_LOAD_SHEDDING_CPU_LIMIT",
-		"memory_collection.heap_target":   "file " + file + " line 17",
+		"memory_collection.heap_target":   "file " + file + " line 18",
 		"queue_limits.wait":               "file " + file + " line 7",
 		"load_shedding.latency_limit":     "env GRANARY_LOAD_SHEDDING_LATENCY_LIMIT",
 		"memory_collection.max_per_round": "env GRANARY_MEMORY_COLLECTION_MAX_PER_ROUND",

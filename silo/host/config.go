@@ -269,9 +269,10 @@ type QueueLimitsConfig struct {
 
 // LoadSheddingConfig makes the gateway and the silo-to-silo receiver
 // refuse new requests, with ResourceExhausted and a delay to retry after,
-// while the process's CPU use, its Go heap or the latency of new requests
-// from outside (arrival to the end of their turns), averaged over Window,
-// is over its limit; it stops once every measure is under Hysteresis times its limit.
+// while the process's CPU use or its Go heap, averaged over Window, is
+// over its limit; it stops once both are under Hysteresis times their
+// limits. With LatencyLimit, the silo also limits how many new requests
+// from outside it runs at once, to keep their latency under that limit.
 // See silo.LoadSheddingConfig.
 type LoadSheddingConfig struct {
 	// Enabled turns load shedding on. Default false.
@@ -284,9 +285,15 @@ type LoadSheddingConfig struct {
 	// does not shed for memory. Default 0.
 	HeapLimit uint64 `yaml:"heap_limit"`
 	// LatencyLimit is the mean time new requests from clients and other
-	// silos take, from their arrival to the end of their turns, above
-	// which the silo sheds; 0 does not shed for latency. Default 0.
+	// silos may take, from their arrival to the end of their turns. The
+	// silo keeps the mean under it by limiting how many such requests run
+	// at once, no fewer than MinConcurrency, and refusing the rest; it
+	// measures the latency a fifth of a Window at a time. 0: no limit.
+	// Default 0.
 	LatencyLimit time.Duration `yaml:"latency_limit"`
+	// MinConcurrency is the fewest new requests LatencyLimit lets the
+	// silo run at once. Default 16.
+	MinConcurrency int `yaml:"min_concurrency"`
 	// Window is the span the averages cover. Default 5 s.
 	Window time.Duration `yaml:"window"`
 	// Hysteresis, in (0, 1]: once shedding, the silo stops when every
@@ -366,13 +373,14 @@ func DefaultConfig() Config {
 		Storage:     StorageConfig{DataDir: "./data"},
 		QueueLimits: QueueLimitsConfig{Soft: sd.QueueLimits.Soft, Hard: sd.QueueLimits.Hard, Wait: sd.QueueLimits.Wait},
 		LoadShedding: LoadSheddingConfig{
-			Enabled:      sd.LoadShedding.Enabled,
-			CPULimit:     sd.LoadShedding.CPULimit,
-			HeapLimit:    sd.LoadShedding.HeapLimit,
-			LatencyLimit: sd.LoadShedding.LatencyLimit,
-			Window:       sd.LoadShedding.Window,
-			Hysteresis:   sd.LoadShedding.Hysteresis,
-			RetryAfter:   sd.LoadShedding.RetryAfter,
+			Enabled:        sd.LoadShedding.Enabled,
+			CPULimit:       sd.LoadShedding.CPULimit,
+			HeapLimit:      sd.LoadShedding.HeapLimit,
+			LatencyLimit:   sd.LoadShedding.LatencyLimit,
+			MinConcurrency: sd.LoadShedding.MinConcurrency,
+			Window:         sd.LoadShedding.Window,
+			Hysteresis:     sd.LoadShedding.Hysteresis,
+			RetryAfter:     sd.LoadShedding.RetryAfter,
 		},
 		MemoryCollection: MemoryCollectionConfig{
 			HeapTarget:  sd.MemoryCollection.HeapTarget,
@@ -605,7 +613,10 @@ func (v *validator) validateOverload() {
 		v.bad("load_shedding.cpu_limit", "is 0 and so are load_shedding.heap_limit and load_shedding.latency_limit: load shedding is enabled (%s) with no limit to shed at", v.source("load_shedding.enabled"))
 	}
 	if ls.LatencyLimit < 0 {
-		v.bad("load_shedding.latency_limit", "%v must not be negative (0: not for latency)", ls.LatencyLimit)
+		v.bad("load_shedding.latency_limit", "%v must not be negative (0: no limit)", ls.LatencyLimit)
+	}
+	if ls.MinConcurrency < 1 {
+		v.bad("load_shedding.min_concurrency", "%d must be at least 1", ls.MinConcurrency)
 	}
 	if ls.Window <= 0 {
 		v.bad("load_shedding.window", "%v must be positive", ls.Window)

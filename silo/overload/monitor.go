@@ -28,9 +28,13 @@ type Config struct {
 	// never sheds for memory.
 	HeapLimit uint64
 	// LatencyLimit is the mean latency of the requests (see Latencies)
-	// over which the monitor sheds; 0 never sheds for latency. One of the
-	// three limits must be set.
+	// that the monitor's Limiter keeps them under; 0 makes no Limiter.
+	// The monitor does not shed for latency: it limits the requests in
+	// progress instead. One of the three limits must be set.
 	LatencyLimit time.Duration
+	// MinLimit is the floor of the Limiter's limit. Default
+	// DefaultMinLimit.
+	MinLimit int
 	// Window is the span the averages cover. It must be positive.
 	Window time.Duration
 	// Hysteresis, in (0, 1]: once shedding, the monitor stops only when
@@ -106,6 +110,8 @@ type Monitor struct {
 
 	// last is the latest window's outcome, for Measures and Reason.
 	last atomic.Pointer[outcome]
+	// limiter is adjusted each sample; nil without a LatencyLimit.
+	limiter *Limiter
 
 	gc       gcWatch
 	stop     chan struct{}
@@ -150,6 +156,11 @@ func New(cfg Config) (*Monitor, error) {
 		return nil, fmt.Errorf("overload: Hysteresis %v is not in (0, 1]", cfg.Hysteresis)
 	case cfg.Samples < 0:
 		return nil, fmt.Errorf("overload: Samples %d is negative", cfg.Samples)
+	case cfg.MinLimit < 0:
+		return nil, fmt.Errorf("overload: MinLimit %d is negative", cfg.MinLimit)
+	}
+	if cfg.MinLimit == 0 {
+		cfg.MinLimit = DefaultMinLimit
 	}
 	if cfg.Samples == 0 {
 		cfg.Samples = DefaultSamples
@@ -178,15 +189,23 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Monitor{
+	m := &Monitor{
 		cfg:      cfg,
 		interval: max(cfg.Window/time.Duration(cfg.Samples), time.Nanosecond),
 		flag:     cfg.Flag,
 		log:      cfg.Logger,
 		ring:     make([]point, cfg.Samples+1),
 		stop:     make(chan struct{}),
-	}, nil
+	}
+	if cfg.LatencyLimit > 0 {
+		m.limiter = newLimiter(cfg.LatencyLimit, cfg.MinLimit, cfg.Samples, cfg.Logger)
+	}
+	return m, nil
 }
+
+// Limiter returns the limiter of new requests in progress that the
+// monitor adjusts each sample, or nil when LatencyLimit is 0.
+func (m *Monitor) Limiter() *Limiter { return m.limiter }
 
 // Config returns the monitor's configuration, defaults filled in.
 func (m *Monitor) Config() Config { return m.cfg }
@@ -263,6 +282,17 @@ func (m *Monitor) sample() {
 	}
 	m.ring[m.taken%len(m.ring)] = p
 	m.taken++
+	if m.limiter != nil && m.taken >= 2 {
+		// The limiter acts on each interval's latency, not the window's:
+		// a window's mean lags a change of load by half a window.
+		prev := m.ring[(m.taken-2)%len(m.ring)]
+		var mean time.Duration
+		ended := p.ended - prev.ended
+		if ended > 0 {
+			mean = (p.spent - prev.spent) / time.Duration(ended)
+		}
+		m.limiter.adjust(p.at, mean, ended)
+	}
 	if m.taken < len(m.ring) {
 		return
 	}
@@ -339,7 +369,6 @@ func (m *Monitor) decide(shedding bool, ms Measures) bool {
 	}
 	check(ms.CPU, m.cfg.CPULimit)
 	check(float64(ms.Heap), float64(m.cfg.HeapLimit))
-	check(float64(ms.Latency), float64(m.cfg.LatencyLimit))
 	if shedding {
 		return !calm
 	}
@@ -366,15 +395,6 @@ func (m *Monitor) reason(ms Measures) string {
 			parts = append(parts, "heap "+bytes(v)+" over limit "+bytes(lf))
 		case v >= h*lf:
 			parts = append(parts, "heap "+bytes(v)+", not yet under "+bytes(h*lf))
-		}
-	}
-	if l := m.cfg.LatencyLimit; l > 0 {
-		v, lf := float64(ms.Latency), float64(l)
-		switch {
-		case v > lf:
-			parts = append(parts, "latency "+millis(ms.Latency)+" over limit "+millis(l))
-		case v >= h*lf:
-			parts = append(parts, "latency "+millis(ms.Latency)+", not yet under "+millis(time.Duration(h*lf)))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -407,9 +427,6 @@ func bytes(v float64) string {
 	}
 	return oneDecimal(v) + " " + units[i]
 }
-
-// millis writes a duration rounded to the millisecond.
-func millis(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 func oneDecimal(v float64) string {
 	return strings.TrimSuffix(strconv.FormatFloat(v, 'f', 1, 64), ".0")

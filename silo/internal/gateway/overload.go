@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,13 +10,11 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/silo/grpcapi"
+	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // The google.rpc.ErrorInfo of a refusal for overload: its Reason and
@@ -24,8 +23,8 @@ import (
 // gateway's own silo sends the call to another gateway.
 const (
 	OverloadReason  = "OVERLOADED"
-	OverloadDomain  = "granary.io"
-	OverloadSiloKey = "silo"
+	OverloadDomain  = local.RefusalDomain
+	OverloadSiloKey = local.RefusalSiloKey
 )
 
 // shedLogInterval is how often at most a refused one-way request is
@@ -89,15 +88,7 @@ func OverloadError(silo, reason string, retry time.Duration) error {
 	if reason == "" {
 		reason = "shedding load"
 	}
-	st := status.Newf(codes.ResourceExhausted, "granary: silo %s is overloaded (%s); retry in %v", silo, reason, retry)
-	withDetails, err := st.WithDetails(
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
-		&errdetails.ErrorInfo{Reason: OverloadReason, Domain: OverloadDomain, Metadata: map[string]string{OverloadSiloKey: silo}},
-	)
-	if err != nil { // only a detail that does not marshal fails, and these do
-		return st.Err()
-	}
-	return withDetails.Err()
+	return local.Refusal(fmt.Sprintf("granary: silo %s is overloaded (%s); retry in %v", silo, reason, retry), retry, OverloadReason, silo)
 }
 
 // sheds reports whether the gateway refuses new requests now: one atomic

@@ -47,6 +47,9 @@ type Call struct {
 	// few nanoseconds off, since wall and monotonic clocks drift apart.
 	exact  time.Time
 	OneWay bool
+	// limited: the call holds a place in the runtime's Limiter (see
+	// limitAdmitted), which leaveLimit gives back.
+	limited bool
 	// Arrived is when a call from outside the silo (Incoming) reached
 	// it, an offset from the epoch of the coarse call clock, at least 1;
 	// 0 for a call made inside the silo. Its turn's wait is timed from it.
@@ -252,6 +255,7 @@ func (c *Call) Release() {
 	if TrackCalls {
 		LiveCalls.Add(-1)
 	}
+	c.leaveLimit()
 	c.Ctx.stopDerived()
 	donec, gen := c.Donec, c.gen.Load()
 	if c.Ctx.derived != nil {

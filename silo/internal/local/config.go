@@ -6,6 +6,7 @@ import (
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/security"
+	"github.com/granaryio/granary/silo/overload"
 	"github.com/granaryio/granary/silo/storage"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -54,6 +55,10 @@ type Config struct {
 	// outside the silo, from their arrival to the end of their turns
 	// (Runtime.Latencies), for load shedding.
 	MeasureLatency bool
+	// Limiter, when set, bounds the new requests from outside the silo
+	// that run here at once (see limitAdmitted); the silo sets it with
+	// MeasureLatency, whose latencies adapt it.
+	Limiter *overload.Limiter
 }
 
 // QueueLimits bound the requests queued at one activation, or at one

@@ -13,8 +13,9 @@
 //   - the timeout wheel that expires calls, and the timer wheel and grain
 //     timers;
 //   - stateless workers, idle collection, the queue limits (an
-//     activation's soft and hard limits on queued requests), and
-//     stopping;
+//     activation's soft and hard limits on queued requests, and the wait
+//     limit), the places new requests take in the silo's concurrency
+//     limit, and stopping;
 //   - the glue to persistent state (storage providers, the embedded store)
 //     and to the reminder service.
 //
@@ -31,7 +32,8 @@
 //
 // It may import the scheduler (activation) and its two state machines,
 // grain and internal/grainrt, directory (ring positions and entries),
-// silo/storage and silo/reminders, internal/transport (the Responder a
-// remote call answers through) and the wire protocol. It must not import
-// the cluster side, the gateway or the silo root: they import it.
+// silo/storage and silo/reminders, silo/overload (the Limiter),
+// internal/transport (the Responder a remote call answers through) and
+// the wire protocol. It must not import the cluster side, the gateway or
+// the silo root: they import it.
 package local

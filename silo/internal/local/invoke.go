@@ -219,6 +219,9 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 			return
 		}
 	}
+	if c.Arrived != 0 && s.Cfg.Limiter != nil && !c.limited && s.runsHere(t, c) && !s.limitAdmitted(e, c) {
+		return
+	}
 	// A stateless worker's activations are local: classify at once.
 	classified := t.Opts.StatelessWorker
 	if classified {
@@ -233,6 +236,7 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 		case queued:
 			return // in the activation it made, before it was published
 		case remote:
+			c.leaveLimit() // it runs elsewhere, and counts there
 			s.Cl.Resolve(c, t)
 			return
 		case a == nil:
@@ -271,6 +275,7 @@ func (s *Runtime) startTurn(e *activation.Exec, a *Activation, c *Call) {
 // activation refused or dropped. e is the worker running the settling
 // turn, or nil.
 func (s *Runtime) Fail(e *activation.Exec, c *Call, err error) {
+	c.leaveLimit()
 	c.Settle(e, nil, err)
 	c.Release()
 }

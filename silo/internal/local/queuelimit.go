@@ -1,12 +1,17 @@
 package local
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
+	"github.com/granaryio/granary/activation"
+	"github.com/granaryio/granary/grain"
 	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Queue limits: Orleans' soft and hard limits on the requests enqueued at
@@ -198,6 +203,96 @@ func (c *Call) waitRefused() bool {
 			zap.Uint64("unlogged_since_last", held), zap.Duration("log_interval", limitLogInterval))
 	}
 	return true
+}
+
+// The limit of new requests in progress. A request from outside the silo
+// takes a place in Cfg.Limiter when Route finds that it runs here, before
+// any activation is made for it, and gives it back at its last Release,
+// whatever ends it: a turn, a refusal, an expiry, a cancellation. The end
+// of its turn and Fail give it back before the reply, so that a caller
+// that calls again at once finds it free; the last Release is the
+// fallback for every other end. One that is sent to another silo (Route's
+// Resolve, a lost registration's ForwardQueue) gives its place back
+// first: it counts where it runs, since that silo's latency is what its
+// place adapts to.
+// Work the silo admitted already never takes a place, by the rule the
+// wait limit follows (Arrived is 0 for it).
+
+// runsHere reports whether Route runs c, a request for t, on this silo
+// without asking the directory: a stateless worker, a silo alone, a
+// request the directory placed here, or a key active here.
+func (s *Runtime) runsHere(t *GrainType, c *Call) bool {
+	if t.Opts.StatelessWorker || s.Cl == nil || c.PlacedHere {
+		return true
+	}
+	_, ok := t.Acts.Load(c.ID.Key)
+	return ok
+}
+
+// limitAdmitted takes a place in the Limiter for c, a request from
+// outside the silo that runs here, and reports true; when the limit is
+// reached, it refuses c and reports false.
+func (s *Runtime) limitAdmitted(e *activation.Exec, c *Call) bool {
+	l := s.Cfg.Limiter
+	if l.Acquire() {
+		c.limited = true
+		return true
+	}
+	s.Overload.LimitRefusals.Add(1)
+	limit, _ := l.Limit()
+	if held, ok := s.limitLog.allow(s.CallNow()); ok {
+		s.Log.Warn("refused new requests: the silo runs as many as keep their latency under its target",
+			zap.Stringer("grain", c.ID), zap.String("method", c.Method.Name), zap.Bool("one_way", c.OneWay),
+			zap.Int64("limit", limit), zap.Duration("latency_target", l.Target()),
+			zap.Uint64("unlogged_since_last", held), zap.Duration("log_interval", limitLogInterval))
+	}
+	s.Fail(e, c, LimitError(s.Cfg.Name, c.ID, c.Method.Name, limit, l.Target()))
+	return false
+}
+
+// The google.rpc.ErrorInfo of a refusal (Refusal): its Domain and the
+// Metadata key naming the silo; and the Reason of one at the limit of new
+// requests in progress. That is not the gateway's OVERLOADED: the silo
+// refusing is where the grain runs, so another gateway would lead to the
+// same silo.
+const (
+	RefusalDomain  = "granary.io"
+	RefusalSiloKey = "silo"
+	LimitReason    = "CONCURRENCY_LIMITED"
+)
+
+// LimitError is the refusal of a call to method of grain id by silo, at
+// its limit of new requests in progress: ResourceExhausted, with a
+// google.rpc.RetryInfo of target, the latency the limit keeps, by when a
+// place is likely free, and a google.rpc.ErrorInfo (LimitReason).
+func LimitError(silo string, id grain.ID, method string, limit int64, target time.Duration) error {
+	return Refusal(fmt.Sprintf("granary: silo %s runs %d new requests at once, as many as keep their latency under %v; %s.%s did not run: retry in %v",
+		silo, limit, target, id, method, target), target, LimitReason, silo)
+}
+
+// Refusal is a ResourceExhausted error with message msg, a
+// google.rpc.RetryInfo of retry and a google.rpc.ErrorInfo of reason in
+// RefusalDomain, naming silo under RefusalSiloKey: the shape of every
+// refusal that asks its caller to come back.
+func Refusal(msg string, retry time.Duration, reason, silo string) error {
+	st := status.New(codes.ResourceExhausted, msg)
+	withDetails, err := st.WithDetails(
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
+		&errdetails.ErrorInfo{Reason: reason, Domain: RefusalDomain, Metadata: map[string]string{RefusalSiloKey: silo}},
+	)
+	if err != nil { // only a detail that does not marshal fails, and these do
+		return st.Err()
+	}
+	return withDetails.Err()
+}
+
+// leaveLimit gives back c's place in the Limiter, if it holds one. The
+// callee's side only, while it owns c.
+func (c *Call) leaveLimit() {
+	if c.limited {
+		c.limited = false
+		c.s.Cfg.Limiter.Release()
+	}
 }
 
 // noteLatency sums the time since c, a request from outside the silo

@@ -76,6 +76,8 @@ type Runtime struct {
 	// turns ended, in nanoseconds, and ended counts them: Latencies.
 	spent atomic.Int64
 	ended atomic.Uint64
+	// limitLog rate-limits the logs of refusals at the Limiter's limit.
+	limitLog logEvery
 
 	// filterChain is the chain of Config.IncomingFilters, or nil for none.
 	filterChain grain.Invocation
@@ -502,6 +504,7 @@ type OverloadCounters struct {
 	QueueWarnings     atomic.Uint64 // requests queued past a soft queue limit
 	QueueRefusals     atomic.Uint64 // requests refused at a hard queue limit
 	WaitRefusals      atomic.Uint64 // requests refused past a queue wait limit
+	LimitRefusals     atomic.Uint64 // requests refused at the limit of new requests in progress
 	Shed              atomic.Uint64 // requests refused by load shedding
 	MemoryCollections atomic.Uint64 // activations collected for memory pressure
 	AbandonedTurns    atomic.Uint64 // turns still running when a close gave up on them

@@ -87,6 +87,7 @@ func (c *Call) Done(e *activation.Exec, err error) {
 	if c.Arrived != 0 && c.s.Cfg.MeasureLatency {
 		c.noteLatency()
 	}
+	c.leaveLimit() // before the reply: its caller may call again at once
 	resp, rerr := c.result, c.resErr
 	switch {
 	case panicked: // the lifecycle deactivates the activation: see finish
