@@ -255,6 +255,15 @@ func printStatus(out io.Writer, admin string, r adminapi.ClusterReport) error {
 		shedding = []string{"none"}
 	}
 	fmt.Fprintf(tw, "shedding:\t%s\n", strings.Join(shedding, ", "))
+	var limited []string
+	for _, s := range r.Silos {
+		if n := s.Overload.ConcurrencyLimit; n > 0 {
+			limited = append(limited, fmt.Sprintf("%s to %d new requests at once", siloName(s.Name, s.Member), n))
+		}
+	}
+	if len(limited) > 0 {
+		fmt.Fprintf(tw, "limited:\t%s\n", strings.Join(limited, ", "))
+	}
 	if len(r.Unreachable) == 0 {
 		fmt.Fprintf(tw, "unreachable:\tnone\n")
 	}
@@ -279,6 +288,9 @@ func printSilos(out io.Writer, r adminapi.ClusterReport) error {
 			// One word, as kubectl shows a cordoned node's
 			// Ready,SchedulingDisabled, so the column stays one field.
 			status += ",shedding"
+		}
+		if s.Overload.ConcurrencyLimit > 0 {
+			status += ",limited" // to keep its new requests' latency under its limit
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
 			dash(s.Name), dash(s.Member), status, s.Activations, s.QueuedTurns,

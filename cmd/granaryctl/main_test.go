@@ -104,7 +104,8 @@ var (
 				UptimeSeconds: 3*86400 + 4*3600 + 5,
 				Addresses:     adminapi.Addresses{Gateway: "10.0.0.1:30000", Admin: "10.0.0.1:8080"},
 				Activations:   120, QueuedTurns: 3,
-				Types: []adminapi.TypeReport{{Type: "bank.Account", Activations: 120, Calls: 5000, CallRate: 30}},
+				Overload: adminapi.Overload{ConcurrencyLimit: 48, Concurrency: 48, LimitRefusals: 9},
+				Types:    []adminapi.TypeReport{{Type: "bank.Account", Activations: 120, Calls: 5000, CallRate: 30}},
 			},
 			{
 				Name: "silo-b", Member: "silo-b-4", Status: "joining", Started: started,
@@ -173,6 +174,7 @@ activations:  127
 calls/s:      31.63
 errors/s:     0.25
 shedding:     silo-c (silo-c-9)
+limited:      silo-a (silo-a-17) to 48 new requests at once
 unreachable:  silo-d-2 at 10.0.0.4:8080: connection refused
 `,
 			wantRecvd: "GET /api/v1/cluster",
@@ -181,7 +183,7 @@ unreachable:  silo-d-2 at 10.0.0.4:8080: connection refused
 			name: "silos",
 			args: []string{"silos"},
 			stdout: `NAME    MEMBER     STATUS           ACTIVATIONS  QUEUED  UPTIME  GATEWAY         ADMIN
-silo-a  silo-a-17  active           120          3       3d04h   10.0.0.1:30000  10.0.0.1:8080
+silo-a  silo-a-17  active,limited   120          3       3d04h   10.0.0.1:30000  10.0.0.1:8080
 silo-b  silo-b-4   joining          7            0       42s     -               10.0.0.2:8080
 silo-c  silo-c-9   active,shedding  0            0       2h05m   10.0.0.3:30000  10.0.0.3:8080
 -       silo-d-2   unreachable      -            -       -       -               10.0.0.4:8080

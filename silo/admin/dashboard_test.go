@@ -187,30 +187,31 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("status badges %v, want three active", statuses)
 	}
 
-	// b starts shedding load: its row gains the badge beside its status,
-	// and the others' rows have none.
-	c.node("b").sl.TestHooks().SetOverload(silo.OverloadStats{Shedding: true, Shed: 7, QueueRefusals: 3})
+	// b starts shedding load and limiting its new requests: its row gains
+	// a badge for each beside its status, and the others' rows have none.
+	c.node("b").sl.TestHooks().SetOverload(silo.OverloadStats{Shedding: true, Shed: 7, QueueRefusals: 3, ConcurrencyLimit: 40, LimitRefusals: 5})
 	const sheddingShown = `(() => {
 		const shown = Array.from(document.querySelectorAll('#silos tbody tr[data-silo]'),
 			r => r.dataset.silo + ':' + Array.from(r.querySelectorAll('.badge-shedding'), b => b.textContent).join('+'));
 		return shown.join(',');
 	})()`
-	if _, err := chromedp.Run(tab, chromedp.Poll[string](`(() => { const s = `+sheddingShown+`; return s === 'a:,b:shedding load,c:' ? s : ''; })()`,
+	if _, err := chromedp.Run(tab, chromedp.Poll[string](`(() => { const s = `+sheddingShown+`; return s === 'a:,b:shedding load+limited to 40,c:' ? s : ''; })()`,
 		chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
 		shown, _ := chromedp.Run(tab, chromedp.Evaluate[string](sheddingShown))
 		t.Fatalf("waiting for a shedding-load badge on b alone (shown: %q): %v", shown, err)
 	}
 	const bStatusCell = `(() => {
 		const cell = document.querySelector('#silos tbody tr[data-silo="b"] td:nth-child(3)');
-		const shed = cell.querySelector('.badge-shedding');
-		return [Array.from(cell.querySelectorAll('.badge'), b => b.textContent).join('|'), shed.title];
+		const [shed, limited] = cell.querySelectorAll('.badge-shedding');
+		return [Array.from(cell.querySelectorAll('.badge'), b => b.textContent).join('|'), shed.title, limited.title];
 	})()`
 	cell, err := chromedp.Run(tab, chromedp.Evaluate[[]string](bStatusCell))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cell) != 2 || cell[0] != "active|shedding load" || !strings.Contains(cell[1], "shed requests: 7") || !strings.Contains(cell[1], "refusals: 3") {
-		t.Errorf("b's status cell holds badges and tooltip %q, want active then shedding load, the tooltip counting 7 shed and 3 refused", cell)
+	if len(cell) != 3 || cell[0] != "active|shedding load|limited to 40" || !strings.Contains(cell[1], "shed requests: 7") || !strings.Contains(cell[1], "refusals: 3") ||
+		!strings.Contains(cell[2], "at most 40 new requests at once") || !strings.Contains(cell[2], "refused at the limit: 5") {
+		t.Errorf("b's status cell holds badges and tooltips %q, want active, shedding load and limited to 40, the tooltips counting 7 shed and 3 refused, and 5 refused at the limit", cell)
 	}
 
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))

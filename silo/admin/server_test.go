@@ -250,14 +250,15 @@ func TestSiloReportCarriesOverload(t *testing.T) {
 	}
 
 	// Distinct values, so that a field reading another's counter shows.
-	sl.TestHooks().SetOverload(silo.OverloadStats{QueueWarnings: 1, QueueRefusals: 2, WaitRefusals: 6, Shed: 3, Shedding: true, MemoryCollections: 4, AbandonedTurns: 5})
+	sl.TestHooks().SetOverload(silo.OverloadStats{QueueWarnings: 1, QueueRefusals: 2, WaitRefusals: 6, Shed: 3, Shedding: true, MemoryCollections: 4, AbandonedTurns: 5,
+		LimitRefusals: 7, ConcurrencyLimit: 8})
 	a := do(t, http.MethodGet, srv.Addr(), adminapi.PathSilo, nil)
 	var raw struct {
 		Overload map[string]any `json:"overload"`
 	}
 	a.decode(t, http.StatusOK, &raw)
 	want := map[string]any{"shedding": true, "shed_requests": 3.0, "queue_warnings": 1.0, "queue_refusals": 2.0,
-		"wait_refusals": 6.0, "memory_collections": 4.0, "abandoned_turns": 5.0}
+		"wait_refusals": 6.0, "memory_collections": 4.0, "abandoned_turns": 5.0, "limit_refusals": 7.0, "concurrency_limit": 8.0, "concurrency": 0.0}
 	if len(raw.Overload) != len(want) {
 		t.Errorf("overload %v, want %v", raw.Overload, want)
 	}
@@ -272,7 +273,8 @@ func TestSiloReportCarriesOverload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantOverload := adminapi.Overload{Shedding: true, ShedRequests: 3, QueueWarnings: 1, QueueRefusals: 2, WaitRefusals: 6, MemoryCollections: 4, AbandonedTurns: 5}
+	wantOverload := adminapi.Overload{Shedding: true, ShedRequests: 3, QueueWarnings: 1, QueueRefusals: 2, WaitRefusals: 6, MemoryCollections: 4, AbandonedTurns: 5,
+		LimitRefusals: 7, ConcurrencyLimit: 8}
 	if len(cr.Silos) != 1 || cr.Silos[0].Overload != wantOverload {
 		t.Errorf("cluster report silos %+v, want one with overload %+v", cr.Silos, wantOverload)
 	}

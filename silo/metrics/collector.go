@@ -75,8 +75,11 @@ var (
 	queueWarnings     = desc("queue_limit_warnings_total", "Requests that queued at an activation past its soft queue limit.")
 	queueRefusals     = desc("queue_limit_refusals_total", "Requests refused with ResourceExhausted because an activation's queue was at its hard limit.")
 	waitRefusals      = desc("queue_wait_refusals_total", "Requests refused with ResourceExhausted because they waited for their turn past their type's queue wait limit.")
+	limitRefusals     = desc("concurrency_limit_refusals_total", "New requests refused with ResourceExhausted because the silo ran as many at once as its latency limit allows.")
+	concurrencyLimit  = desc("concurrency_limit", "How many new requests from clients and other silos the latency limit lets the silo run at once; 0 while nothing is limited.")
+	concurrency       = desc("concurrency", "New requests from clients and other silos running or queued in the silo now, counted while a latency limit is set.")
 	shedRequests      = desc("shed_requests_total", "Requests refused with ResourceExhausted by load shedding.")
-	loadShedding      = desc("load_shedding", "1 while the silo sheds load (refuses new requests because its CPU use, Go heap or requests' latency is over its limit), else 0.")
+	loadShedding      = desc("load_shedding", "1 while the silo sheds load (refuses new requests because its CPU use or Go heap is over its limit), else 0.")
 	memoryCollections = desc("memory_collections_total", "Idle activations deactivated because the Go heap was over the memory collection's heap target.")
 	abandonedTurns    = desc("abandoned_turns_total", "Grain turns still running when the silo's close stopped waiting for them, at its close timeout.")
 
@@ -99,7 +102,7 @@ var siloDescs = []*prometheus.Desc{
 	tpPeers, tpStreams, tpPending, tpBytesSent, tpBytesRecv, tpBatchesSent, tpBatchesRecv, tpEnvsSent, tpEnvsRecv, tpBatchEnvelopes,
 	stateReads, stateWrites, stateClears, stateFailures, stateConflicts,
 	remOwned, remTicks, remFailures, remSkipped, remTardiness, remLoads, remLoadFailures,
-	queueWarnings, queueRefusals, waitRefusals, shedRequests, loadShedding, memoryCollections, abandonedTurns,
+	queueWarnings, queueRefusals, waitRefusals, limitRefusals, concurrencyLimit, concurrency, shedRequests, loadShedding, memoryCollections, abandonedTurns,
 }
 
 func (c *siloCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -205,6 +208,9 @@ func collectOverload(e emit, o silo.OverloadStats) {
 	e.counter(queueWarnings, o.QueueWarnings)
 	e.counter(queueRefusals, o.QueueRefusals)
 	e.counter(waitRefusals, o.WaitRefusals)
+	e.counter(limitRefusals, o.LimitRefusals)
+	e.gauge(concurrencyLimit, float64(o.ConcurrencyLimit))
+	e.gauge(concurrency, float64(o.Concurrency))
 	e.counter(shedRequests, o.Shed)
 	shedding := 0.0
 	if o.Shedding {

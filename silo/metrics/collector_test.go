@@ -238,7 +238,7 @@ func TestOverloadFamiliesFollowStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := []string{"granary_queue_limit_warnings_total", "granary_queue_limit_refusals_total", "granary_queue_wait_refusals_total", "granary_shed_requests_total",
-		"granary_load_shedding", "granary_memory_collections_total", "granary_abandoned_turns_total"}
+		"granary_concurrency_limit_refusals_total", "granary_concurrency_limit", "granary_concurrency", "granary_load_shedding", "granary_memory_collections_total", "granary_abandoned_turns_total"}
 	exposition := func(o silo.OverloadStats, shedding int) string {
 		return `
 # HELP granary_queue_limit_warnings_total Requests that queued at an activation past its soft queue limit.
@@ -250,10 +250,19 @@ granary_queue_limit_refusals_total ` + strconv.FormatUint(o.QueueRefusals, 10) +
 # HELP granary_queue_wait_refusals_total Requests refused with ResourceExhausted because they waited for their turn past their type's queue wait limit.
 # TYPE granary_queue_wait_refusals_total counter
 granary_queue_wait_refusals_total ` + strconv.FormatUint(o.WaitRefusals, 10) + `
+# HELP granary_concurrency_limit_refusals_total New requests refused with ResourceExhausted because the silo ran as many at once as its latency limit allows.
+# TYPE granary_concurrency_limit_refusals_total counter
+granary_concurrency_limit_refusals_total ` + strconv.FormatUint(o.LimitRefusals, 10) + `
+# HELP granary_concurrency_limit How many new requests from clients and other silos the latency limit lets the silo run at once; 0 while nothing is limited.
+# TYPE granary_concurrency_limit gauge
+granary_concurrency_limit ` + strconv.FormatInt(o.ConcurrencyLimit, 10) + `
+# HELP granary_concurrency New requests from clients and other silos running or queued in the silo now, counted while a latency limit is set.
+# TYPE granary_concurrency gauge
+granary_concurrency 0
 # HELP granary_shed_requests_total Requests refused with ResourceExhausted by load shedding.
 # TYPE granary_shed_requests_total counter
 granary_shed_requests_total ` + strconv.FormatUint(o.Shed, 10) + `
-# HELP granary_load_shedding 1 while the silo sheds load (refuses new requests because its CPU use, Go heap or requests' latency is over its limit), else 0.
+# HELP granary_load_shedding 1 while the silo sheds load (refuses new requests because its CPU use or Go heap is over its limit), else 0.
 # TYPE granary_load_shedding gauge
 granary_load_shedding ` + strconv.Itoa(shedding) + `
 # HELP granary_memory_collections_total Idle activations deactivated because the Go heap was over the memory collection's heap target.
@@ -269,7 +278,8 @@ granary_abandoned_turns_total ` + strconv.FormatUint(o.AbandonedTurns, 10) + `
 		t.Fatal(err)
 	}
 	// Distinct values, so that a family reading another's counter shows.
-	busy := silo.OverloadStats{QueueWarnings: 11, QueueRefusals: 22, WaitRefusals: 66, Shed: 33, Shedding: true, MemoryCollections: 44, AbandonedTurns: 55}
+	busy := silo.OverloadStats{QueueWarnings: 11, QueueRefusals: 22, WaitRefusals: 66, Shed: 33, Shedding: true, MemoryCollections: 44, AbandonedTurns: 55,
+		LimitRefusals: 77, ConcurrencyLimit: 88}
 	s.TestHooks().SetOverload(busy)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(exposition(busy, 1)), names...); err != nil {
 		t.Fatal(err)

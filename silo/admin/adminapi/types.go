@@ -50,7 +50,7 @@ type SiloReport struct {
 // whose version reports none reads as zero and not shedding.
 type Overload struct {
 	// Shedding is true while the silo refuses new requests because its
-	// CPU use, Go heap or requests' latency is over its load-shedding limit.
+	// CPU use or Go heap is over its load-shedding limit.
 	Shedding bool `json:"shedding"`
 	// ShedRequests counts the requests load shedding refused.
 	ShedRequests uint64 `json:"shed_requests"`
@@ -61,6 +61,12 @@ type Overload struct {
 	// WaitRefusals counts requests refused because they waited for their
 	// turn past their type's queue wait limit.
 	WaitRefusals uint64 `json:"wait_refusals"`
+	// LimitRefusals counts new requests refused because the silo ran as
+	// many at once as its latency limit allows: ConcurrencyLimit, 0 while
+	// nothing is limited. Concurrency is how many run now.
+	LimitRefusals    uint64 `json:"limit_refusals"`
+	ConcurrencyLimit int64  `json:"concurrency_limit"`
+	Concurrency      int64  `json:"concurrency"`
 	// MemoryCollections counts idle activations collected because the Go
 	// heap was over the memory collection's target.
 	MemoryCollections uint64 `json:"memory_collections"`

@@ -146,12 +146,25 @@
     return list;
   }
 
+  // limitBadge marks a silo that runs fewer new requests at once to keep
+  // their latency under its limit; null for a silo that limits none.
+  function limitBadge(o) {
+    if (!o || !o.concurrency_limit) return null;
+    const b = el('span', 'badge badge-shedding', 'limited to ' + o.concurrency_limit);
+    b.title = 'running at most ' + o.concurrency_limit + ' new requests at once, to keep their latency under its limit\n' +
+      'running now: ' + (o.concurrency || 0) + '\n' +
+      'refused at the limit: ' + (o.limit_refusals || 0);
+    return b;
+  }
+
   function renderSilos(report) {
     const rows = (report.silos || []).map(function (s) {
       const status = el('td');
       status.appendChild(badge(s.status));
       const shedding = sheddingBadge(s.overload);
       if (shedding) status.appendChild(shedding);
+      const limited = limitBadge(s.overload);
+      if (limited) status.appendChild(limited);
       const addr = el('td');
       addr.appendChild(addresses(s.addresses || {}));
       const tr = row([
