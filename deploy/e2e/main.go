@@ -403,6 +403,7 @@ func exercise(ctx context.Context, o options, sec secrets, cluster []silo, netwo
 			return nil, fmt.Errorf("interrupted: %w", ctx.Err())
 		}
 	}
+	res.Nice, res.NiceKnown = niceness()
 	if res.Protection, err = composeProtection(o.compose); err != nil {
 		return nil, err
 	}
@@ -519,9 +520,10 @@ func printSummary(w io.Writer, res *result) {
 			o.Capacity, o.Offered, s.Outcomes[outOK], s.Outcomes[outShed], s.Outcomes[outRefused], s.Outcomes[outDeadline], s.Outcomes[outUnavailable], s.Outcomes[outOther],
 			o.Loop.NotSent, formatLatency(s.P50), formatLatency(s.P99), formatLatency(s.Max))
 		for _, sw := range o.Silos {
-			fmt.Fprintf(w, "overload: %s memory<=%s rss<=%s heap<=%s activations<=%d shedding %ds shed=%s queue+wait-refusals=%s memory-collections=%s\n",
+			fmt.Fprintf(w, "overload: %s memory<=%s rss<=%s heap<=%s activations<=%d shedding %ds shed=%s queue+wait+concurrency-refusals=%s memory-collections=%s\n",
 				sw.Service, formatBytes(sw.MemMax), formatBytes(sw.RSSMax), formatBytes(sw.HeapMax), sw.ActivationsMax, sw.SheddingSamples,
-				formatDelta(&sw, metricShed), formatDelta(&sw, metricQueueRefusals)+"+"+formatDelta(&sw, metricWaitRefusals), formatDelta(&sw, metricMemoryCollections))
+				formatDelta(&sw, metricShed), formatDelta(&sw, metricQueueRefusals)+"+"+formatDelta(&sw, metricWaitRefusals)+"+"+formatDelta(&sw, metricLimitRefusals),
+				formatDelta(&sw, metricMemoryCollections))
 		}
 		fmt.Fprintf(w, "overload: recovery %s; final read %d counters, lost %d Adds on %d counters, %d unread\n",
 			formatRecovery(o.Recovery), o.Final.Counters, o.Final.LostAdds, o.Final.LostCounters, len(o.Final.Unread))

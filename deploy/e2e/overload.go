@@ -89,10 +89,9 @@ type overloadConfig struct {
 // The p99 bound is half the chaos load's 2 s call timeout: a silo that
 // admits more than it can serve makes its callers wait out their timeout,
 // and one that protects itself answers the calls it admits with half of
-// it to spare. With latency shedding (off in deploy/compose.yaml, which
-// says why) the silos' tail is the bursts they take between sheddings,
-// the turns themselves (writes to a database the soak keeps saturated)
-// and the client, which shares the
+// it to spare. Under the silos' latency limit, the tail is the hot
+// counter's queue, the turns themselves (writes to a database the soak
+// keeps busy) and the client, which shares the
 // machine's cores with the three silos and PostgreSQL and starts its own
 // calls up to some 400 ms late at the 99th percentile (the report gives
 // the figure).
@@ -294,9 +293,12 @@ type stage struct {
 	examples [numOutcomes]string
 	lost     int64
 	over     int64
-	dups     int64
-	measured int64 // successful calls that completed in [from, to)
-	latency  *hdrhistogram.Histogram
+	// hotDeadline counts the calls to the hot counter that timed out:
+	// the queue of one activation, or the cluster's.
+	hotDeadline int64
+	dups        int64
+	measured    int64 // successful calls that completed in [from, to)
+	latency     *hdrhistogram.Histogram
 	// hotLatency is the successful calls to the hot counter's alone: they
 	// wait in its activation's queue, which the others do not, so a p99
 	// over its bound can be told to be the hot counter's or the cluster's.
@@ -317,6 +319,9 @@ func (s *stage) record(end time.Time, took time.Duration, hot bool, err error, v
 	defer s.mu.Unlock()
 	s.outcomes[o]++
 	if err != nil {
+		if hot && o == outDeadline {
+			s.hotDeadline++
+		}
 		if s.examples[o] == "" {
 			s.examples[o] = err.Error()
 		}
@@ -363,6 +368,8 @@ type stageStats struct {
 	P50, P99, Max time.Duration
 	HotP99        time.Duration
 	HotOK         int64
+	// HotDeadline counts the calls to the hot counter that timed out.
+	HotDeadline int64
 	// LagP99 and LagMax say how late the open loop started its calls.
 	LagP99, LagMax time.Duration
 }
@@ -389,7 +396,7 @@ func (s *stage) stats() stageStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	us := func(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
-	st := stageStats{Outcomes: s.outcomes, Examples: s.examples, Lost: s.lost, Over: s.over, Duplicates: s.dups, Measured: s.measured}
+	st := stageStats{Outcomes: s.outcomes, Examples: s.examples, Lost: s.lost, Over: s.over, Duplicates: s.dups, Measured: s.measured, HotDeadline: s.hotDeadline}
 	if s.latency.TotalCount() > 0 {
 		st.P50, st.P99, st.Max = us(s.latency.ValueAtQuantile(50)), us(s.latency.ValueAtQuantile(99)), us(s.latency.Max())
 	}

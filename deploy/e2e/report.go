@@ -25,6 +25,9 @@ type result struct {
 	// Security are the checks that the cluster refuses callers without
 	// its credentials, in the order made.
 	Security []check
+	// Nice is the test process's nice value, when NiceKnown.
+	Nice      int
+	NiceKnown bool
 	// Protection are the silos' overload settings in the compose file,
 	// NAME=value, for the report.
 	Protection []string
@@ -222,7 +225,12 @@ func writeMethod(b *strings.Builder, r *result) {
 	p("They keep the Counter grains' state in PostgreSQL on the Docker host, reached at `host.docker.internal` (scripts/postgres-test.sh up --docker).\n")
 	p("- The load: %d workers in the test process, each calling `Counter.Add(1)` one call at a time over %d counters shared by all (each worker walks them all from its own offset), ", r.Load.Workers, r.Load.Counters)
 	p("through one Go client (`client.Dial` with the three published gateways; %s). ", r.Client)
-	p("Each call is bounded by %v; a worker waits %v after a failure. The counters' keys are new to the run.\n", r.Load.CallTimeout, r.Load.Backoff)
+	p("Each call is bounded by %v; a worker waits %v after a failure. The counters' keys are new to the run. ", r.Load.CallTimeout, r.Load.Backoff)
+	if r.NiceKnown {
+		p("The test process ran at nice %d: `make e2e` asks for -10, so that the load generator, which shares the machine's cores with the silos and PostgreSQL, is served first and its own delays are not charged to the cluster.\n", r.Nice)
+	} else {
+		p("The test process's nice value is not known.\n")
+	}
 	p("- The faults, in order, each starting on a whole second of the run's clock: the steady state is watched for %v; ", r.Chaos.Hold)
 	p("silo-b is killed (SIGKILL, no goodbye) and started again %v later; silo-c is disconnected from the compose network, which cuts it off from the other silos and from the host, and reconnected %v later with its address unchanged; ", r.Chaos.Hold, r.Chaos.Hold)
 	p("then every silo in turn is restarted gracefully (`docker restart -t %d`: SIGTERM, and SIGKILL only past %v). ", int(r.Chaos.Grace.Seconds()), r.Chaos.Grace)
@@ -288,6 +296,9 @@ func writeOverload(b *strings.Builder, r *result) {
 		formatLatency(o.Overload.P50), formatLatency(o.Overload.P99), formatLatency(o.Overload.Max))
 	p("The admitted calls' p99 latency during the overload was %s, against a bound of %v; that of the %d calls to the hot counter alone was %s. ",
 		formatLatency(o.Overload.P99), c.P99Bound, o.Overload.HotOK, formatLatency(o.Overload.HotP99))
+	if n := o.Overload.Outcomes[outDeadline]; n > 0 {
+		p("Of the %d calls that timed out, %d went to the hot counter. ", n, o.Overload.HotDeadline)
+	}
 	p("The load generator started %d of the %d calls that fell due (at most %d in flight at once, of %d allowed), %s late at the 99th percentile and %s at most.\n\n",
 		o.Loop.Sent, o.Loop.Scheduled, o.Loop.MaxSeen, o.MaxInFlight, formatLatency(o.Overload.LagP99), formatLatency(o.Overload.LagMax))
 	for _, st := range []struct {
@@ -302,8 +313,8 @@ func writeOverload(b *strings.Builder, r *result) {
 	}
 	p("\n")
 
-	p("| silo | memory at most (bound %s) | process RSS at most | Go heap at most | activations at most | CPU at most / mean | seconds shedding | shed requests | queue-limit refusals | wait-limit refusals | memory collections |\n", formatBytes(c.RSSBound))
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| silo | memory at most (bound %s) | process RSS at most | Go heap at most | activations at most | CPU at most / mean | seconds shedding | shed requests | queue-limit refusals | wait-limit refusals | concurrency-limit refusals | memory collections |\n", formatBytes(c.RSSBound))
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, w := range o.Silos {
 		mem, cpu := "no sample", "-"
 		if w.MemSamples > 0 {
@@ -312,8 +323,9 @@ func writeOverload(b *strings.Builder, r *result) {
 		if w.CPUSamples > 0 {
 			cpu = fmt.Sprintf("%.0f%% / %.0f%%", w.CPUMax, w.CPUSum/float64(w.CPUSamples))
 		}
-		p("| %s | %s | %s | %s | %d | %s | %d of %d | %s | %s | %s | %s |\n", w.Service, mem, formatBytes(w.RSSMax), formatBytes(w.HeapMax), w.ActivationsMax, cpu,
-			w.SheddingSamples, w.Scrapes-w.Missed, formatDelta(&w, metricShed), formatDelta(&w, metricQueueRefusals), formatDelta(&w, metricWaitRefusals), formatDelta(&w, metricMemoryCollections))
+		p("| %s | %s | %s | %s | %d | %s | %d of %d | %s | %s | %s | %s | %s |\n", w.Service, mem, formatBytes(w.RSSMax), formatBytes(w.HeapMax), w.ActivationsMax, cpu,
+			w.SheddingSamples, w.Scrapes-w.Missed, formatDelta(&w, metricShed), formatDelta(&w, metricQueueRefusals), formatDelta(&w, metricWaitRefusals),
+			formatDelta(&w, metricLimitRefusals), formatDelta(&w, metricMemoryCollections))
 	}
 	p("\n")
 	if o.MemErr != nil {
@@ -379,8 +391,8 @@ func writeOverloadMethod(b *strings.Builder, r *result) {
 	p("- The silos' protection, deploy/compose.yaml's environment for every silo, which the faults above ran with too: %s.\n\n", formatSettings(r.Protection))
 
 	p("What the overload figures mean:\n\n")
-	p("- **Outcomes**: each call ends in one class. OK. ResourceExhausted (shed): refused with a google.rpc.ErrorInfo of reason %s, by a silo whose CPU, heap or requests' latency is over its load-shedding limit, or by the client when every gateway's silo asked it to wait. ", overloadReason)
-	p("ResourceExhausted (queue limit): any other ResourceExhausted, from an activation whose queue is at its hard limit or a request that waited past the queue wait limit. DeadlineExceeded: the call waited out its %v timeout, in a queue somewhere (the client, a gateway, a silo, the database). Unavailable. Other. ", c.CallTimeout)
+	p("- **Outcomes**: each call ends in one class. OK. ResourceExhausted (shed): refused with a google.rpc.ErrorInfo of reason %s, by a silo whose CPU or heap is over its load-shedding limit, or by the client when every gateway's silo asked it to wait. ", overloadReason)
+	p("ResourceExhausted (queue limit): any other ResourceExhausted, from an activation whose queue is at its hard limit, a request that waited past the queue wait limit, or a silo that runs as many new requests at once as its latency limit allows. DeadlineExceeded: the call waited out its %v timeout, in a queue somewhere (the client, a gateway, a silo, the database). Unavailable. Other. ", c.CallTimeout)
 	p("A ResourceExhausted refusal is the cluster protecting itself and passes; any call of the last three classes, in the burst or the overload, fails the run: a timeout hides a queue, and Unavailable would mean a silo or a gateway was gone, which none may be. ")
 	p("The overload must also refuse some calls: one that refused none did not overload the cluster.\n")
 	p("- **Admitted latency**: from a call's start to its reply, of the calls that succeeded, kept in an HDR histogram (1 µs to 1 min, 3 significant figures); the p99 of the overload's is bounded by %v (-overload-p99). ", c.P99Bound)
@@ -390,8 +402,8 @@ func writeOverloadMethod(b *strings.Builder, r *result) {
 	p("**CPU** is the container's CPU time between successive samples, in percent of one core: the most, and the mean. ")
 	p("Process RSS (process_resident_memory_bytes), Go heap (%s) and activations (%s, all types) are the most the silo's own /metrics reported in the same seconds.\n", metricHeap, metricActivations)
 	p("- **Seconds shedding** counts the once-a-second scrapes of /metrics that found %s at 1, of those that answered. ", metricShedding)
-	p("**Shed requests**, **queue-limit refusals**, **wait-limit refusals** and **memory collections** are how much %s, %s, %s and %s grew from a scrape before the burst to one after the watch; \"not exported\" when the silo's /metrics lacks the metric.\n",
-		metricShed, metricQueueRefusals, metricWaitRefusals, metricMemoryCollections)
+	p("**Shed requests**, **queue-limit refusals**, **wait-limit refusals**, **concurrency-limit refusals** and **memory collections** are how much %s, %s, %s, %s and %s grew from a scrape before the burst to one after the watch; \"not exported\" when the silo's /metrics lacks the metric.\n",
+		metricShed, metricQueueRefusals, metricWaitRefusals, metricLimitRefusals, metricMemoryCollections)
 	p("- **Recovery time**: as for the faults, on the modest load's own seconds, counted from the drop: the start of the first clean second after the last unclean one, where a clean second has no failed call (a refusal is a failure here) and a call completed by every worker. The bound is %v (-overload-recovery).\n", c.RecoveryBound)
 	p("- **Lost writes**: the rule of the faults, with the soak's own ledger: every reply must carry a count above what was acknowledged before its call, and at the end every counter an Add to which was acknowledged is read, the hot one, each new one and the modest load's, and must hold at least its acknowledged Adds and at most the Adds sent. A new counter none of whose Adds was acknowledged has nothing to lose and is not read. ")
 	p("The read makes %d reads at once, tries a refused one again a second later up to %d times, and ends after %v: a counter still unread then fails the run.\n\n", readConcurrency, readAttempts, readBudget)

@@ -144,8 +144,8 @@ func testOverload() *overloadResult {
 	watch := func(name string, mem uint64) siloWatch {
 		return siloWatch{Service: name, MemMax: mem, MemSamples: 140, CPUMax: 70, CPUSum: 140 * 50, CPUSamples: 140, RSSMax: mem - 5<<20, HeapMax: 60 << 20,
 			ActivationsMax: 30000, SheddingSamples: 80, Scrapes: 140,
-			Start: map[string]float64{metricShed: 5, metricQueueRefusals: 0, metricMemoryCollections: 0},
-			End:   map[string]float64{metricShed: 40005, metricQueueRefusals: 19000, metricMemoryCollections: 70000}}
+			Start: map[string]float64{metricShed: 5, metricQueueRefusals: 0, metricLimitRefusals: 100, metricMemoryCollections: 0},
+			End:   map[string]float64{metricShed: 40005, metricQueueRefusals: 19000, metricLimitRefusals: 400, metricMemoryCollections: 70000}}
 	}
 	return &overloadResult{
 		Config: cfg, Capacity: 1000, Offered: 2000, MaxInFlight: 4000,
@@ -236,7 +236,7 @@ func TestWriteMarkdownOverload(t *testing.T) {
 		"The admitted calls' p99 latency during the overload was 250.0 ms, against a bound of 500ms; that of the 20000 calls to the hot counter alone was 210.0 ms.",
 		"The load generator started 239000 of the 240000 calls that fell due (at most 4000 in flight at once, of 4000 allowed), 6.0 ms late at the 99th percentile and 40.0 ms at most.",
 		"- overload, ResourceExhausted (shed): `rpc error: code = ResourceExhausted desc = granary: silo a is overloaded`",
-		"| silo-a | 150.0 MiB | 145.0 MiB | 60.0 MiB | 30000 | 70% / 50% | 80 of 140 | 40000 | 19000 | not exported | 70000 |",
+		"| silo-a | 150.0 MiB | 145.0 MiB | 60.0 MiB | 30000 | 70% / 50% | 80 of 140 | 40000 | 19000 | not exported | 300 | 70000 |",
 		"| silo-c | 130.0 MiB | 125.0 MiB | 60.0 MiB | 30000 | 70% / 50% | 80 of 140 | not exported | not exported | not exported |",
 		"every worker's calls succeeded again after **4 s** (bound 10s): 3000 calls in 20s, 12 failed, ResourceExhausted for 12 of them",
 		"Final read: 96065 counters read",

@@ -252,6 +252,7 @@ const (
 	metricShed              = "granary_shed_requests_total"
 	metricQueueRefusals     = "granary_queue_limit_refusals_total"
 	metricWaitRefusals      = "granary_queue_wait_refusals_total"
+	metricLimitRefusals     = "granary_concurrency_limit_refusals_total"
 	metricMemoryCollections = "granary_memory_collections_total"
 	metricShedding          = "granary_load_shedding"
 	metricActivations       = "granary_activations"
