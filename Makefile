@@ -162,9 +162,9 @@ e2e: image certs
 	GRANARY_CHROMIUM="$${GRANARY_CHROMIUM:-$$(scripts/chromium.sh | tail -n1)}" && export GRANARY_CHROMIUM && \
 	$(E2E_NICE) $(GO) run ./deploy/e2e -compose $(COMPOSE_FILE) -secrets $(SECRETS_DIR) -image $(IMAGE) -grace $(CLUSTER_GRACE)s $(E2E_FLAGS)
 
-## soak: make e2e, then the overload soak: twice the cluster's capacity for two minutes, a hot counter and new keys; adds its section to docs/resilience.md.
+## soak: make e2e, then the overload soak: twice the cluster's capacity for two minutes, a hot counter and new keys; writes its report, faults and soak, to docs/soak.md.
 soak:
-	$(MAKE) e2e E2E_FLAGS="-overload $(E2E_FLAGS)"
+	$(MAKE) e2e E2E_FLAGS="-overload -out docs/soak.md $(E2E_FLAGS)"
 
 ## python-example: a Python client (examples/python) calls a grain through a silo's TLS gateway with a bearer token, and decodes an error's details; needs Debian's python3-grpcio python3-protobuf protobuf-compiler libprotobuf-dev golang-github-gogo-googleapis-dev.
 python-example:

@@ -123,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.secrets, "secrets", "deploy/secrets", "the `directory` of the cluster's CA and tokens, as make certs writes it")
 	fs.StringVar(&o.project, "project", "granary-e2e", "the compose project `name`, so the run cannot clash with make cluster-up's")
 	fs.StringVar(&o.out, "out", "docs/resilience.md", "the markdown `file` the results are written to")
-	fs.StringVar(&o.screenshot, "screenshot", "", "the PNG `file` of the dashboard's screenshot (default: resilience-dashboard.png beside -out)")
+	fs.StringVar(&o.screenshot, "screenshot", "", "the PNG `file` of the dashboard's screenshot (default: -out's name with -dashboard.png for .md, as resilience-dashboard.png)")
 	fs.StringVar(&o.image, "image", "granary/example-silo:dev", "the silo `image` the compose file runs (GRANARY_IMAGE)")
 	fs.StringVar(&o.dsn, "dsn", "", "the PostgreSQL `DSN` the silos use, as the containers reach it (GRANARY_POSTGRES_DSN; default: the compose file's, the host's server at host.docker.internal)")
 	fs.StringVar(&o.chromium, "chromium", os.Getenv(chromium.Env), "the Chromium `executable` that screenshots the dashboard (default: $GRANARY_CHROMIUM, else chromium on PATH)")
@@ -156,7 +156,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if o.screenshot == "" {
-		o.screenshot = filepath.Join(filepath.Dir(o.out), "resilience-dashboard.png")
+		o.screenshot = strings.TrimSuffix(o.out, filepath.Ext(o.out)) + "-dashboard.png"
 	}
 	o.chaos.ReadyPoll = 250 * time.Millisecond
 	for _, d := range []struct {

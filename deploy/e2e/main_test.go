@@ -27,7 +27,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.screenshot != "/tmp/r/resilience-dashboard.png" || o.chaos.Hold != 3*time.Second || o.load.Workers != 2 {
+	if o.screenshot != "/tmp/r/report-dashboard.png" || o.chaos.Hold != 3*time.Second || o.load.Workers != 2 {
 		t.Errorf("flags not applied: %+v", o)
 	}
 
