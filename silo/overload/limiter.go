@@ -51,8 +51,9 @@ const (
 // load did not cause (a failover that makes activations again, a slow
 // dependency) slows a silo's intake but does not stop it, and a slow
 // request at a light load sets no limit at all. After a window of
-// samples in which the limit was not reached and the latency stayed
-// under growBelow times the target, the limit is lifted.
+// samples in which requests ended, the limit was not reached and the
+// latency stayed under growBelow times the target, the limit is lifted;
+// a sample in which nothing ended does not count, either way.
 //
 // Acquire and Release may be called from any goroutine: two atomic adds
 // and an atomic load each, and a compare-and-swap when the count of
@@ -73,8 +74,9 @@ type Limiter struct {
 
 	// holdUntil: no cut before then, for the requests admitted under the
 	// last cut have not all ended. calm counts the samples in a row in
-	// which the limit was not reached and the latency was under
-	// growBelow times the target. Monitor's goroutine only.
+	// which requests ended, the limit was not reached and the latency was
+	// under growBelow times the target, not counting those in which
+	// nothing ended. Monitor's goroutine only.
 	holdUntil time.Time
 	calm      int
 }
@@ -120,10 +122,17 @@ func (l *Limiter) Target() time.Duration { return l.target }
 // ended with mean latency mean. Monitor's goroutine only.
 func (l *Limiter) adjust(now time.Time, mean time.Duration, ended uint64) {
 	peak := l.peak.Swap(l.inFlight.Load())
+	if ended == 0 {
+		// Nothing ended: no news of the latency, neither calm nor not. A
+		// silo whose gateway sheds for its heap ends nothing, and lifting
+		// its limit then would let a flood in when it takes requests
+		// again. A stall is for the queue wait limit and the calls'
+		// deadlines.
+		return
+	}
 	lim := l.limit.Load()
 	fast := float64(mean) <= growBelow*float64(l.target)
 	if lim < unlimited && peak < lim && fast {
-		// Nothing ended is calm too: no request waited on the limit.
 		if l.calm++; l.calm >= l.liftAfter {
 			l.limit.Store(unlimited)
 			l.calm = 0
@@ -133,11 +142,6 @@ func (l *Limiter) adjust(now time.Time, mean time.Duration, ended uint64) {
 		return
 	}
 	l.calm = 0
-	if ended == 0 {
-		// Nothing ended: no news of the latency. A stall is for the
-		// queue wait limit and the calls' deadlines.
-		return
-	}
 	switch {
 	case mean > l.target:
 		if now.Before(l.holdUntil) || peak < l.floor {

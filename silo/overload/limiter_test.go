@@ -190,27 +190,32 @@ func TestLimiterFloor(t *testing.T) {
 }
 
 // TestLimiterLiftsTheLimitAfterACalmWindow: a window of samples in which
-// the limit was not reached and the latency was well under the target
-// lifts the limit; a sample that reaches it starts the count again.
+// requests ended, the limit was not reached and the latency was well
+// under the target lifts the limit; a sample that reaches it starts the
+// count again, and one in which nothing ended does not count.
 func TestLimiterLiftsTheLimitAfterACalmWindow(t *testing.T) {
 	r, l := cutTo200(t)
 	releasePlaces(l, 300)
-	// The 400 in progress at the cut reached the limit: the first sample
-	// after it is not calm (nothing ended, so the limit holds).
-	r.feedLatencies(0, 0)
-	for range DefaultSamples - 1 {
-		r.feedLatencies(10, 10*50*time.Millisecond)
+	calm := func(n int) {
+		for range n {
+			r.feedLatencies(10, 10*50*time.Millisecond)
+		}
 	}
+	r.feedLatencies(0, 0) // the next peak is the 100 left, under the limit
+	calm(DefaultSamples - 1)
 	wantLimit(t, l, "200", "a window but one of calm samples")
-	holdPlaces(t, l, 100) // the limit is reached
+	holdPlaces(t, l, 100)
 	r.feedLatencies(10, 10*95*time.Millisecond)
+	wantLimit(t, l, "200", "the limit reached at 95ms")
 	releasePlaces(l, 100)
-	// The first sample still sees the 200 of the last as its peak.
+	r.feedLatencies(0, 0)
+	calm(DefaultSamples - 1)
+	wantLimit(t, l, "200", "a window but one of calm samples after the limit was reached")
 	for range DefaultSamples {
 		r.feedLatencies(0, 0)
 	}
-	wantLimit(t, l, "200", "a window but one of calm samples after the limit was reached")
-	r.feedLatencies(10, 10*50*time.Millisecond)
+	wantLimit(t, l, "200", "samples in which nothing ended")
+	calm(1)
 	wantLimit(t, l, "none", "a window of calm samples")
 	if n := r.logs.FilterMessageSnippet("stopped limiting").Len(); n != 1 {
 		t.Fatalf("%d logs that the limit was lifted, want 1", n)
