@@ -301,6 +301,10 @@ func writeOverload(b *strings.Builder, r *result) {
 	}
 	p("The load generator started %d of the %d calls that fell due (at most %d in flight at once, of %d allowed), %s late at the 99th percentile and %s at most.\n\n",
 		o.Loop.Sent, o.Loop.Scheduled, o.Loop.MaxSeen, o.MaxInFlight, formatLatency(o.Overload.LagP99), formatLatency(o.Overload.LagMax))
+	if o.Sched.Known {
+		p("Its own goroutines waited for a processor up to %s at the 99.9th percentile and %s at most (the Go runtime's %s, by bucket upper bound), with its collector at GOGC=%d: a reply can be read that much late.\n\n",
+			formatLatency(o.Sched.P999), formatLatency(o.Sched.Max), schedLatencies, soakGOGC)
+	}
 	for _, st := range []struct {
 		name string
 		s    stageStats

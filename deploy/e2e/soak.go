@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -32,6 +33,9 @@ type overloadResult struct {
 	// the open loop sent.
 	Burst, Overload stageStats
 	Loop            loopCounts
+	// Sched is how long the generator's own goroutines waited to run
+	// during the overload.
+	Sched schedDelays
 	// Recovery is the window of the modest load after the drop, which
 	// RecoveryLoad made at RecoveryRate calls a second at most.
 	Recovery     windowStats
@@ -59,7 +63,10 @@ type overloadResult struct {
 // them in a minute or two, and one that keeps refusing (a silo that sheds
 // for its heap long after the load dropped did) would otherwise hold the
 // run for hours. The keys left unread fail the run.
+//
+// soakGOGC is the test process's GOGC during the overload.
 const (
+	soakGOGC        = 400
 	readConcurrency = 64
 	readPause       = time.Second
 	readAttempts    = 10
@@ -99,6 +106,11 @@ func runOverload(ctx context.Context, cfg overloadConfig, add adder, clock clock
 	res.MaxInFlight = cfg.maxInFlight(res.Offered)
 	logf("overload: capacity %.0f calls/s; offering %.0f calls/s for %v, %.0f%% to %s, the rest to new keys, at most %d in flight",
 		res.Capacity, res.Offered, cfg.Duration, 100*cfg.HotShare, s.hotKey(), res.MaxInFlight)
+	// The generator keeps a ledger entry per key it calls, over a
+	// million in the overload: with Go's default GOGC its collector
+	// marks them ever more often, on the cores the calls need.
+	gcWas := debug.SetGCPercent(soakGOGC)
+	schedBefore := readSched()
 	st, loop, sent := s.overload(ctx, res.Offered)
 	res.Loop = sent
 
@@ -119,6 +131,8 @@ func runOverload(ctx context.Context, cfg overloadConfig, add adder, clock clock
 	gen.start(ctx)
 	loop.wait()
 	res.Overload = st.stats()
+	res.Sched = readSched().delaysSince(schedBefore)
+	debug.SetGCPercent(gcWas)
 	select {
 	case <-ctx.Done():
 	case <-clock.After(gen.tl.at(int(cfg.RecoveryWatch / time.Second)).Sub(clock.Now())):
