@@ -40,9 +40,9 @@ func (h TestHooks) TimersSwept(now time.Time) bool {
 
 // SetOverload sets the silo's overload counters, whether it sheds load
 // and, when not 0, its concurrency limit, to o: Stats().Overload reports
-// them from then on, plus whatever the silo counts itself. It lets the tests of what shows those counters
-// (metrics, the admin API, the dashboard) make a silo look overloaded on
-// cue. Any goroutine.
+// them from then on, plus whatever the silo counts itself. It lets the
+// tests of what shows those counters (metrics, the admin API, the
+// dashboard) make a silo look overloaded on cue. Any goroutine.
 func (h TestHooks) SetOverload(o OverloadStats) {
 	c := &h.s.rt.Overload
 	c.QueueWarnings.Store(o.QueueWarnings)

@@ -207,14 +207,13 @@ func (c *Call) waitRefused() bool {
 
 // The limit of new requests in progress. A request from outside the silo
 // takes a place in Cfg.Limiter when Route finds that it runs here, before
-// any activation is made for it, and gives it back at its last Release,
-// whatever ends it: a turn, a refusal, an expiry, a cancellation. The end
-// of its turn and Fail give it back before the reply, so that a caller
-// that calls again at once finds it free; the last Release is the
-// fallback for every other end. One that is sent to another silo (Route's
-// Resolve, a lost registration's ForwardQueue) gives its place back
-// first: it counts where it runs, since that silo's latency is what its
-// place adapts to.
+// any activation is made for it, and holds it until it ends. The end of
+// its turn (refused, expired or run) and Fail give the place back before
+// the reply, so that a caller that calls again at once finds it free; the
+// call record's last Release gives back a place still held, whatever else
+// ended the request. One that is sent to another silo (Route's Resolve, a
+// lost registration's ForwardQueue) gives its place back first: it counts
+// where it runs, since that silo's latency is what its place adapts to.
 // Work the silo admitted already never takes a place, by the rule the
 // wait limit follows (Arrived is 0 for it).
 
