@@ -153,7 +153,7 @@ cluster-down:
 # PostgreSQL, which share its cores on one machine: a generator starved of
 # CPU starts its calls late and reads their replies late, and the soak
 # would charge those delays to the cluster. Without the privilege to raise
-# its priority, nice warns and runs it as it is.
+# its priority, GNU nice warns and runs it as it is.
 E2E_NICE ?= nice -n -10
 
 ## e2e: the chaos test: kills, partitions and restarts silos of the secured compose cluster under load; writes docs/resilience.md.

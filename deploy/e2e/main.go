@@ -2,8 +2,8 @@
 // deploy/compose.yaml in Docker, calls its Counter grains from many
 // workers at once, injects faults one after another, and checks that the
 // cluster recovers within a bound and loses no acknowledged write. It
-// writes what it measured to docs/resilience.md and a screenshot of the
-// dashboard beside it. make e2e builds the image and prepares the host's
+// writes what it measured to docs/resilience.md (make soak: docs/soak.md)
+// and a screenshot of the dashboard beside it. make e2e builds the image and prepares the host's
 // PostgreSQL first; then it runs
 //
 //	go run ./deploy/e2e -compose deploy/compose.yaml -secrets deploy/secrets -out docs/resilience.md
@@ -34,8 +34,8 @@
 // -overload-recovery; and no acknowledged Add is lost. The silos' overload
 // settings are those of the compose file, which the faults run with too.
 //
-// docs/resilience.md (which the run writes) defines each measure and the
-// rules.
+// The report (docs/resilience.md, or docs/soak.md) defines each measure
+// and the rules.
 //
 // The compose project (-project, default granary-e2e) is torn down at the
 // end, on failure and on interrupt too; a previous run's leftovers are

@@ -1,6 +1,7 @@
-//go:build !unix
+//go:build !linux
 
 package main
 
-// niceness is not known off Unix.
+// niceness is read on Linux only, whose getpriority differs from the
+// others'.
 func niceness() (int, bool) { return 0, false }

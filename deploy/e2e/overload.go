@@ -93,8 +93,7 @@ type overloadConfig struct {
 // counter's queue, the turns themselves (writes to a database the soak
 // keeps busy) and the client, which shares the
 // machine's cores with the three silos and PostgreSQL and starts its own
-// calls up to some 400 ms late at the 99th percentile (the report gives
-// the figure).
+// calls late (the report gives by how much).
 //
 // The memory bound comes from a measured silo: with 14,000 Counter
 // activations and 42 MiB of live heap it used 53 MiB (process RSS 75

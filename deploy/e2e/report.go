@@ -147,13 +147,21 @@ func formatExcess(peak, counters int) string {
 	return fmt.Sprintf("%d (%d for %d counters)", max(peak-counters, 0), peak, counters)
 }
 
+// makeTarget is the make target that runs what r records.
+func (r *result) makeTarget() string {
+	if r.Overload != nil {
+		return "make soak"
+	}
+	return "make e2e"
+}
+
 // writeMarkdown writes the report: the table of faults, the final check,
 // the verdict, and how the run was made and measured.
 func writeMarkdown(w io.Writer, r *result) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# Resilience under chaos\n\n")
-	p("This page is written by `make e2e` (the program `deploy/e2e`); do not edit it by hand.\n")
+	p("This page is written by `%s` (the program `deploy/e2e`); do not edit it by hand.\n", r.makeTarget())
 	p("It records the last run: %s, %v long.\n\n", r.Started.UTC().Format(time.RFC3339), r.Elapsed.Round(time.Second))
 	if r.passed() {
 		p("**Verdict: passed.** Every fault recovered within %v, and no acknowledged write was lost.", r.Bound)
@@ -227,7 +235,7 @@ func writeMethod(b *strings.Builder, r *result) {
 	p("through one Go client (`client.Dial` with the three published gateways; %s). ", r.Client)
 	p("Each call is bounded by %v; a worker waits %v after a failure. The counters' keys are new to the run. ", r.Load.CallTimeout, r.Load.Backoff)
 	if r.NiceKnown {
-		p("The test process ran at nice %d: `make e2e` asks for -10, so that the load generator, which shares the machine's cores with the silos and PostgreSQL, is served first and its own delays are not charged to the cluster.\n", r.Nice)
+		p("The test process ran at nice %d. `make e2e` asks for -10, so that the load generator, which shares the machine's cores with the silos and PostgreSQL, runs ahead of them and its own delays are not charged to the cluster; without the privilege, it runs at 0.\n", r.Nice)
 	} else {
 		p("The test process's nice value is not known.\n")
 	}
@@ -252,7 +260,7 @@ func writeMethod(b *strings.Builder, r *result) {
 	p("A silo the host cannot reach (killed, or partitioned) is left out of the sum.\n")
 	p("- A silo that exits on its own is restarted by its compose restart policy; any such restart fails the run.\n\n")
 	writeOverloadMethod(b, r)
-	p("Reproduce with `make e2e` (needs Docker; see docs/deploy.md). The program's flags change the hold and settle times, the load, the soak and the bounds: `go run ./deploy/e2e -help`.\n")
+	p("Reproduce with `%s` (needs Docker; see docs/deploy.md). The program's flags change the hold and settle times, the load, the soak and the bounds: `go run ./deploy/e2e -help`.\n", r.makeTarget())
 }
 
 // oneLine shortens s to one line of at most n bytes, for a table.
@@ -302,7 +310,7 @@ func writeOverload(b *strings.Builder, r *result) {
 	p("The load generator started %d of the %d calls that fell due (at most %d in flight at once, of %d allowed), %s late at the 99th percentile and %s at most.\n\n",
 		o.Loop.Sent, o.Loop.Scheduled, o.Loop.MaxSeen, o.MaxInFlight, formatLatency(o.Overload.LagP99), formatLatency(o.Overload.LagMax))
 	if o.Sched.Known {
-		p("Its own goroutines waited for a processor up to %s at the 99.9th percentile and %s at most (the Go runtime's %s, by bucket upper bound), with its collector at GOGC=%d: a reply can be read that much late.\n\n",
+		p("Its own goroutines waited for a processor up to %s at the 99.9th percentile and %s at most (the Go runtime's %s, by the upper bound of each bucket but the last, unbounded one), with its collector at GOGC=%d: a reply can be read that much late.\n\n",
 			formatLatency(o.Sched.P999), formatLatency(o.Sched.Max), schedLatencies, soakGOGC)
 	}
 	for _, st := range []struct {

@@ -110,6 +110,7 @@ func runOverload(ctx context.Context, cfg overloadConfig, add adder, clock clock
 	// million in the overload: with Go's default GOGC its collector
 	// marks them ever more often, on the cores the calls need.
 	gcWas := debug.SetGCPercent(soakGOGC)
+	defer debug.SetGCPercent(gcWas) // also when the run ends early
 	schedBefore := readSched()
 	st, loop, sent := s.overload(ctx, res.Offered)
 	res.Loop = sent
@@ -132,7 +133,6 @@ func runOverload(ctx context.Context, cfg overloadConfig, add adder, clock clock
 	loop.wait()
 	res.Overload = st.stats()
 	res.Sched = readSched().delaysSince(schedBefore)
-	debug.SetGCPercent(gcWas)
 	select {
 	case <-ctx.Done():
 	case <-clock.After(gen.tl.at(int(cfg.RecoveryWatch / time.Second)).Sub(clock.Now())):

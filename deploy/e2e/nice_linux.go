@@ -1,5 +1,3 @@
-//go:build unix
-
 package main
 
 import "syscall"
@@ -7,7 +5,7 @@ import "syscall"
 // niceness is the test process's nice value, and false when it cannot be
 // read.
 func niceness() (int, bool) {
-	// The raw system call returns 20 minus the nice value, so that its
+	// Linux's system call returns 20 minus the nice value, so that its
 	// results are never negative.
 	p, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
 	if err != nil {
