@@ -226,9 +226,10 @@ type QueueLimits struct {
 }
 
 // LoadSheddingConfig makes the gateway and the silo-to-silo receiver
-// refuse new requests while the process's CPU use, its Go heap or the
-// latency of new requests from outside (arrival to the end of their
-// turns), averaged over Window, is over its limit. Requests already admitted, responses,
+// refuse new requests while the process's CPU use or its Go heap,
+// averaged over Window, is over its limit, and, with LatencyLimit, limits
+// how many new requests the silo runs at once to keep their latency
+// under it (see LatencyLimit). Requests already admitted, responses,
 // cancellations, directory and other system traffic are never refused. A
 // refusal is ResourceExhausted with a RetryInfo of RetryAfter; Granary's
 // Go client backs off that long from that gateway and tries another.

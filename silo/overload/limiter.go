@@ -55,9 +55,10 @@ const (
 // latency stayed under growBelow times the target, the limit is lifted;
 // a sample in which nothing ended does not count, either way.
 //
-// Acquire and Release may be called from any goroutine: two atomic adds
-// and an atomic load each, and a compare-and-swap when the count of
-// requests in progress reaches a new peak. The Monitor adjusts the limit
+// Acquire and Release may be called from any goroutine: Acquire costs an
+// atomic add and two loads, and a compare-and-swap when the count of
+// requests in progress reaches a new peak (another add when it refuses);
+// Release, one atomic add. The Monitor adjusts the limit
 // on its goroutine, from the latencies it samples.
 type Limiter struct {
 	inFlight atomic.Int64

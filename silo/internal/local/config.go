@@ -53,7 +53,7 @@ type Config struct {
 	QueueLimits QueueLimits
 	// MeasureLatency: the runtime sums the latencies of requests from
 	// outside the silo, from their arrival to the end of their turns
-	// (Runtime.Latencies), for load shedding.
+	// (Runtime.Latencies), for the latency limit.
 	MeasureLatency bool
 	// Limiter, when set, bounds the new requests from outside the silo
 	// that run here at once (see limitAdmitted); the silo sets it with

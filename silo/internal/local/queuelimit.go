@@ -173,7 +173,7 @@ func pickLimit[T int | time.Duration](s, o, t T) T {
 // anyway), unless it is work the silo admitted already (see cluster's
 // fresh). When its turn comes, Run asks waitRefused, which refuses the
 // request past its type's Wait; when the turn ends, Done sums the time
-// since its arrival for load shedding's latency (Latencies) when
+// since its arrival for the latency limit (Latencies) when
 // MeasureLatency is set, whether the turn ran, was refused or expired.
 // The check is at the turn's start, not on a timer: a request refused
 // there has cost a slot in the queue and nothing else, and a timer per
@@ -212,8 +212,11 @@ func (c *Call) waitRefused() bool {
 // the reply, so that a caller that calls again at once finds it free; the
 // call record's last Release gives back a place still held, whatever else
 // ended the request. One that is sent to another silo (Route's Resolve, a
-// lost registration's ForwardQueue) gives its place back first: it counts
-// where it runs, since that silo's latency is what its place adapts to.
+// lost registration's ForwardQueue) gives its place back first, since its
+// latency is that silo's: a client's request, which its gateway's silo
+// passes on, takes its place where it runs; one another silo sent here
+// and this one passes on again is admitted work there, and holds no
+// place anywhere.
 // Work the silo admitted already never takes a place, by the rule the
 // wait limit follows (Arrived is 0 for it).
 
