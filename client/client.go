@@ -16,6 +16,7 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/hashmix"
+	"github.com/granaryio/granary/internal/refusal"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/jonboulle/clockwork"
@@ -24,7 +25,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // A Client calls grains from outside the cluster, through the silos'
@@ -523,29 +523,13 @@ func (c *Client) sheddingEverywhere(g *gatewayRef, tried []*gatewayRef, id grain
 	if soonest == math.MaxInt64 || left <= 0 {
 		return nil
 	}
-	st := status.Newf(codes.ResourceExhausted, "granary: not sent %s.%s: every gateway's silo is shedding load and asked to be retried later; the soonest in %v",
-		id, method, left.Round(time.Millisecond))
-	if d, err := st.WithDetails(
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(left)},
-		&errdetails.ErrorInfo{Reason: overloadReason, Domain: overloadDomain, Metadata: map[string]string{overloadSiloKey: g.silo}},
-	); err == nil {
-		st = d
-	}
-	return st.Err()
+	return refusal.New(fmt.Sprintf("granary: not sent %s.%s: every gateway's silo is shedding load and asked to be retried later; the soonest in %v",
+		id, method, left.Round(time.Millisecond)), left, refusal.Overloaded, g.silo)
 }
 
 // maxOverloadBackoff bounds how long a refusal can keep the client from
 // a gateway.
 const maxOverloadBackoff = time.Minute
-
-// The google.rpc.ErrorInfo with which a silo that sheds load refuses a
-// request: its reason and domain, and the metadata key naming the silo.
-// The silo's gateway (silo/internal/gateway) writes the same strings.
-const (
-	overloadReason  = "OVERLOADED"
-	overloadDomain  = "granary.io"
-	overloadSiloKey = "silo"
-)
 
 // overloadRefusal reports whether err is a silo's refusal of a request
 // because it sheds load: the silo, and the delay its RetryInfo asks.
@@ -558,8 +542,8 @@ func overloadRefusal(err error) (silo string, retry time.Duration, ok bool) {
 	for _, d := range st.Details() {
 		switch d := d.(type) {
 		case *errdetails.ErrorInfo:
-			if d.GetReason() == overloadReason && d.GetDomain() == overloadDomain {
-				silo, ok = d.GetMetadata()[overloadSiloKey], true
+			if d.GetReason() == refusal.Overloaded && d.GetDomain() == refusal.Domain {
+				silo, ok = d.GetMetadata()[refusal.SiloKey], true
 			}
 		case *errdetails.RetryInfo:
 			retry = d.GetRetryDelay().AsDuration()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/granaryio/granary/internal/refusal"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -24,12 +25,6 @@ import (
 // mix one hot counter, which an activation's queue limit must guard, with
 // a stream of keys never called before, each a new activation, which
 // memory collection must keep from filling the silos' memory.
-
-// overloadReason is the google.rpc.ErrorInfo reason of a silo's refusal
-// for load shedding (silo/internal/gateway's OverloadReason, which this
-// program cannot import): it tells a shed call from one refused by a full
-// activation queue.
-const overloadReason = "OVERLOADED"
 
 // overloadConfig shapes the soak.
 type overloadConfig struct {
@@ -259,7 +254,7 @@ func classify(err error) outcome {
 	switch st.Code() {
 	case codes.ResourceExhausted:
 		for _, d := range st.Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == overloadReason {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == refusal.Overloaded {
 				return outShed
 			}
 		}

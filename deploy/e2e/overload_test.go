@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/granaryio/granary/internal/refusal"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -95,8 +96,8 @@ func TestClassify(t *testing.T) {
 		want outcome
 	}{
 		{"success", nil, outOK},
-		{"shed", overloadedErr(t, overloadReason), outShed},
-		{"shed, wrapped", fmt.Errorf("add: %w", overloadedErr(t, overloadReason)), outShed},
+		{"shed", overloadedErr(t, refusal.Overloaded), outShed},
+		{"shed, wrapped", fmt.Errorf("add: %w", overloadedErr(t, refusal.Overloaded)), outShed},
 		{"a queue at its limit", status.Error(codes.ResourceExhausted, "queue of 100 requests is full"), outRefused},
 		{"another ErrorInfo", overloadedErr(t, "QUOTA"), outRefused},
 		{"the client's deadline", context.DeadlineExceeded, outDeadline},
@@ -124,7 +125,7 @@ func TestStage(t *testing.T) {
 	}
 	st.record(t0, time.Millisecond, true, nil, verdict{lost: true})
 	st.record(from.Add(time.Second), 2*time.Second, true, nil, verdict{over: true, duplicate: true})
-	st.record(from, 0, true, overloadedErr(t, overloadReason), verdict{})
+	st.record(from, 0, true, overloadedErr(t, refusal.Overloaded), verdict{})
 	st.record(from, 0, true, status.Error(codes.ResourceExhausted, "full"), verdict{})
 	st.record(from, 0, false, status.Error(codes.ResourceExhausted, "full again"), verdict{})
 	st.record(from, 0, false, context.DeadlineExceeded, verdict{})
@@ -307,7 +308,7 @@ func newTestSoak(t *testing.T, forget int, serveAll bool) (*soak, *soakCluster) 
 	cfg.setDefaults()
 	s := newSoak(cfg, nil, clock)
 	f := &soakCluster{clock: clock, step: 10 * time.Millisecond, hot: s.hotKey(), forget: forget, serveAll: serveAll,
-		counts: map[string]int64{}, calls: map[string]int{}, shed: overloadedErr(t, overloadReason)}
+		counts: map[string]int64{}, calls: map[string]int{}, shed: overloadedErr(t, refusal.Overloaded)}
 	s.add = f.add
 	return s, f
 }

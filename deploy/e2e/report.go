@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/granaryio/granary/internal/refusal"
 )
 
 // result is everything a run found, for the verdict and the report.
@@ -403,7 +405,7 @@ func writeOverloadMethod(b *strings.Builder, r *result) {
 	p("- The silos' protection, deploy/compose.yaml's environment for every silo, which the faults above ran with too: %s.\n\n", formatSettings(r.Protection))
 
 	p("What the overload figures mean:\n\n")
-	p("- **Outcomes**: each call ends in one class. OK. ResourceExhausted (shed): refused with a google.rpc.ErrorInfo of reason %s, by a silo whose CPU or heap is over its load-shedding limit, or by the client when every gateway's silo asked it to wait. ", overloadReason)
+	p("- **Outcomes**: each call ends in one class. OK. ResourceExhausted (shed): refused with a google.rpc.ErrorInfo of reason %s, by a silo whose CPU or heap is over its load-shedding limit, or by the client when every gateway's silo asked it to wait. ", refusal.Overloaded)
 	p("ResourceExhausted (queue limit): any other ResourceExhausted, from an activation whose queue is at its hard limit, a request that waited past the queue wait limit, or a silo that runs as many new requests at once as its latency limit allows. DeadlineExceeded: the call waited out its %v timeout, in a queue somewhere (the client, a gateway, a silo, the database). Unavailable. Other. ", c.CallTimeout)
 	p("A ResourceExhausted refusal is the cluster protecting itself and passes; any call of the last three classes, in the burst or the overload, fails the run: a timeout hides a queue, and Unavailable would mean a silo or a gateway was gone, which none may be. ")
 	p("The overload must also refuse some calls: one that refused none did not overload the cluster.\n")

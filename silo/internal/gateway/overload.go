@@ -9,22 +9,12 @@ import (
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/grainrt"
+	"github.com/granaryio/granary/internal/refusal"
 	"github.com/granaryio/granary/silo/grpcapi"
-	"github.com/granaryio/granary/silo/internal/local"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-)
-
-// The google.rpc.ErrorInfo of a refusal for overload: its Reason and
-// Domain, and the Metadata key naming the silo that refused. The Go
-// client (package client) matches the same strings: a refusal by its
-// gateway's own silo sends the call to another gateway.
-const (
-	OverloadReason  = "OVERLOADED"
-	OverloadDomain  = local.RefusalDomain
-	OverloadSiloKey = local.RefusalSiloKey
 )
 
 // shedLogInterval is how often at most a refused one-way request is
@@ -82,13 +72,14 @@ func (sh *Shedder) logOneWay(from string, err error) {
 
 // OverloadError is the refusal of a request by silo while it sheds load
 // because of reason: ResourceExhausted, with a google.rpc.RetryInfo of
-// retry and a google.rpc.ErrorInfo (OverloadReason, OverloadDomain, the
-// silo under OverloadSiloKey).
+// retry and a google.rpc.ErrorInfo of refusal.Overloaded naming the silo.
+// The Go client matches it: a refusal by its gateway's own silo sends the
+// call to another gateway.
 func OverloadError(silo, reason string, retry time.Duration) error {
 	if reason == "" {
 		reason = "shedding load"
 	}
-	return local.Refusal(fmt.Sprintf("granary: silo %s is overloaded (%s); retry in %v", silo, reason, retry), retry, OverloadReason, silo)
+	return refusal.New(fmt.Sprintf("granary: silo %s is overloaded (%s); retry in %v", silo, reason, retry), retry, refusal.Overloaded, silo)
 }
 
 // sheds reports whether the gateway refuses new requests now: one atomic

@@ -497,7 +497,7 @@ func (a *Activation) unlockDo(e *activation.Exec, r lifecycle.Result, err error,
 	case r.Has(lifecycle.ForwardQueue):
 		for _, c := range q {
 			c.act = nil
-			c.leaveLimit() // it runs on the winner, and counts there
+			c.leaveLimit() // its latency is the winner's
 			a.s.Cl.Forward(winner, c, false)
 		}
 	case r.Has(lifecycle.FailQueue):

@@ -236,7 +236,7 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 		case queued:
 			return // in the activation it made, before it was published
 		case remote:
-			c.leaveLimit() // it runs elsewhere, and counts there
+			c.leaveLimit() // its latency is the other silo's
 			s.Cl.Resolve(c, t)
 			return
 		case a == nil:

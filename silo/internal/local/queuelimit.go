@@ -7,11 +7,10 @@ import (
 
 	"github.com/granaryio/granary/activation"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/refusal"
 	"go.uber.org/zap"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Queue limits: Orleans' soft and hard limits on the requests enqueued at
@@ -252,40 +251,15 @@ func (s *Runtime) limitAdmitted(e *activation.Exec, c *Call) bool {
 	return false
 }
 
-// The google.rpc.ErrorInfo of a refusal (Refusal): its Domain and the
-// Metadata key naming the silo; and the Reason of one at the limit of new
-// requests in progress. That is not the gateway's OVERLOADED: the silo
-// refusing is where the grain runs, so another gateway would lead to the
-// same silo.
-const (
-	RefusalDomain  = "granary.io"
-	RefusalSiloKey = "silo"
-	LimitReason    = "CONCURRENCY_LIMITED"
-)
-
 // LimitError is the refusal of a call to method of grain id by silo, at
 // its limit of new requests in progress: ResourceExhausted, with a
-// google.rpc.RetryInfo of target, the latency the limit keeps, by when a
-// place is likely free, and a google.rpc.ErrorInfo (LimitReason).
+// RetryInfo of target, the latency the limit keeps, by when a place is
+// likely free, and the ErrorInfo refusal.ConcurrencyLimited. That is not
+// the gateway's Overloaded: the silo refusing is where the grain runs, so
+// another gateway would lead to the same silo.
 func LimitError(silo string, id grain.ID, method string, limit int64, target time.Duration) error {
-	return Refusal(fmt.Sprintf("granary: silo %s runs %d new requests at once, as many as keep their latency under %v; %s.%s did not run: retry in %v",
-		silo, limit, target, id, method, target), target, LimitReason, silo)
-}
-
-// Refusal is a ResourceExhausted error with message msg, a
-// google.rpc.RetryInfo of retry and a google.rpc.ErrorInfo of reason in
-// RefusalDomain, naming silo under RefusalSiloKey: the shape of every
-// refusal that asks its caller to come back.
-func Refusal(msg string, retry time.Duration, reason, silo string) error {
-	st := status.New(codes.ResourceExhausted, msg)
-	withDetails, err := st.WithDetails(
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
-		&errdetails.ErrorInfo{Reason: reason, Domain: RefusalDomain, Metadata: map[string]string{RefusalSiloKey: silo}},
-	)
-	if err != nil { // only a detail that does not marshal fails, and these do
-		return st.Err()
-	}
-	return withDetails.Err()
+	return refusal.New(fmt.Sprintf("granary: silo %s runs %d new requests at once, as many as keep their latency under %v; %s.%s did not run: retry in %v",
+		silo, limit, target, id, method, target), target, refusal.ConcurrencyLimited, silo)
 }
 
 // leaveLimit gives back c's place in the Limiter, if it holds one. The
