@@ -31,9 +31,9 @@
 // it, and Runtime.ActivationByID finds an activation.
 //
 // It may import the scheduler (activation) and its two state machines,
-// grain and internal/grainrt, directory (ring positions and entries),
-// silo/storage and silo/reminders, silo/overload (the Limiter),
-// internal/transport (the Responder a remote call answers through) and
-// the wire protocol. It must not import the cluster side, the gateway or
+// grain, internal/grainrt and internal/refusal, directory (ring positions
+// and entries), silo/storage and silo/reminders, silo/overload (the
+// Limiter), internal/transport (the Responder a remote call answers
+// through) and the wire protocol. It must not import the cluster side, the gateway or
 // the silo root: they import it.
 package local
