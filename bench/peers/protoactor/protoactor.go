@@ -14,8 +14,10 @@
 //
 // Settings are protoactor's defaults throughout: the cluster's request
 // timeout (5 s) and retries, the default dispatcher and unbounded mailbox,
-// the default logger (Info level, to stderr), the gossip intervals. Nothing
-// that runs while the benchmark measures is tuned. Points worth knowing:
+// the gossip intervals. Nothing that runs while the benchmark measures is
+// tuned. Its log is discarded, so that a benchmark's report is all it
+// prints; at the default Info level it logs only as members start and
+// stop, not while the benchmark measures. Points worth knowing:
 //   - Grains have no receive timeout, so they never deactivate on their
 //     own; that is the cluster's default. Kinds made by protoactor's grain
 //     generator (protoc-gen-go-grain) set a 60 s receive timeout, and their
@@ -82,6 +84,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -122,7 +125,7 @@ func startMember(agent *test.InMemAgent, e *env) (c *cluster.Cluster, err error)
 	}
 	cfg := cluster.Configure(clusterName, newAgentProvider(agent), lookup(disthash.New()),
 		remote.Configure("127.0.0.1", 0), cluster.WithKinds(kinds...))
-	c = cluster.New(actor.NewActorSystem(), cfg)
+	c = cluster.New(actor.NewActorSystem(actor.WithLoggerFactory(discardLog)), cfg)
 	// StartMember reports failures, a port it cannot listen on say, by
 	// panicking.
 	defer func() {
@@ -132,6 +135,11 @@ func startMember(agent *test.InMemAgent, e *env) (c *cluster.Cluster, err error)
 	}()
 	c.StartMember()
 	return c, nil
+}
+
+// discardLog is the actor system's logger: one that writes nothing.
+func discardLog(*actor.ActorSystem) *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 // members shuts cluster members down, in order, when closed.
