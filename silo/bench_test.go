@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/proto/probe"
@@ -200,3 +202,48 @@ func bytesPerActivation(b *testing.B, n int) uint64 {
 type emptyGrain struct{ probe.UnimplementedProbeGrain }
 
 func (emptyGrain) Call(grain.Context, *probe.Request) (*probe.Reply, error) { return nil, nil }
+
+// BenchmarkLocalTell is one-way calls from four goroutines outside the
+// silo to 64 grains, counted when they have all run: the scenario tell of
+// the benchmark suite. msgs/s is the figure.
+func BenchmarkLocalTell(b *testing.B) {
+	told := &tally{reached: make(chan struct{}, 1)}
+	s := startBenchSilo(b, func() probe.ProbeGrain { return &benchProbe{told: told} })
+	const grains, senders = 64, 4
+	refs := make([]probe.ProbeRef, grains)
+	for i := range refs {
+		refs[i] = probe.NewProbeRef(s, "t"+strconv.Itoa(i))
+		if _, err := refs[i].Call(context.Background(), &probe.Request{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	told.want.Store(int64(b.N))
+	var next atomic.Int64
+	req := &probe.Request{}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if _, err := refs[i%grains].Tell(ctx, req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case <-told.reached:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d one-way calls ran", told.n.Load(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
