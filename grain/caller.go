@@ -31,7 +31,8 @@ type Caller interface {
 // Await gets the same outcome. An Await whose context ends stops waiting
 // but leaves the call running: only the context the call was made with
 // cancels it. A call made by a grain must be awaited during the method
-// that made it.
+// that made it, by one goroutine at a time: an Await while another waits
+// is refused with FailedPrecondition.
 type Pending interface {
 	Await(ctx context.Context) (proto.Message, error)
 }
@@ -73,6 +74,21 @@ func AwaitAll(ctx context.Context, calls ...Waiter) error {
 	var first error
 	for _, c := range calls {
 		if err := c.Wait(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// AwaitFutures is AwaitAll for a slice of futures of one reply type: it
+// waits for every call and returns the first error among them (in slice
+// order), or nil. A fan-out collects its futures in a []Future[T], which
+// boxes none of them, and reads each reply after with Await, which then
+// returns at once.
+func AwaitFutures[T proto.Message](ctx context.Context, futures []Future[T]) error {
+	var first error
+	for _, f := range futures {
+		if err := f.Wait(ctx); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -171,6 +171,32 @@ func TestAwaitAllFutures(t *testing.T) {
 	}
 }
 
+func TestAwaitFuturesWaitsForEachAndReturnsTheFirstError(t *testing.T) {
+	errB := status.Error(codes.DeadlineExceeded, "b timed out")
+	errC := status.Error(codes.Aborted, "c failed")
+	ps := []*fakePending{{reply: wrapperspb.String("a")}, {err: errB}, {err: errC}, {reply: wrapperspb.String("d")}}
+	fs := make([]grain.Future[*wrapperspb.StringValue], len(ps))
+	for i, p := range ps {
+		fs[i] = grain.NewFuture[*wrapperspb.StringValue](p)
+	}
+	ctx := context.WithValue(context.Background(), ctxKey("k"), "v")
+	if err := grain.AwaitFutures(ctx, fs); err != errB {
+		t.Errorf("AwaitFutures = %v, want %v", err, errB)
+	}
+	for i, p := range ps {
+		if len(p.ctxs) != 1 || p.ctxs[0] != ctx {
+			t.Errorf("future %d awaited %d times (with %v), want once with the given context", i, len(p.ctxs), p.ctxs)
+		}
+	}
+	if err := grain.AwaitFutures[*wrapperspb.StringValue](ctx, nil); err != nil {
+		t.Errorf("AwaitFutures of none = %v, want nil", err)
+	}
+	fs = append(fs[:1], grain.Future[*wrapperspb.StringValue]{})
+	if err := grain.AwaitFutures(ctx, fs); err == nil {
+		t.Error("AwaitFutures with a zero Future = nil, want an error")
+	}
+}
+
 // fakeGrainContext is a grain Context whose Sleep and Blocking record their
 // calls instead of waiting. Methods it does not define panic (nil
 // embedded interface).

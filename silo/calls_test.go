@@ -276,6 +276,53 @@ func TestKeptReferenceServesLaterCalls(t *testing.T) {
 	}
 }
 
+// TestGrainFutureRefusesASecondConcurrentAwait: a future a grain made
+// may be awaited by one goroutine at a time; a second Await while the
+// first waits is refused with FailedPrecondition, and the first still
+// gets the reply.
+func TestGrainFutureRefusesASecondConcurrentAwait(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	release := make(chan struct{})
+	h.script("hold", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return &probe.Reply{N: 7}, nil
+	})
+	h.script("await-twice", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		f := probe.NewProbeRef(ctx.Caller(), "callee").CallAsync(ctx, &probe.Request{Tag: "hold"})
+		type outcome struct {
+			r   *probe.Reply
+			err error
+		}
+		outcomes := make(chan outcome, 2)
+		for range 2 {
+			go func() {
+				r, err := f.Await(ctx)
+				outcomes <- outcome{r, err}
+			}()
+		}
+		// The callee answers only once released, so the Await that returns
+		// first is the one refused while the other waits.
+		if o := <-outcomes; grain.Code(o.err) != codes.FailedPrecondition {
+			return nil, fmt.Errorf("the first Await to return, before the reply: %v, %v; want FailedPrecondition", o.r, o.err)
+		}
+		close(release)
+		if o := <-outcomes; o.err != nil || o.r.GetN() != 7 {
+			return nil, fmt.Errorf("the Await that waited: %v, %v; want the reply", o.r, o.err)
+		}
+		if r, err := f.Await(ctx); err != nil || r.GetN() != 7 {
+			return nil, fmt.Errorf("an Await after the reply: %v, %v; want the reply", r, err)
+		}
+		return &probe.Reply{}, nil
+	})
+	if _, err := h.probe("caller").Call(testCtx(t), &probe.Request{Tag: "await-twice"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAsyncCallReturnsWhileCalleeWaits: InvokeAsync returns without
 // waiting for the callee's turn, even when the caller is a turn and the
 // callee is idle: a fan-out of async calls to grains whose turns wait

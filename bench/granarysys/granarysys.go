@@ -68,11 +68,11 @@ func (g *pinger) Tell(grain.Context, *benchpb.PingRequest) (*emptypb.Empty, erro
 
 func (g *pinger) Fanout(ctx grain.Context, req *benchpb.FanoutRequest) (*benchpb.PingReply, error) {
 	ping := &benchpb.PingRequest{}
-	calls := make([]grain.Waiter, len(req.Keys))
+	calls := make([]grain.Future[*benchpb.PingReply], len(req.Keys))
 	for i, k := range req.Keys {
 		calls[i] = benchpb.NewPingerRef(ctx.Caller(), k).PingAsync(ctx, ping)
 	}
-	if err := grain.AwaitAll(ctx, calls...); err != nil {
+	if err := grain.AwaitFutures(ctx, calls); err != nil {
 		return nil, err
 	}
 	return &benchpb.PingReply{N: int64(len(calls))}, nil

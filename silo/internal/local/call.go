@@ -61,6 +61,10 @@ type Call struct {
 	Chain   *ChainLink // the requests waiting on this one, innermost first
 	Depth   int        // len(chain)
 	caller  *Call      // the calling turn's own record, for a call from a grain
+	// link is the last ChainLink this record's turn made for the calls it
+	// makes: links are immutable, so its calls with the same scope share
+	// one. Atomic: goroutines the grain starts may call as its turn.
+	link atomic.Pointer[ChainLink]
 
 	// Cluster routing. raw is the encoded request of a call that came from
 	// another silo, decoded by its turn (so decoding runs on the pool, not
@@ -169,6 +173,18 @@ const reentryBits = 2
 // scope r, above next.
 func NewChainLink(act *Activation, seq uint64, next *ChainLink, r grainrt.ChainReentry) *ChainLink {
 	return &ChainLink{Act: act, Next: next, seqReentry: seq<<reentryBits | uint64(r)}
+}
+
+// chainLink is the link of c's request for a call it makes with scope r:
+// the one made for its last call, if that had the same scope. c is a
+// running turn's record.
+func (c *Call) chainLink(r grainrt.ChainReentry) *ChainLink {
+	if l := c.link.Load(); l != nil && l.Reentry() == r {
+		return l
+	}
+	l := NewChainLink(c.act, c.seq, c.Chain, r)
+	c.link.Store(l)
+	return l
 }
 
 // Seq is the request's seq on its activation.

@@ -153,7 +153,7 @@ func (s *Runtime) prepare(from *turnCtx, ctx context.Context, id grain.ID, m *gr
 		c.Headers = ctx.Value(headerCtxKey)
 	default:
 		p := from.C
-		c.Chain = NewChainLink(p.act, p.seq, p.Chain, o.ChainReentry)
+		c.Chain = p.chainLink(o.ChainReentry)
 		c.Depth = p.Depth + 1
 		if inTurn {
 			c.inPool, c.caller = true, p
@@ -308,16 +308,29 @@ func (c *Call) wait(ctx context.Context, e *activation.Exec) (proto.Message, err
 // future is the Pending of an asynchronous call.
 type future struct {
 	c    *Call
-	from *turnCtx      // the turn that made the call, or nil
-	lock chan struct{} // capacity 1: held by the Await waiting on the call
-	done atomic.Bool
-	resp proto.Message
-	err  error
+	from *turnCtx // the turn that made the call, or nil
+	// lock, made only for a future made outside a turn, has capacity 1:
+	// it is held by the Await waiting on the call, so that goroutines
+	// take turns. A future made by a turn is awaited by that turn alone:
+	// awaiting is its lock-free guard against an Await from elsewhere.
+	lock     chan struct{}
+	awaiting atomic.Bool
+	done     atomic.Bool
+	resp     proto.Message
+	err      error
 }
 
 func newFuture(c *Call, from *turnCtx) *future {
-	return &future{c: c, from: from, lock: make(chan struct{}, 1)}
+	f := &future{c: c, from: from}
+	if c.Waiter != turnWaiter {
+		f.lock = make(chan struct{}, 1)
+	}
+	return f
 }
+
+// errAwaitedTwice is what an Await of a grain's future gets while another
+// Await of it waits: only the turn that made it may await it.
+var errAwaitedTwice = status.Error(codes.FailedPrecondition, "granary: a future made by a grain is being awaited already: await it from the method that made it, one Await at a time")
 
 // Await waits for the reply. Any number of goroutines may await a future
 // made outside a turn: they take turns waiting, and once the reply is in,
@@ -329,12 +342,19 @@ func (f *future) Await(ctx context.Context) (proto.Message, error) {
 	if f.done.Load() {
 		return f.resp, f.err
 	}
-	select {
-	case f.lock <- struct{}{}:
-	case <-ctx.Done():
-		return nil, contextError(ctx)
+	if f.lock == nil {
+		if !f.awaiting.CompareAndSwap(false, true) {
+			return nil, errAwaitedTwice
+		}
+		defer f.awaiting.Store(false)
+	} else {
+		select {
+		case f.lock <- struct{}{}:
+		case <-ctx.Done():
+			return nil, contextError(ctx)
+		}
+		defer func() { <-f.lock }()
 	}
-	defer func() { <-f.lock }()
 	if f.done.Load() {
 		return f.resp, f.err
 	}
