@@ -1,0 +1,98 @@
+package silo
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
+	"github.com/granaryio/granary/proto/probe"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// sequenceProbe checks that each sender's one-way requests run in the
+// order sent: a Tell carries its sender in Tag and its number in N, from
+// 1. A Call answers how many Tells of its sender ran.
+type sequenceProbe struct {
+	probe.UnimplementedProbeGrain
+	last      map[string]int64
+	outOfLine []string // the first few requests that ran out of order
+}
+
+func (g *sequenceProbe) Tell(_ grain.Context, req *probe.Request) (*emptypb.Empty, error) {
+	if want := g.last[req.Tag] + 1; req.N != want && len(g.outOfLine) < 10 {
+		g.outOfLine = append(g.outOfLine, fmt.Sprintf("%s: %d ran after %d", req.Tag, req.N, want-1))
+	}
+	g.last[req.Tag] = req.N
+	return empty, nil
+}
+
+func (g *sequenceProbe) Call(_ grain.Context, req *probe.Request) (*probe.Reply, error) {
+	if len(g.outOfLine) > 0 {
+		return &probe.Reply{N: -1, Text: fmt.Sprint(g.outOfLine)}, nil
+	}
+	return &probe.Reply{N: g.last[req.Tag]}, nil
+}
+
+// TestOneWayRequestsRunInTheOrderSent: a million one-way requests from
+// four senders to one grain run in each sender's order, none lost, and a
+// sender's call after its last one-way request runs after all of them.
+func TestOneWayRequestsRunInTheOrderSent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million requests")
+	}
+	t.Parallel()
+	const senders, each = 4, 250_000
+	cfg := DefaultConfig()
+	// The senders outrun the grain: the queue may hold every request, so
+	// none is refused at a limit (which would show as a gap, not as a
+	// request out of order).
+	cfg.QueueLimits = QueueLimits{}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain {
+		return &sequenceProbe{last: map[string]int64{}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testwait.Context(t, 5*time.Minute)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ref := probe.NewProbeRef(s, "ordered")
+	var wg sync.WaitGroup
+	errs := make(chan error, senders)
+	for i := range senders {
+		tag := "sender" + strconv.Itoa(i)
+		wg.Go(func() {
+			for n := int64(1); n <= each; n++ {
+				if _, err := ref.Tell(context.Background(), &probe.Request{Tag: tag, N: n}); err != nil {
+					errs <- fmt.Errorf("%s's one-way request %d: %w", tag, n, err)
+					return
+				}
+			}
+			r, err := ref.Call(ctx, &probe.Request{Tag: tag})
+			switch {
+			case err != nil:
+				errs <- fmt.Errorf("%s's call after its one-way requests: %w", tag, err)
+			case r.N == -1:
+				errs <- fmt.Errorf("one-way requests ran out of order: %s", r.Text)
+			case r.N != each:
+				errs <- fmt.Errorf("%s's call ran after %d of its %d one-way requests, want all", tag, r.N, each)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
