@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -94,5 +96,86 @@ func TestOneWayRequestsRunInTheOrderSent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// countingProbe counts the one-way requests it runs in a count its
+// activations share, and deactivates itself when a Call asks.
+type countingProbe struct {
+	probe.UnimplementedProbeGrain
+	ran         *atomic.Int64
+	activations *atomic.Int64
+}
+
+func (g *countingProbe) OnActivate(grain.Context) error {
+	g.activations.Add(1)
+	return nil
+}
+
+func (g *countingProbe) Tell(grain.Context, *probe.Request) (*emptypb.Empty, error) {
+	g.ran.Add(1)
+	return empty, nil
+}
+
+func (g *countingProbe) Call(ctx grain.Context, _ *probe.Request) (*probe.Reply, error) {
+	ctx.DeactivateOnIdle()
+	return &probe.Reply{}, nil
+}
+
+// TestOneWayRequestsOutliveDeactivations: one-way requests sent while
+// their grain deactivates over and over all run, on whichever activation
+// follows, and none is lost.
+func TestOneWayRequestsOutliveDeactivations(t *testing.T) {
+	t.Parallel()
+	const tells = 100_000
+	var ran, activations atomic.Int64
+	cfg := DefaultConfig()
+	cfg.QueueLimits = QueueLimits{} // the sender outruns the grain: none may be refused
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain {
+		return &countingProbe{ran: &ran, activations: &activations}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testwait.Context(t, time.Minute)
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ref := probe.NewProbeRef(s, "churn")
+	done := make(chan error, 1)
+	go func() {
+		for range tells {
+			if _, err := ref.Tell(context.Background(), &probe.Request{}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	deactivations := 0
+	for sending := true; sending; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("a one-way call: %v", err)
+			}
+			sending = false
+		default:
+			// A call may find the grain deactivating under it every time
+			// it is routed, and give up with Unavailable: the next goes on.
+			if _, err := ref.Call(ctx, &probe.Request{}); err != nil && grain.Code(err) != codes.Unavailable {
+				t.Fatalf("a call that deactivates the grain: %v", err)
+			}
+			deactivations++
+		}
+	}
+	testwait.For(t, 30*time.Second, "every one-way request to run", func() bool { return ran.Load() == tells })
+	if n := activations.Load(); n < 2 {
+		t.Errorf("%d activations over %d deactivations asked for: the test needs the grain to deactivate while requests arrive", n, deactivations)
 	}
 }

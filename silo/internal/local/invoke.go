@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 
 	"github.com/granaryio/granary/activation"
@@ -15,6 +16,10 @@ import (
 // maxReroutes bounds how often a request chases activations that ended
 // under it before it fails.
 const maxReroutes = 8
+
+// maxEndedYields bounds how often Route yields for an activation that
+// turned its request away and is still in the catalog.
+const maxEndedYields = 1000
 
 // Invoke calls a grain from code that is not a grain (a grain passing its
 // own Context is recognised and calls as itself). It implements
@@ -227,7 +232,8 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 	if classified {
 		s.maybeInterleave(t, c)
 	}
-	for range maxReroutes {
+	var ended *Activation // the last activation that turned c away
+	for tries, yields := 0, 0; tries < maxReroutes; {
 		a, remote, queued, err := s.activationFor(c.ID, t, c)
 		switch {
 		case err != nil:
@@ -243,12 +249,21 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 			s.Fail(e, c, Unavailable(s, "it is stopping and activates no new grains"))
 			return
 		}
+		if a == ended && yields < maxEndedYields {
+			// It ended, and whoever ended it is about to take it out of
+			// the catalog: let that run rather than spend the tries.
+			yields++
+			runtime.Gosched()
+			continue
+		}
 		if !classified {
 			s.maybeInterleave(t, c)
 			classified = true
 		}
 		start, retry := a.submit(c)
 		if retry {
+			ended = a
+			tries++
 			continue
 		}
 		if start {
