@@ -281,7 +281,7 @@ func (s *Silo) HotGrains(n int) []GrainLoad {
 	top := make([]GrainLoad, 0, n+1) // sorted, the busiest first
 	s.rt.ForEachActivation(func(a *local.Activation) {
 		a.Mu.Lock()
-		d := a.Calls - a.Sampled
+		d := uint64(a.Calls - a.Sampled) // wraps safely: the counters are 32 bits
 		a.Sampled = a.Calls
 		a.Mu.Unlock()
 		if d == 0 || len(top) == n && d <= top[n-1].Calls {

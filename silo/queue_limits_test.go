@@ -520,7 +520,7 @@ func TestQueueHardLimitCountsCallsFromOtherSilos(t *testing.T) {
 	state := func() (calls uint64, queued int) {
 		act.Mu.Lock()
 		defer act.Mu.Unlock()
-		return act.Calls, act.QueuedLocked()
+		return uint64(act.Calls), act.QueuedLocked()
 	}
 	ctx := testCtx(t)
 	sleepCtx, wake := context.WithCancel(ctx)

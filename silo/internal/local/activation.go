@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,15 +59,22 @@ type Activation struct {
 	// activation waits in it, and most queues never hold two.
 	qfirst [1]*Call
 	seq    uint64
-	timers []*grainTimer
+	timers *grainTimer // newest first, linked by anext
 	// qhead and ticksRunning share a word: an activation is kept within
 	// the 320-byte size class (TestActivationStaysIn320Bytes).
 	qhead        int32
 	ticksRunning int32 // interleaving timer ticks, which bypass the gate
 	// Calls counts the requests offered to the activation; sampled is
-	// calls as HotGrains last saw it (hotMu held too).
-	Calls, Sampled uint64
+	// calls as HotGrains last saw it (hotMu held too). 32 bits each: only
+	// their difference is read, which wraps safely.
+	Calls, Sampled uint32
 	log            *zap.Logger
+	// inbox and posted hold the plain one-way requests not yet offered:
+	// see inbox.go.
+	inbox   atomic.Pointer[post]
+	inboxN  atomic.Int32 // posts pushed and not yet taken, about
+	backlog atomic.Int32 // requests queued and posted, as of the last settleInboxLocked
+	posted  *post
 }
 
 // Lifecycle is the activation's lifecycle state. Mu held.
@@ -120,55 +128,149 @@ func (a *Activation) start() error {
 // submit offers a request. It returns start when the caller must queue the
 // request's turn; retry when this activation is gone and the caller must
 // route the request again. Otherwise the activation kept it, or settled it
-// (a deadlock). Any goroutine.
-func (a *Activation) submit(c *Call) (start, retry bool) {
+// (a deadlock). One-way requests posted before it are offered first, so
+// that a sender's call comes after its one-way requests. e is the worker
+// of the calling turn, or nil. Any goroutine.
+func (a *Activation) submit(e *activation.Exec, c *Call) (start, retry bool) {
 	c.act = a
+	var d offered
 	a.Mu.Lock()
+	if a.inbox.Load() != nil || a.posted != nil {
+		a.takeInboxLocked(&d)
+		for a.posted != nil {
+			a.offerPostedLocked(&d)
+		}
+	}
+	o := a.offerLocked(c)
+	a.settleInboxLocked(&d)
+	a.Mu.Unlock()
+	d.do(e, a)
+	switch o.do {
+	case offerStart:
+		return true, false
+	case offerRetry:
+		c.act = nil
+		return false, true
+	case offerFail:
+		a.s.Fail(nil, c, deadlockError(c))
+	case offerOverLimit:
+		a.overLimit(c, o.v, o.depth)
+	}
+	return false, false
+}
+
+// An offerOutcome is what offering a request decided that must be done
+// with mu released.
+type offerOutcome struct {
+	do    offerAction
+	v     queueVerdict
+	depth int
+}
+
+type offerAction uint8
+
+const (
+	offerKept      offerAction = iota // queued or held
+	offerStart                        // admitted: queue its turn
+	offerRetry                        // the activation is gone: route it again
+	offerFail                         // a deadlock: fail it
+	offerOverLimit                    // queued past, or refused at, a queue limit: overLimit
+)
+
+// offerLocked offers c to the lifecycle and the gate: the rules of a
+// request arriving. mu held.
+func (a *Activation) offerLocked(c *Call) offerOutcome {
 	a.Calls++
 	inChain, holdsChain := a.life.OfferNeeds()
 	switch a.life.Offer(inChain && a.inChainLocked(c), holdsChain && a.holdsChainLocked(c)).Do {
 	case lifecycle.Admit:
 		a.seq++
 		c.seq = a.seq
-		d := a.gate.AdmitChain(c.seq, c.kind, a.chainLocked(c))
-		if d == admission.Queue {
+		switch a.gate.AdmitChain(c.seq, c.kind, a.chainLocked(c)) {
+		case admission.Queue:
 			v, depth := a.queueOfferedLocked(c)
 			if v == queueFull {
 				a.gate.Drop() // it never waits here
 			}
-			a.Mu.Unlock()
 			if v != queueOK {
-				a.overLimit(c, v, depth)
+				return offerOutcome{do: offerOverLimit, v: v, depth: depth}
 			}
-			return false, false
+			return offerOutcome{}
+		case admission.Deadlock:
+			return offerOutcome{do: offerFail}
 		}
-		a.Mu.Unlock()
-		if d == admission.Deadlock {
-			a.s.Fail(nil, c, deadlockError(c))
-			return false, false
-		}
-		return true, false
+		return offerOutcome{do: offerStart}
 	case lifecycle.Hold:
 		// Held for after activation, or for the next activation.
 		v, depth := a.queueOfferedLocked(c)
 		if v == queueFull {
 			a.life.Unhold() // refused, so not held after all
 		}
-		a.Mu.Unlock()
 		if v != queueOK {
-			a.overLimit(c, v, depth)
+			return offerOutcome{do: offerOverLimit, v: v, depth: depth}
 		}
+		return offerOutcome{}
 	case lifecycle.Retry:
-		a.Mu.Unlock()
-		c.act = nil
-		return false, true
-	default: // FailDeadlock
-		// A call from OnActivate came back: it would wait for the
-		// activation that waits for it.
-		a.Mu.Unlock()
-		a.s.Fail(nil, c, deadlockError(c))
+		return offerOutcome{do: offerRetry}
 	}
-	return false, false
+	// FailDeadlock: a call from OnActivate came back: it would wait for
+	// the activation that waits for it.
+	return offerOutcome{do: offerFail}
+}
+
+// offered holds what offering posted requests left to do after mu is
+// released: the common case, a start or two, without allocating (a
+// slice into its own array would move it to the heap).
+type offered struct {
+	n     int
+	first [4]*Call // the first starts
+	more  []*Call  // the starts after them
+	rest  []offeredCall
+	// pastSoft is the depth of a post taken past the queue's soft limit,
+	// or 0.
+	pastSoft int
+}
+
+type offeredCall struct {
+	c *Call
+	o offerOutcome
+}
+
+func (d *offered) add(c *Call, o offerOutcome) {
+	switch {
+	case o.do == offerKept:
+	case o.do != offerStart:
+		d.rest = append(d.rest, offeredCall{c, o})
+	case d.n < len(d.first):
+		d.first[d.n] = c
+		d.n++
+	default:
+		d.more = append(d.more, c)
+	}
+}
+
+// do does, with mu released, what offering posted requests to a left.
+func (d *offered) do(e *activation.Exec, a *Activation) {
+	if d.pastSoft > 0 {
+		a.warnPastSoft(d.pastSoft)
+	}
+	for _, r := range d.rest {
+		switch c := r.c; r.o.do {
+		case offerRetry:
+			c.act = nil
+			a.s.Route(e, c)
+		case offerFail:
+			a.s.Fail(e, c, deadlockError(c))
+		case offerOverLimit:
+			a.overLimit(c, r.o.v, r.o.depth)
+		}
+	}
+	for _, c := range d.first[:d.n] {
+		a.enqueue(e, c)
+	}
+	for _, c := range d.more {
+		a.enqueue(e, c)
+	}
 }
 
 // holdFirst holds c, the request that makes the activation, for the
@@ -307,17 +409,25 @@ func (a *Activation) finish(e *activation.Exec, c *Call, panicked bool) {
 // to end. activity counts the turn against idle collection; panicked says
 // grain code panicked. mu held on entry, not on return.
 func (a *Activation) unlockTurnDone(e *activation.Exec, activity, panicked bool) {
+	var d offered
+	if p := a.inbox.Load(); p != nil && p != busyInbox {
+		a.takeInboxLocked(&d)
+	}
 	r := a.life.TurnDone(a.quietLocked(), activity, panicked, a.s.IdleNow())
 	if r.Do != lifecycle.StartQueued {
+		a.settleInboxLocked(&d)
 		a.unlockDo(e, r, nil, directory.Entry{})
+		d.do(e, a)
 		return
 	}
 	var buf [8]*Call
 	starts := a.startQueuedLocked(buf[:0])
+	a.settleInboxLocked(&d)
 	a.Mu.Unlock()
 	for _, n := range starts {
 		a.enqueue(e, n)
 	}
+	d.do(e, a)
 }
 
 // startQueuedLocked takes from the queue's head the requests the gate
@@ -343,6 +453,7 @@ func (a *Activation) quietLocked() bool {
 // the request fails with Unavailable.
 func (a *Activation) enqueue(e *activation.Exec, c *Call) {
 	if err := a.push(e, activation.Turn{Name: c.turnName(), Task: c}, false); err != nil {
+		var d offered
 		a.Mu.Lock()
 		switch {
 		case c.tick != nil && c.kind == admission.Interleave:
@@ -354,7 +465,20 @@ func (a *Activation) enqueue(e *activation.Exec, c *Call) {
 		default:
 			a.gate.Finish(c.seq)
 		}
+		// The pool runs nothing more: what was posted fails too, here,
+		// rather than each through an enqueue of its own.
+		a.takeInboxLocked(&d)
+		dropped := a.posted != nil
+		for a.posted != nil {
+			p := a.popPostedLocked()
+			freePost(p)
+		}
+		a.settleInboxLocked(&d)
 		a.Mu.Unlock()
+		d.do(e, a)
+		if dropped {
+			a.s.Log.Warn("one-way requests were dropped: their silo is shutting down", zap.Stringer("grain", a.ID))
+		}
 		a.s.Fail(e, c, Unavailable(a.s, "its silo is shutting down"))
 	}
 }
@@ -454,18 +578,19 @@ func (a *Activation) unlockDo(e *activation.Exec, r lifecycle.Result, err error,
 		q = nil
 	}
 	if r.Has(lifecycle.FireDueTimers) {
-		for _, t := range a.timers {
+		for t := a.timers; t != nil; t = t.anext {
 			if t.dueWhileActivating {
 				t.dueWhileActivating = false
 				due = append(due, t)
 			}
 		}
+		slices.Reverse(due) // in the order they were registered
 	}
 	if r.Has(lifecycle.StartQueued) {
 		starts = a.startQueuedLocked(starts)
 	}
 	if r.Has(lifecycle.StopTimers) {
-		for _, t := range a.timers {
+		for t := a.timers; t != nil; t = t.anext {
 			t.stopLocked()
 		}
 		a.timers = nil

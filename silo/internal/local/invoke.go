@@ -67,6 +67,9 @@ func (s *Runtime) invoke(from *turnCtx, ctx context.Context, id grain.ID, m *gra
 		return s.filtered(from, ctx, id, m, req, opts).Await(ctx)
 	}
 	o := grainrt.ResolveCallOptions(m.Timeout, m.OneWay, opts)
+	if o.OneWay && from == nil && s.postOneWay(ctx, id, m, req, o) {
+		return nil, nil
+	}
 	c, err := s.prepare(from, ctx, id, m, req, o)
 	if err != nil {
 		return nil, err
@@ -260,7 +263,7 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 			s.maybeInterleave(t, c)
 			classified = true
 		}
-		start, retry := a.submit(c)
+		start, retry := a.submit(e, c)
 		if retry {
 			ended = a
 			tries++

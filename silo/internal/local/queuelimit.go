@@ -81,13 +81,7 @@ func (a *Activation) overLimit(c *Call, v queueVerdict, depth int) {
 	s, t := a.s, a.typ
 	switch v {
 	case queuePastSoft:
-		s.Overload.QueueWarnings.Add(1)
-		if held, ok := t.overLimit.soft.allow(s.CallNow()); ok {
-			s.Log.Warn("an activation's request queue is past its soft limit",
-				zap.Stringer("grain", a.ID), zap.Uint64("activation", a.ActID), zap.String("type", t.Desc.Type),
-				zap.Int("queued", depth), zap.Int("soft_limit", t.Limits.Soft), zap.Bool("worker_set", a.set != nil),
-				zap.Uint64("unlogged_since_last", held), zap.Duration("log_interval", limitLogInterval))
-		}
+		a.warnPastSoft(depth)
 	case queueFull:
 		s.Overload.QueueRefusals.Add(1)
 		err := queueFullError(a, depth)
@@ -100,6 +94,19 @@ func (a *Activation) overLimit(c *Call, v queueVerdict, depth int) {
 			}
 		}
 		s.Fail(nil, c, err)
+	}
+}
+
+// warnPastSoft counts a request queued past the soft limit, at depth,
+// and warns, at most once per interval per type. mu released.
+func (a *Activation) warnPastSoft(depth int) {
+	s, t := a.s, a.typ
+	s.Overload.QueueWarnings.Add(1)
+	if held, ok := t.overLimit.soft.allow(s.CallNow()); ok {
+		s.Log.Warn("an activation's request queue is past its soft limit",
+			zap.Stringer("grain", a.ID), zap.Uint64("activation", a.ActID), zap.String("type", t.Desc.Type),
+			zap.Int("queued", depth), zap.Int("soft_limit", t.Limits.Soft), zap.Bool("worker_set", a.set != nil),
+			zap.Uint64("unlogged_since_last", held), zap.Duration("log_interval", limitLogInterval))
 	}
 }
 

@@ -49,6 +49,8 @@ type grainTimer struct {
 	// changes counts Change calls: a tick the wheel collected before
 	// one is not fired. Written under a.mu.
 	changes atomic.Uint32
+	// anext links the activation's timers, newest first. Guarded by a.mu.
+	anext *grainTimer
 }
 
 func (a *Activation) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
@@ -68,7 +70,7 @@ func (a *Activation) registerTimer(name string, fn grain.TimerFunc, due, period 
 		return nil, status.Errorf(codes.FailedPrecondition, "granary: RegisterTimer %q: activation of %s is ending", name, a.ID)
 	}
 	a.s.TimerWheel.link(t, a.s.Since()+due)
-	a.timers = append(a.timers, t)
+	t.anext, a.timers = a.timers, t
 	return t, nil
 }
 
@@ -204,9 +206,9 @@ func (t *grainTimer) Stop() {
 		return
 	}
 	t.stopLocked()
-	for i, x := range a.timers {
-		if x == t {
-			a.timers = append(a.timers[:i], a.timers[i+1:]...)
+	for p := &a.timers; *p != nil; p = &(*p).anext {
+		if *p == t {
+			*p, t.anext = t.anext, nil
 			break
 		}
 	}

@@ -1,0 +1,257 @@
+package local
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/grainrt"
+	"google.golang.org/protobuf/proto"
+)
+
+// The inbox: one-way requests without the activation's lock.
+//
+// A plain one-way request from outside any grain (postOneWay says which)
+// to an activation in the catalog does not take the activation's lock
+// when a request of it is running. Its sender pushes a post, a few words
+// in one allocation class, onto the activation's inbox, a lock-free stack,
+// and returns; the record of its call is made later, by the worker, from
+// the worker's own pool, so that the 500-byte record never crosses
+// between cores. The end of the running request's turn, which holds mu
+// anyway, takes the inbox into posted (oldest first), and offers posted
+// requests one at a time whenever no request holds the gate, so a flood
+// of them never grows the activation's queue.
+//
+// Who takes the inbox is said by its bottom. busyInbox: a request holds
+// the gate, and the end of its turn takes it (unlockTurnDone). nil: the
+// sender that pushes onto nil takes it, under mu, at once. settleInboxLocked
+// sets the bottom at the end of every critical section that takes the
+// inbox, checking for a push that came meanwhile; a sender pushes, then
+// looks at what it pushed onto. Both are sequentially consistent atomics,
+// so one of the two always sees the other: a post is never left behind.
+//
+// Order. A sender's posts are pushed in the order sent and taken in that
+// order. A call that submits, one-way or not, first offers everything
+// posted, so a sender's call runs after its one-way requests. Posted
+// requests were all posted after every request in the queue, so they are
+// offered only when the queue is empty of what could start before them.
+
+// A post is a one-way request waiting in an inbox: what its call record
+// needs from the sender.
+type post struct {
+	next    *post
+	method  *grain.MethodDesc
+	req     proto.Message
+	due     time.Duration
+	exact   time.Time
+	cancel  context.Context
+	headers any
+	// n is its ordinal among the activation's posted, for postedLenLocked.
+	n uint32
+}
+
+var postPool = sync.Pool{New: func() any { return new(post) }}
+
+func freePost(p *post) {
+	*p = post{}
+	postPool.Put(p)
+}
+
+// busyInbox is the bottom of an activation's inbox while a request holds
+// its gate.
+var busyInbox = &post{}
+
+// Flow control for senders outside the pool, which would otherwise outrun
+// the workers that run what they send: past yieldBacklog requests queued
+// and posted, a sender yields its processor after posting; past
+// postBacklog it takes the ordinary path.
+const (
+	yieldBacklog = 64
+	postBacklog  = 4096
+)
+
+// postOneWay sends a one-way call from outside any grain through the
+// inbox, if it may: a method of a type this silo hosts without a
+// stateless worker set or an interleaving predicate, to an activation in
+// the catalog. It reports false when the call must take the ordinary
+// path, which also gives every error.
+func (s *Runtime) postOneWay(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grainrt.CallOptions) bool {
+	if m == nil || o.Outside || !s.ready.Load() || s.Stopping.Load() {
+		return false
+	}
+	t := s.ByMethod[m]
+	if t == nil || t.Desc.Type != id.Type || t.Opts.StatelessWorker || t.Opts.MayInterleave != nil {
+		return false
+	}
+	a, ok := t.Acts.Load(id.Key)
+	if !ok {
+		return false
+	}
+	// A sender that outruns the activation, or nears its queue's hard
+	// limit, takes the ordinary path, which decides under mu: its call is
+	// refused (and counted) at the limit now, not when a long turn ends,
+	// and the lock it shares with the worker slows it to the worker's
+	// pace.
+	backlog := int(a.backlog.Load() + a.inboxN.Load())
+	if backlog >= postBacklog || t.Limits.Hard > 0 && backlog >= t.Limits.Hard-1 {
+		return false
+	}
+	p := postPool.Get().(*post)
+	p.method, p.req = m, req
+	p.due = s.CallNow() + s.CallTimeout(o.Timeout)
+	if d, ok := ctx.Deadline(); ok {
+		if due := d.Sub(s.Epoch); due < p.due {
+			p.due, p.exact = due, d
+		}
+	}
+	if ctx.Done() != nil {
+		p.cancel = ctx
+	}
+	p.headers = ctx.Value(headerCtxKey)
+	a.post(p)
+	return true
+}
+
+// post pushes p onto the inbox, and takes the inbox if it pushed onto
+// nil. The caller must not touch p afterwards. Any goroutine outside the
+// pool.
+func (a *Activation) post(p *post) {
+	for {
+		bottom := a.inbox.Load()
+		p.next = bottom
+		if !a.inbox.CompareAndSwap(bottom, p) {
+			continue
+		}
+		n := a.inboxN.Add(1)
+		if bottom != nil {
+			if n+a.backlog.Load() >= yieldBacklog {
+				runtime.Gosched()
+			}
+			return
+		}
+		break
+	}
+	var d offered
+	a.Mu.Lock()
+	a.takeInboxLocked(&d)
+	a.settleInboxLocked(&d)
+	a.Mu.Unlock()
+	d.do(nil, a)
+}
+
+// takeInboxLocked moves the inbox's posts to posted, oldest first,
+// refusing those past the queue's hard limit, and leaves busyInbox at
+// the inbox's bottom for settleInboxLocked to end. mu held.
+func (a *Activation) takeInboxLocked(d *offered) {
+	list := a.inbox.Swap(busyInbox)
+	var oldest *post
+	var k int32
+	for list != nil && list != busyInbox {
+		next := list.next
+		list.next = oldest
+		oldest, list = list, next
+		k++
+	}
+	a.inboxN.Add(-k)
+	lim := a.typ.Limits
+	for p := oldest; p != nil; {
+		next := p.next
+		depth := a.QueuedLocked() + a.postedLenLocked()
+		switch {
+		case lim.Hard > 0 && depth >= lim.Hard:
+			a.Calls++
+			d.add(a.callOf(p), offerOutcome{do: offerOverLimit, v: queueFull, depth: depth})
+		case lim.Soft > 0 && depth >= lim.Soft:
+			a.pushPostedLocked(p)
+			d.pastSoft = depth + 1
+		default:
+			a.pushPostedLocked(p)
+		}
+		p = next
+	}
+}
+
+// settleInboxLocked offers posted requests while no request holds the
+// gate, until one does or none is left, and ends the inbox's bottom:
+// busyInbox while a request holds the gate, so that senders leave their
+// posts to that request's end; nil otherwise, so that the next sender
+// takes them. A post pushed meanwhile is taken first. mu held.
+func (a *Activation) settleInboxLocked(d *offered) {
+	defer func() {
+		if b := int32(a.QueuedLocked() + a.postedLenLocked()); a.backlog.Load() != b {
+			a.backlog.Store(b)
+		}
+	}()
+	for {
+		for a.posted != nil && a.gate.Running() == 0 {
+			a.offerPostedLocked(d)
+		}
+		switch bottom := a.inbox.Load(); {
+		case a.gate.Running() > 0:
+			if bottom == nil {
+				// A sender that pushes onto nil first takes mu itself.
+				a.inbox.CompareAndSwap(nil, busyInbox)
+			}
+			return
+		case bottom == nil:
+			return
+		case bottom == busyInbox:
+			if a.inbox.CompareAndSwap(busyInbox, nil) {
+				return
+			}
+		}
+		a.takeInboxLocked(d)
+	}
+}
+
+// offerPostedLocked offers the oldest posted request. mu held.
+func (a *Activation) offerPostedLocked(d *offered) {
+	c := a.callOf(a.popPostedLocked())
+	d.add(c, a.offerLocked(c))
+}
+
+// callOf makes the call record of a post, from the caller's pool, and
+// frees the post.
+func (a *Activation) callOf(p *post) *Call {
+	c := a.s.NewCall(1)
+	c.ID, c.Method, c.Req, c.OneWay = a.ID, p.method, p.req, true
+	c.Due, c.exact, c.Cancel, c.Headers = p.due, p.exact, p.cancel, p.headers
+	c.kind = kindOf(p.method)
+	c.act = a
+	freePost(p)
+	return c
+}
+
+// pushPostedLocked appends p to posted: a ring linked by next, posted
+// its newest. mu held.
+func (a *Activation) pushPostedLocked(p *post) {
+	if a.posted == nil {
+		p.next, p.n = p, 0
+	} else {
+		p.next, p.n = a.posted.next, a.posted.n+1
+		a.posted.next = p
+	}
+	a.posted = p
+}
+
+// popPostedLocked removes posted's oldest. mu held.
+func (a *Activation) popPostedLocked() *post {
+	p := a.posted.next
+	if p == a.posted {
+		a.posted = nil
+	} else {
+		a.posted.next = p.next
+	}
+	p.next = nil
+	return p
+}
+
+// postedLenLocked is how many requests posted holds. mu held.
+func (a *Activation) postedLenLocked() int {
+	if a.posted == nil {
+		return 0
+	}
+	return int(a.posted.n-a.posted.next.n) + 1
+}
