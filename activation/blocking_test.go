@@ -384,3 +384,36 @@ func TestBlockingReleasesProcessor(t *testing.T) {
 		t.Fatalf("order = %q; want %q", got, want)
 	}
 }
+
+// TestWaiterResumesBehindQueuedWork: a turn that awaits many events, each
+// signaled by a turn queued on its processor, is resumed behind the turns
+// queued there, not after each signal, so a fan-out's caller resumes once
+// its callees have run rather than once per reply.
+func TestWaiterResumesBehindQueuedWork(t *testing.T) {
+	p := newTestPool(t, func(c *Config) { c.Processors = 1; c.HandOnAfter = time.Hour })
+	const n = 10
+	var ran atomic.Int32
+	events := make([]Event, n)
+	seen := make(chan int32, 1)
+	caller := p.NewGroup("caller")
+	err := caller.Enqueue(turn("fan-out", func(e *Exec) {
+		for i := range events {
+			callee := p.NewGroup("callee")
+			if err := e.Enqueue(callee, turn("reply", func(e *Exec) { ran.Add(1); e.Signal(&events[i]) }, nil)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		e.Wait(&events[0])
+		seen <- ran.Load() // how many replied by the time the first wait ended
+		for i := range events {
+			e.Wait(&events[i])
+		}
+	}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(t, seen, "the caller's resumption"); got != n {
+		t.Errorf("the caller resumed after %d of %d replies, want all of them", got, n)
+	}
+}

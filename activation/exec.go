@@ -484,7 +484,7 @@ func (ev *Event) signal(from *Exec) {
 		return
 	}
 	f := &x.frames[x.depth-1]
-	f.g.push(from, Turn{Task: &x.res, Name: f.name}, false)
+	f.g.pushResume(from, Turn{Task: &x.res, Name: f.name})
 }
 
 // Signaled reports whether the event has been signaled. Any goroutine.

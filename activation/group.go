@@ -131,6 +131,29 @@ func (g *Group) push(from *Exec, t Turn, system bool) {
 	g.maybeSubmit(from)
 }
 
+// pushResume appends the continuation turn of a waiting turn, whose wait
+// ended. A turn that ends the wait goes first on its processor, as for
+// any push, unless that processor has other groups queued: then it goes
+// behind them, so that a turn that awaits many calls (a fan-out) is
+// resumed once they have run rather than once per reply, each costing two
+// goroutine switches. Any goroutine.
+func (g *Group) pushResume(from *Exec, t Turn) {
+	g.mu.Lock()
+	g.app.push(t)
+	g.mu.Unlock()
+	if g.state.Load() == groupIdle && g.state.CompareAndSwap(groupIdle, groupQueued) {
+		g.pool.activate(from)
+		if from != nil && from.p != nil && !from.p.runqEmpty() {
+			from.p.runqput(g.pool, g, false)
+			if g.pool.closed.Load() {
+				g.pool.dropAll()
+			}
+			return
+		}
+		g.pool.submit(from, g)
+	}
+}
+
 // maybeSubmit submits the group if it is idle, after a push. Any goroutine.
 func (g *Group) maybeSubmit(from *Exec) {
 	// Load before CAS: a busy group is the common case, and a failing CAS
