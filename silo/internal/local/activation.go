@@ -236,6 +236,9 @@ type offeredCall struct {
 	o offerOutcome
 }
 
+// refused reports whether d holds anything but starts.
+func (d *offered) refused() bool { return len(d.rest) > 0 || d.pastSoft > 0 }
+
 func (d *offered) add(c *Call, o offerOutcome) {
 	switch {
 	case o.do == offerKept:

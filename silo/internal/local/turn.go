@@ -53,6 +53,9 @@ func (c *Call) Run(e *activation.Exec) {
 		fallthrough
 	default:
 		c.result, c.resErr = c.s.dispatch(&c.Ctx, c)
+		if c.posted {
+			c.runPosted(e)
+		}
 	}
 }
 
@@ -96,7 +99,9 @@ func (c *Call) Done(e *activation.Exec, err error) {
 		resp, rerr = nil, Unavailable(c.s, "its silo is shutting down")
 	}
 	c.result, c.resErr = nil, nil
-	a.finish(e, c, panicked)
+	if !c.finished {
+		a.finish(e, c, panicked)
+	}
 	c.Settle(e, resp, rerr)
 	c.Release()
 }
