@@ -371,16 +371,8 @@ func TestQueueHardLimitCountsAndLogsRefusedOneWay(t *testing.T) {
 	q := newQueueTest(t, true, nil, map[string][]grain.RegisterOption{
 		probe.ProbeGrainType: {grain.WithQueueLimits(0, 1)},
 	})
-	g := q.hold("block")
-	q.countRuns("tell")
+	g, first := q.tellWhileBlocked(t, 3) // the first queues; the others are refused
 	ref := q.probe("k")
-	first := q.send(probe.ProbeGrainType, "k", "block")
-	q.waitEvent("block start")
-	for range 3 { // the first queues; the others are refused
-		if _, err := ref.Tell(q.ctx, &probe.Request{Tag: "tell"}, grain.WithTimeout(time.Hour)); err != nil {
-			t.Fatalf("a one-way call returned %v", err)
-		}
-	}
 	if got := q.s.Stats().Overload.QueueRefusals; got != 2 {
 		t.Errorf("QueueRefusals = %d, want 2", got)
 	}
@@ -582,4 +574,43 @@ func TestQueueLimitsOptionSoftOverHardIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "WithQueueLimits(200, 100)") {
 		t.Fatalf("RegisterGrain with soft 200 over hard 100: %v, want an error naming the option", err)
 	}
+}
+
+// TestQueueSoftLimitCountsEachPostedOneWayRequest: one-way requests that
+// wait in an activation's inbox while a request runs count against the
+// soft limit one by one when the running request's turn takes them, as
+// requests queued under the lock do.
+func TestQueueSoftLimitCountsEachPostedOneWayRequest(t *testing.T) {
+	t.Parallel()
+	q := newQueueTest(t, true, nil, map[string][]grain.RegisterOption{
+		probe.ProbeGrainType: {grain.WithQueueLimits(2, 0)},
+	})
+	g, first := q.tellWhileBlocked(t, 5) // depths 0 to 4: the last three past the soft limit
+	g.open()
+	q.await(first)
+	testwait.For(t, defaultTestTimeout, "the one-way requests to run", func() bool { return q.runs("tell") == 5 })
+	if got := q.s.Stats().Overload.QueueWarnings; got != 3 {
+		t.Errorf("QueueWarnings = %d, want 3 (requests queued past the soft limit)", got)
+	}
+	if n := len(q.logs.FilterMessageSnippet("past its soft limit").AllUntimed()); n != 1 {
+		t.Errorf("%d warnings logged within a minute, want 1", n)
+	}
+}
+
+// tellWhileBlocked starts a request to probe k that blocks until the
+// returned gate opens, then sends k n one-way requests tagged "tell",
+// whose runs countRuns counts. It returns the gate and the blocked call.
+func (q *queueTest) tellWhileBlocked(t *testing.T, n int) (gate, grain.Pending) {
+	t.Helper()
+	g := q.hold("block")
+	q.countRuns("tell")
+	ref := q.probe("k")
+	first := q.send(probe.ProbeGrainType, "k", "block")
+	q.waitEvent("block start")
+	for range n {
+		if _, err := ref.Tell(q.ctx, &probe.Request{Tag: "tell"}, grain.WithTimeout(time.Hour)); err != nil {
+			t.Fatalf("a one-way call returned %v", err)
+		}
+	}
+	return g, first
 }

@@ -226,9 +226,9 @@ type offered struct {
 	first [4]*Call // the first starts
 	more  []*Call  // the starts after them
 	rest  []offeredCall
-	// pastSoft is the depth of a post taken past the queue's soft limit,
-	// or 0.
-	pastSoft int
+	// pastSoft counts the posts taken past the queue's soft limit, and
+	// softDepth is the depth the last of them made.
+	pastSoft, softDepth int
 }
 
 type offeredCall struct {
@@ -255,7 +255,7 @@ func (d *offered) add(c *Call, o offerOutcome) {
 // do does, with mu released, what offering posted requests to a left.
 func (d *offered) do(e *activation.Exec, a *Activation) {
 	if d.pastSoft > 0 {
-		a.warnPastSoft(d.pastSoft)
+		a.warnPastSoft(d.softDepth, d.pastSoft)
 	}
 	for _, r := range d.rest {
 		switch c := r.c; r.o.do {

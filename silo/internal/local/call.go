@@ -112,10 +112,7 @@ type Call struct {
 	// posted: a one-way request from an activation's inbox (callOf),
 	// whose turn may run the next posted requests too (runPosted).
 	posted bool
-	// finished: the turn ended the request in the gate and the lifecycle
-	// already (runPosted), so Done does not.
-	finished bool
-	inline   bool // the callee may run on the caller's goroutine (TryRun)
+	inline bool // the callee may run on the caller's goroutine (TryRun)
 	// blocking: this record's turn is inside Context.Blocking, holding no
 	// processor; calls it makes wait as outside callers do.
 	blocking bool

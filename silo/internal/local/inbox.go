@@ -168,7 +168,8 @@ func (a *Activation) takeInboxLocked(d *offered) {
 			d.add(a.callOf(p), offerOutcome{do: offerOverLimit, v: queueFull, depth: depth})
 		case lim.Soft > 0 && depth >= lim.Soft:
 			a.pushPostedLocked(p)
-			d.pastSoft = depth + 1
+			d.pastSoft++
+			d.softDepth = depth + 1
 		default:
 			a.pushPostedLocked(p)
 		}

@@ -81,7 +81,7 @@ func (a *Activation) overLimit(c *Call, v queueVerdict, depth int) {
 	s, t := a.s, a.typ
 	switch v {
 	case queuePastSoft:
-		a.warnPastSoft(depth)
+		a.warnPastSoft(depth, 1)
 	case queueFull:
 		s.Overload.QueueRefusals.Add(1)
 		err := queueFullError(a, depth)
@@ -97,11 +97,11 @@ func (a *Activation) overLimit(c *Call, v queueVerdict, depth int) {
 	}
 }
 
-// warnPastSoft counts a request queued past the soft limit, at depth,
-// and warns, at most once per interval per type. mu released.
-func (a *Activation) warnPastSoft(depth int) {
+// warnPastSoft counts n requests queued past the soft limit, the last at
+// depth, and warns, at most once per interval per type. mu released.
+func (a *Activation) warnPastSoft(depth, n int) {
 	s, t := a.s, a.typ
-	s.Overload.QueueWarnings.Add(1)
+	s.Overload.QueueWarnings.Add(uint64(n))
 	if held, ok := t.overLimit.soft.allow(s.CallNow()); ok {
 		s.Log.Warn("an activation's request queue is past its soft limit",
 			zap.Stringer("grain", a.ID), zap.Uint64("activation", a.ActID), zap.String("type", t.Desc.Type),

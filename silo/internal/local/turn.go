@@ -99,9 +99,7 @@ func (c *Call) Done(e *activation.Exec, err error) {
 		resp, rerr = nil, Unavailable(c.s, "its silo is shutting down")
 	}
 	c.result, c.resErr = nil, nil
-	if !c.finished {
-		a.finish(e, c, panicked)
-	}
+	a.finish(e, c, panicked)
 	c.Settle(e, resp, rerr)
 	c.Release()
 }
