@@ -43,21 +43,28 @@ func newBenchSilo(b *testing.B) *Silo {
 	return startBenchSilo(b, func() probe.ProbeGrain { return &benchGrain{} })
 }
 
-// startBenchSilo starts a silo whose probe grains are made by impl, and
-// closes it when the benchmark ends.
+// startBenchSilo starts a silo of the default configuration whose probe
+// grains are made by impl, and closes it when the benchmark ends.
 func startBenchSilo(b *testing.B, impl func() probe.ProbeGrain) *Silo {
 	b.Helper()
-	s, err := New(DefaultConfig())
+	return startProbeSilo(b, DefaultConfig(), impl)
+}
+
+// startProbeSilo starts a silo of cfg whose probe grains are made by
+// impl, and closes it when the test ends.
+func startProbeSilo(tb testing.TB, cfg Config, impl func() probe.ProbeGrain) *Silo {
+	tb.Helper()
+	s, err := New(cfg)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return impl() }); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := s.Start(context.Background()); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { _ = s.Close() })
+	tb.Cleanup(func() { _ = s.Close() })
 	return s
 }
 

@@ -54,21 +54,8 @@ func TestOneWayRequestsRunInTheOrderSent(t *testing.T) {
 	// none is refused at a limit (which would show as a gap, not as a
 	// request out of order).
 	cfg.QueueLimits = QueueLimits{}
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain {
-		return &sequenceProbe{last: map[string]int64{}}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startProbeSilo(t, cfg, func() probe.ProbeGrain { return &sequenceProbe{last: map[string]int64{}} })
 	ctx := testwait.Context(t, 5*time.Minute)
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
 	ref := probe.NewProbeRef(s, "ordered")
 	var wg sync.WaitGroup
 	errs := make(chan error, senders)
@@ -137,21 +124,8 @@ func TestOneWayRequestsOutliveDeactivations(t *testing.T) {
 	var ran, activations atomic.Int64
 	cfg := DefaultConfig()
 	cfg.QueueLimits = QueueLimits{} // the sender outruns the grain: none may be refused
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain {
-		return &countingProbe{ran: &ran, activations: &activations}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startProbeSilo(t, cfg, func() probe.ProbeGrain { return &countingProbe{ran: &ran, activations: &activations} })
 	ctx := testwait.Context(t, time.Minute)
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
 	ref := probe.NewProbeRef(s, "churn")
 	done := make(chan error, 1)
 	go func() {

@@ -287,11 +287,17 @@ func (c *Call) Release() {
 		c.gen.Store(gen + 1)
 		return
 	}
+	c.reset(donec, gen)
+	callPool.Put(c)
+}
+
+// reset zeroes c for its next use, keeping its channel and counting the
+// use: gen is the use count it had.
+func (c *Call) reset(donec chan struct{}, gen uint64) {
 	*c = Call{}
 	c.Donec = donec
 	c.gen.Store(gen + 1)
 	c.Ctx.C = c
-	callPool.Put(c)
 }
 
 // Settle records the outcome if nobody has yet, and wakes the waiter. It

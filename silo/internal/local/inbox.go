@@ -291,12 +291,10 @@ func (c *Call) runPosted(e *activation.Exec) {
 // record of posted request p, as Release and callOf would. c keeps its
 // activation and its turn's worker. mu held.
 func (c *Call) reload(p *post) {
-	s, a, e, donec, gen := c.s, c.act, c.exec, c.Donec, c.gen.Load()
+	s, a, e := c.s, c.act, c.exec
 	c.Ctx.stopDerived()
-	*c = Call{}
-	c.s, c.act, c.exec, c.Donec = s, a, e, donec
-	c.gen.Store(gen + 1)
-	c.Ctx.C = c
+	c.reset(c.Donec, c.gen.Load())
+	c.s, c.act, c.exec = s, a, e
 	c.refs.Store(1)
 	c.fill(p)
 }
