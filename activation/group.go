@@ -141,26 +141,28 @@ func (g *Group) pushResume(from *Exec, t Turn) {
 	g.mu.Lock()
 	g.app.push(t)
 	g.mu.Unlock()
-	if g.state.Load() == groupIdle && g.state.CompareAndSwap(groupIdle, groupQueued) {
-		g.pool.activate(from)
-		if from != nil && from.p != nil && !from.p.runqEmpty() {
-			from.p.runqput(g.pool, g, false)
-			if g.pool.closed.Load() {
-				g.pool.dropAll()
-			}
-			return
-		}
-		g.pool.submit(from, g)
-	}
+	g.maybeSubmitBehind(from, from != nil && from.p != nil && !from.p.runqEmpty())
 }
 
 // maybeSubmit submits the group if it is idle, after a push. Any goroutine.
-func (g *Group) maybeSubmit(from *Exec) {
+func (g *Group) maybeSubmit(from *Exec) { g.maybeSubmitBehind(from, false) }
+
+// maybeSubmitBehind is maybeSubmit, putting the group at the tail of
+// from's processor's run queue rather than first when behind is set.
+func (g *Group) maybeSubmitBehind(from *Exec, behind bool) {
 	// Load before CAS: a busy group is the common case, and a failing CAS
 	// would still take its cache line exclusively.
-	if g.state.Load() == groupIdle && g.state.CompareAndSwap(groupIdle, groupQueued) {
-		g.pool.activate(from)
+	if g.state.Load() != groupIdle || !g.state.CompareAndSwap(groupIdle, groupQueued) {
+		return
+	}
+	g.pool.activate(from)
+	if !behind {
 		g.pool.submit(from, g)
+		return
+	}
+	from.p.runqput(g.pool, g, false)
+	if g.pool.closed.Load() {
+		g.pool.dropAll()
 	}
 }
 
