@@ -2,6 +2,7 @@ package silo
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -171,4 +172,58 @@ func TestInterleavedTickDroppedDuringClose(t *testing.T) {
 	hold.open()
 	<-closed
 	_ = f.Wait(context.Background())
+}
+
+// TestWaitingTickDoesNotHoldBackOtherTimers: a timer whose tick waited is
+// not run inline by the wheel's next batch, so the ticks collected after
+// it in that batch run while it waits again.
+func TestWaitingTickDoesNotHoldBackOtherTimers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{fake: true})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	h.script("setup slow", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		_, err := ctx.RegisterTimer("slow", func(ctx grain.Context) error {
+			start := time.Now()
+			h.event("slow tick")
+			ctx.Blocking(func() { <-release })
+			for time.Since(start) < 2*time.Millisecond {
+				runtime.Gosched() // long, however soon the test released it
+			}
+			return nil
+		}, time.Second, time.Second)
+		return &probe.Reply{}, err
+	})
+	h.script("setup fast", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		_, err := ctx.RegisterTimer("fast", func(ctx grain.Context) error {
+			h.event("fast tick")
+			return nil
+		}, time.Second+10*time.Millisecond, time.Second)
+		return &probe.Reply{}, err
+	})
+	slow, fast := h.probe("slow"), h.probe("fast")
+	for ref, tag := range map[probe.ProbeRef]string{slow: "setup slow", fast: "setup fast"} {
+		if _, err := ref.Call(testCtx(t), &probe.Request{Tag: tag}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// First ticks, apart. A call after each tick returns once the tick's
+	// turn ended, and with it the timer was armed again: slow's next tick
+	// is due 10 ms before fast's, so the sweep that collects both takes
+	// slow first.
+	h.clock.Advance(time.Second)
+	h.waitEvent("slow tick")
+	release <- struct{}{}
+	if _, err := slow.Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(10 * time.Millisecond)
+	h.waitEvent("fast tick")
+	if _, err := fast.Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	// Both due in one sweep: fast ticks while slow waits.
+	h.clock.Advance(time.Second)
+	h.waitEvent("fast tick")
+	release <- struct{}{}
 }

@@ -51,7 +51,34 @@ type grainTimer struct {
 	changes atomic.Uint32
 	// anext links the activation's timers, newest first. Guarded by a.mu.
 	anext *grainTimer
+
+	// slow: the last tick measured took longer than tickInlineMax, or
+	// none has run yet, so the next is queued rather than run inline.
+	// Ticks are timed by the real clock, whatever clock the silo runs on:
+	// queued ticks of a slow timer from ranAt, written and read by the
+	// tick's goroutine; inline ones by the wheel's batch.
+	slow  atomic.Bool
+	ranAt time.Duration
 }
+
+// monoEpoch is the origin of monoNow.
+var monoEpoch = time.Now()
+
+// monoNow reads the monotonic clock, for timing ticks.
+func monoNow() time.Duration { return time.Since(monoEpoch) }
+
+// tickInlineMax is the longest a timer's last tick may have run for the
+// wheel's batch turn to run its next tick inline, on the batch's own
+// goroutine, when the activation's group is idle (Exec.TryRun). An inline
+// tick costs no run-queue round trip, and touches the timer, the
+// activation and the group while they are in cache. A tick that waits (a
+// grain call, storage) takes longer than this, so it is queued next time
+// and the batch's other ticks do not wait behind it.
+const tickInlineMax = 50 * time.Microsecond
+
+// tickInlineBudget bounds how long a batch turn runs ticks inline; the
+// ticks after it are queued, for other processors to take.
+const tickInlineBudget = 250 * time.Microsecond
 
 func (a *Activation) registerTimer(name string, fn grain.TimerFunc, due, period time.Duration, opts []grain.TimerOption) (grain.Timer, error) {
 	switch {
@@ -61,6 +88,7 @@ func (a *Activation) registerTimer(name string, fn grain.TimerFunc, due, period 
 		return nil, status.Errorf(codes.InvalidArgument, "granary: RegisterTimer %q: negative due time %v or period %v", name, due, period)
 	}
 	t := &grainTimer{a: a, name: "timer " + name, fn: fn, period: period}
+	t.slow.Store(true)
 	for _, o := range opts {
 		o(&t.opts)
 	}
@@ -76,40 +104,44 @@ func (a *Activation) registerTimer(name string, fn grain.TimerFunc, due, period 
 
 // fireFromWheel is fire for a timer the wheel's sweep at now collected as
 // due, when its Change count was changes: a Change since supersedes the
-// tick. e is the worker running the wheel's batch, or nil.
-func (t *grainTimer) fireFromWheel(e *activation.Exec, changes uint32, now time.Duration) {
+// tick. e is the worker running the wheel's batch, or nil; inline lets
+// the tick run on it when the timer's ticks are short. It reports whether
+// the tick ran inline.
+func (t *grainTimer) fireFromWheel(e *activation.Exec, changes uint32, now time.Duration, inline bool) bool {
 	t.a.Mu.Lock()
 	if t.changes.Load() != changes {
 		t.a.Mu.Unlock()
-		return
+		return false
 	}
-	t.fireLocked(e, now)
+	return t.fireLocked(e, now, inline)
 }
 
 // fire queues the tick's turn unless one is in flight: for a tick that
 // came due while the activation was activating.
 func (t *grainTimer) fire() {
 	t.a.Mu.Lock()
-	t.fireLocked(nil, t.a.s.Since())
+	t.fireLocked(nil, t.a.s.Since(), false)
 }
 
 // fireLocked is fire with a.mu held, which it releases; now is the
-// silo's time, and e the worker queuing the tick, or nil.
-func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration) {
+// silo's time, and e the worker queuing the tick, or nil. With inline
+// set, a short tick runs on e if the activation's group is idle; it
+// reports whether it did.
+func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration, inline bool) bool {
 	a := t.a
 	if a.life.State() < lifecycle.Active && !t.stopped {
 		t.dueWhileActivating = true // fired by activated (FireDueTimers)
 		a.Mu.Unlock()
-		return
+		return false
 	}
 	if t.stopped || !a.life.Usable() {
 		a.Mu.Unlock()
-		return
+		return false
 	}
 	if t.inFlight {
 		t.refire = true
 		a.Mu.Unlock()
-		return
+		return false
 	}
 	t.inFlight = true
 	c := a.s.NewCall(1)
@@ -128,13 +160,21 @@ func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration) {
 		}
 	}
 	a.Mu.Unlock()
-	if start {
-		a.enqueue(e, c)
+	if !start {
+		return false
 	}
+	if inline && !t.slow.Load() && e.TryRun(a.group, activation.Turn{Name: c.turnName(), Task: c}) {
+		return true
+	}
+	a.enqueue(e, c)
+	return false
 }
 
 // run is the tick's turn.
 func (t *grainTimer) run(c *Call) {
+	if t.slow.Load() {
+		t.ranAt = monoNow()
+	}
 	t.a.Mu.Lock()
 	stopped := t.stopped
 	t.a.Mu.Unlock()
@@ -151,6 +191,9 @@ func (t *grainTimer) done(e *activation.Exec, c *Call, panicked bool) {
 	a := t.a
 	a.Mu.Lock()
 	t.inFlight = false
+	if t.slow.Load() {
+		t.slow.Store(monoNow()-t.ranAt > tickInlineMax)
+	}
 	if !t.stopped {
 		switch {
 		case t.refire:

@@ -40,7 +40,9 @@ const Never = time.Duration(math.MaxInt64)
 // due. Queuing the ticks from a turn puts them on that worker's own run
 // queue and takes their call records from its processor's pool, where
 // queuing them from the sweeper went through the pool's global queue and
-// woke workers, and took records other processors had freed.
+// woke workers, and took records other processors had freed. A timer
+// whose ticks are short has them run inline by the batch turn instead
+// (tickInlineMax).
 //
 // The sweeper does not tick: the clock timer is armed for the earliest
 // due time linked, and not at all while no timer is linked, so an idle
@@ -294,12 +296,23 @@ type firing struct {
 	changes uint32
 }
 
-// Run queues the timers' ticks. e is nil when the pool has closed.
+// Run queues the timers' ticks, running short ones inline for up to
+// tickInlineBudget. e is nil when the pool has closed.
 func (b *timerBatch) Run(e *activation.Exec) {
+	now := monoNow()
+	until := now + tickInlineBudget
 	for b.next < len(b.ts) {
 		f := b.ts[b.next]
 		b.next++
-		f.t.fireFromWheel(e, f.changes, b.now)
+		if !f.t.fireFromWheel(e, f.changes, b.now, e != nil && now < until) {
+			continue
+		}
+		// One clock read per inline tick times both it and the budget.
+		end := monoNow()
+		if end-now > tickInlineMax {
+			f.t.slow.Store(true)
+		}
+		now = end
 	}
 }
 
