@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +13,9 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/internal/testwait"
 	"github.com/granaryio/granary/proto/probe"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -157,5 +160,47 @@ func TestOneWayRequestsOutliveDeactivations(t *testing.T) {
 	testwait.For(t, 30*time.Second, "every one-way request to run", func() bool { return ran.Load() == tells })
 	if n := activations.Load(); n < 2 {
 		t.Errorf("%d activations over %d deactivations asked for: the test needs the grain to deactivate while requests arrive", n, deactivations)
+	}
+}
+
+// TestFailedOneWayRequestIsLogged: a one-way request whose handler fails
+// cannot tell its sender, so the failure is logged, at most once a minute
+// per silo, with a count of those held back since the last log.
+func TestFailedOneWayRequestIsLogged(t *testing.T) {
+	t.Parallel()
+	q := newQueueTest(t, true, nil, nil)
+	q.script("fail", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
+		return nil, status.Error(codes.FailedPrecondition, "the grain refuses")
+	})
+	ref := q.probe("f")
+	failures := func() []observer.LoggedEntry {
+		return q.logs.FilterMessageSnippet("one-way request failed").AllUntimed()
+	}
+	// tellAndDrain sends a failing one-way request, then a call that runs
+	// after it, by which time the request's turn has ended.
+	tellAndDrain := func() {
+		t.Helper()
+		if _, err := ref.Tell(q.ctx, &probe.Request{Tag: "fail"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ref.Call(q.ctx, &probe.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tellAndDrain()
+	testwait.For(t, defaultTestTimeout, "a log of the failed one-way request", func() bool { return len(failures()) == 1 })
+	f := failures()[0].ContextMap()
+	if f["grain"] != "probe.Probe/f" || f["method"] != "Tell" || f["code"] != "FailedPrecondition" || !strings.Contains(fmt.Sprint(f["error"]), "the grain refuses") {
+		t.Errorf("the log says %v, want grain probe.Probe/f, method Tell, code FailedPrecondition and the handler's error", f)
+	}
+	tellAndDrain()
+	if n := len(failures()); n != 1 {
+		t.Fatalf("%d logs of failed one-way requests within a minute, want 1", n)
+	}
+	q.clock.Advance(time.Minute)
+	tellAndDrain()
+	testwait.For(t, defaultTestTimeout, "a second log after a minute", func() bool { return len(failures()) == 2 })
+	if held := failures()[1].ContextMap()["unlogged_since_last"]; held != uint64(1) {
+		t.Errorf("the second log counts %v unlogged, want 1", held)
 	}
 }

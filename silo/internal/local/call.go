@@ -12,6 +12,7 @@ import (
 	"github.com/granaryio/granary/internal/grainrt"
 	"github.com/granaryio/granary/internal/transport"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -113,6 +114,9 @@ type Call struct {
 	// whose turn may run the next posted requests too (runPosted).
 	posted bool
 	inline bool // the callee may run on the caller's goroutine (TryRun)
+	// logged: this one-way request's failure was logged where it
+	// happened, so Settle does not log it again.
+	logged bool
 	// blocking: this record's turn is inside Context.Blocking, holding no
 	// processor; calls it makes wait as outside callers do.
 	blocking bool
@@ -324,7 +328,27 @@ func (c *Call) Settle(e *activation.Exec, resp proto.Message, err error) bool {
 		c.s.Gw.Reply(c)
 		c.Release()
 	}
+	if err != nil && c.OneWay && !c.logged {
+		c.s.logOneWayFailure(c, err)
+	}
 	return true
+}
+
+// logOneWayFailure logs a one-way request that failed or was refused:
+// its sender was told it was sent, so the log is all that tells of it.
+// At most one is logged a limitLogInterval, counting those held back.
+func (s *Runtime) logOneWayFailure(c *Call, err error) {
+	held, ok := s.oneWayLog.allow(s.CallNow())
+	if !ok {
+		return
+	}
+	method := ""
+	if c.Method != nil {
+		method = c.Method.Name
+	}
+	s.Log.Warn("a one-way request failed; its sender was not told",
+		zap.Stringer("grain", c.ID), zap.String("method", method), zap.Stringer("code", status.Code(err)), zap.Error(err),
+		zap.Uint64("unlogged_since_last", held), zap.Duration("log_interval", limitLogInterval))
 }
 
 // settled reports whether the caller has its outcome already.

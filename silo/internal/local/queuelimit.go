@@ -86,6 +86,7 @@ func (a *Activation) overLimit(c *Call, v queueVerdict, depth int) {
 		s.Overload.QueueRefusals.Add(1)
 		err := queueFullError(a, depth)
 		if c.OneWay {
+			c.logged = true
 			if held, ok := t.overLimit.oneWay.allow(s.CallNow()); ok {
 				s.Log.Warn("a one-way request was refused and dropped: its activation's request queue is at its hard limit",
 					zap.Stringer("grain", a.ID), zap.Uint64("activation", a.ActID), zap.String("type", t.Desc.Type),

@@ -78,6 +78,8 @@ type Runtime struct {
 	ended atomic.Uint64
 	// limitLog rate-limits the logs of refusals at the Limiter's limit.
 	limitLog logEvery
+	// oneWayLog rate-limits the logs of failed one-way requests.
+	oneWayLog logEvery
 
 	// filterChain is the chain of Config.IncomingFilters, or nil for none.
 	filterChain grain.Invocation
