@@ -2,8 +2,10 @@ package silo
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,5 +227,79 @@ func TestWaitingTickDoesNotHoldBackOtherTimers(t *testing.T) {
 	// Both due in one sweep: fast ticks while slow waits.
 	h.clock.Advance(time.Second)
 	h.waitEvent("fast tick")
+	release <- struct{}{}
+}
+
+// TestTickThatWaitedInlineIsQueuedFromThen: a timer whose ticks were
+// short, and so ran inline in the wheel's batch, and then one tick
+// waited, holding back the ticks after it in its batch, has its ticks
+// queued from then on: the next time it waits, the ticks after it run.
+func TestTickThatWaitedInlineIsQueuedFromThen(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{fake: true})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	h.script("setup w", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		n := 0
+		_, err := ctx.RegisterTimer("w", func(ctx grain.Context) error {
+			n++
+			h.event("w tick")
+			if n == 1 {
+				return nil // short: the next tick may run inline
+			}
+			start := time.Now()
+			ctx.Blocking(func() { <-release })
+			for time.Since(start) < 2*time.Millisecond {
+				runtime.Gosched() // long, however soon the test released it
+			}
+			return nil
+		}, time.Second, time.Second)
+		return &probe.Reply{}, err
+	})
+	// f's ticks fall due just after w's, so that a sweep takes w first.
+	fPeriod := time.Second + 10*time.Millisecond
+	var fTicks atomic.Int32
+	h.script("setup f", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		_, err := ctx.RegisterTimer("f", func(ctx grain.Context) error {
+			fTicks.Add(1)
+			return nil
+		}, fPeriod, fPeriod)
+		return &probe.Reply{}, err
+	})
+	w, f := h.probe("w"), h.probe("f")
+	// drain returns once the ref's running tick has ended, and with it
+	// its timer was armed again.
+	drain := func(ref probe.ProbeRef) {
+		t.Helper()
+		if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitF := func(n int32) {
+		t.Helper()
+		testwait.For(t, defaultTestTimeout, fmt.Sprintf("f's tick %d", n), func() bool { return fTicks.Load() == n })
+	}
+	for ref, tag := range map[probe.ProbeRef]string{w: "setup w", f: "setup f"} {
+		if _, err := ref.Call(testCtx(t), &probe.Request{Tag: tag}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.clock.Advance(time.Second) // w's first tick, short
+	h.waitEvent("w tick")
+	drain(w)
+	h.clock.Advance(10 * time.Millisecond) // f's first tick
+	waitF(1)
+	drain(f)
+	// Both due in one sweep, w first: w's tick may run inline and wait,
+	// holding f's back until it is released.
+	h.clock.Advance(fPeriod)
+	h.waitEvent("w tick")
+	release <- struct{}{}
+	waitF(2)
+	drain(w)
+	drain(f)
+	// Again: w's tick is queued now, so f ticks while it waits.
+	h.clock.Advance(fPeriod)
+	waitF(3)
 	release <- struct{}{}
 }

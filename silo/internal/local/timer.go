@@ -15,7 +15,7 @@ import (
 )
 
 // grainTimer is a grain timer: its ticks are turns of the activation. A
-// tick is queued only when the previous one finished, so ticks never
+// tick is fired only when the previous one finished, so ticks never
 // overlap; the next is due a period after the previous ended.
 //
 // A non-interleaving tick goes through the admission gate like an
@@ -52,14 +52,26 @@ type grainTimer struct {
 	// anext links the activation's timers, newest first. Guarded by a.mu.
 	anext *grainTimer
 
-	// slow: the last tick measured took longer than tickInlineMax, or
-	// none has run yet, so the next is queued rather than run inline.
-	// Ticks are timed by the real clock, whatever clock the silo runs on:
-	// queued ticks of a slow timer from ranAt, written and read by the
-	// tick's goroutine; inline ones by the wheel's batch.
-	slow  atomic.Bool
+	// mode says whether the wheel's batch may run the next tick inline
+	// (tickInline, tickTimed, tickQueued). Ticks are timed by the real
+	// clock, whatever clock the silo runs on: a timed tick from ranAt,
+	// written and read by the tick's goroutine; an inline one by the
+	// wheel's batch.
+	mode  atomic.Uint32
 	ranAt time.Duration
 }
+
+// Timer tick modes.
+const (
+	// tickTimed: the timer's ticks are queued and timed, and once one
+	// runs within tickInlineMax the next may run inline. A new timer's.
+	tickTimed uint32 = iota
+	// tickInline: the last tick timed ran within tickInlineMax.
+	tickInline
+	// tickQueued: an inline tick ran longer, holding back its batch; the
+	// timer's ticks are queued from then on.
+	tickQueued
+)
 
 // monoEpoch is the origin of monoNow.
 var monoEpoch = time.Now()
@@ -72,8 +84,9 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // goroutine, when the activation's group is idle (Exec.TryRun). An inline
 // tick costs no run-queue round trip, and touches the timer, the
 // activation and the group while they are in cache. A tick that waits (a
-// grain call, storage) takes longer than this, so it is queued next time
-// and the batch's other ticks do not wait behind it.
+// grain call, storage) takes longer than this: a queued one is queued
+// again next time, and an inline one, which held back the ticks after it
+// in its batch once, makes its timer's ticks queued for good.
 const tickInlineMax = 50 * time.Microsecond
 
 // tickInlineBudget bounds how long a batch turn runs ticks inline; the
@@ -88,7 +101,6 @@ func (a *Activation) registerTimer(name string, fn grain.TimerFunc, due, period 
 		return nil, status.Errorf(codes.InvalidArgument, "granary: RegisterTimer %q: negative due time %v or period %v", name, due, period)
 	}
 	t := &grainTimer{a: a, name: "timer " + name, fn: fn, period: period}
-	t.slow.Store(true)
 	for _, o := range opts {
 		o(&t.opts)
 	}
@@ -163,7 +175,7 @@ func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration, inline bo
 	if !start {
 		return false
 	}
-	if inline && !t.slow.Load() && e.TryRun(a.group, activation.Turn{Name: c.turnName(), Task: c}) {
+	if inline && t.mode.Load() == tickInline && e.TryRun(a.group, activation.Turn{Name: c.turnName(), Task: c}) {
 		return true
 	}
 	a.enqueue(e, c)
@@ -172,7 +184,7 @@ func (t *grainTimer) fireLocked(e *activation.Exec, now time.Duration, inline bo
 
 // run is the tick's turn.
 func (t *grainTimer) run(c *Call) {
-	if t.slow.Load() {
+	if t.mode.Load() == tickTimed {
 		t.ranAt = monoNow()
 	}
 	t.a.Mu.Lock()
@@ -191,8 +203,8 @@ func (t *grainTimer) done(e *activation.Exec, c *Call, panicked bool) {
 	a := t.a
 	a.Mu.Lock()
 	t.inFlight = false
-	if t.slow.Load() {
-		t.slow.Store(monoNow()-t.ranAt > tickInlineMax)
+	if t.mode.Load() == tickTimed && monoNow()-t.ranAt <= tickInlineMax {
+		t.mode.Store(tickInline)
 	}
 	if !t.stopped {
 		switch {

@@ -16,9 +16,9 @@ import (
 // shares its slot with no timer of a later turn of the wheel.
 const TimerWheelSlots = 1024
 
-// timerBatchMax bounds the ticks one batch turn queues, so that a burst
+// timerBatchMax bounds the ticks one batch turn fires, so that a burst
 // of timers due together, such as many registered at once, makes several
-// short turns rather than one long one.
+// turns that other processors can take rather than one long one.
 const TimerBatchMax = 512
 
 // never is the due time of nothing: a slot's min when it is empty, the
@@ -30,19 +30,17 @@ const Never = time.Duration(math.MaxInt64)
 // in, and a sweeper goroutine, woken by one clock timer, collects every
 // timer due by then from the slots of the ticks that passed and hands
 // them, outside the slot locks, to one turn on the pool (timerBatch),
-// which queues their ticks.
+// which fires their ticks: it runs short ones inline (tickInlineMax) and
+// queues the others on its own worker's run queue.
 //
-// A clock timer per grain timer cost, with the real clock, a goroutine and
-// a runtime-timer heap operation per tick, and woke a parked pool worker
-// for each tick alone; with 100 000 one-second timers that was a third of
-// a core. The wheel costs a link and an unlink under an uncontended slot
-// lock per tick, and one wake-up per resolution at most while timers are
-// due. Queuing the ticks from a turn puts them on that worker's own run
-// queue and takes their call records from its processor's pool, where
-// queuing them from the sweeper went through the pool's global queue and
-// woke workers, and took records other processors had freed. A timer
-// whose ticks are short has them run inline by the batch turn instead
-// (tickInlineMax).
+// The wheel costs a link and an unlink under an uncontended slot lock per
+// tick, and one wake-up per resolution at most while timers are due,
+// where a clock timer per grain timer would cost a goroutine and a
+// runtime-timer heap operation per tick and wake a parked worker for each
+// (docs/benchmarks.md#the-timer-wheel). Firing the ticks from a turn
+// takes their call records from that worker's processor's pool and puts
+// queued ticks on its own run queue, rather than through the pool's
+// global queue.
 //
 // The sweeper does not tick: the clock timer is armed for the earliest
 // due time linked, and not at all while no timer is linked, so an idle
@@ -282,7 +280,7 @@ func (w *TimerWheel) dispatch(b *timerBatch) {
 	}
 }
 
-// timerBatch is a sweep's due timers: its turn queues their ticks.
+// timerBatch is a sweep's due timers: its turn fires their ticks.
 type timerBatch struct {
 	w    *TimerWheel
 	now  time.Duration // the sweep's time
@@ -296,21 +294,30 @@ type firing struct {
 	changes uint32
 }
 
-// Run queues the timers' ticks, running short ones inline for up to
+// Run fires the timers' ticks, running short ones inline for up to
 // tickInlineBudget. e is nil when the pool has closed.
 func (b *timerBatch) Run(e *activation.Exec) {
 	now := monoNow()
 	until := now + tickInlineBudget
+	stale := false // ticks were queued since now was read
 	for b.next < len(b.ts) {
 		f := b.ts[b.next]
 		b.next++
+		if stale && f.t.mode.Load() == tickInline {
+			now, stale = monoNow(), false
+		}
 		if !f.t.fireFromWheel(e, f.changes, b.now, e != nil && now < until) {
+			stale = true
 			continue
 		}
-		// One clock read per inline tick times both it and the budget.
+		// One clock read per inline tick times it and the budget.
 		end := monoNow()
 		if end-now > tickInlineMax {
-			f.t.slow.Store(true)
+			// It waited or ran long, holding back the ticks after it:
+			// its ticks are queued from now on, and those after it are
+			// due from the time they are fired.
+			f.t.mode.Store(tickQueued)
+			b.now = b.w.s.Since()
 		}
 		now = end
 	}
