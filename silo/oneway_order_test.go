@@ -164,8 +164,10 @@ func TestOneWayRequestsOutliveDeactivations(t *testing.T) {
 }
 
 // TestFailedOneWayRequestIsLogged: a one-way request whose handler fails
-// cannot tell its sender, so the failure is logged, at most once a minute
-// per silo, with a count of those held back since the last log.
+// cannot tell its sender, so the failure is counted, and logged at most
+// once a minute per silo with a count of those held back since the last
+// log. A refusal at the hard queue limit, logged where it happens, is
+// counted but not logged again.
 func TestFailedOneWayRequestIsLogged(t *testing.T) {
 	t.Parallel()
 	q := newQueueTest(t, true, nil, nil)
@@ -176,31 +178,81 @@ func TestFailedOneWayRequestIsLogged(t *testing.T) {
 	failures := func() []observer.LoggedEntry {
 		return q.logs.FilterMessageSnippet("one-way request failed").AllUntimed()
 	}
-	// tellAndDrain sends a failing one-way request, then a call that runs
-	// after it, by which time the request's turn has ended.
-	tellAndDrain := func() {
+	// tellFailing sends a failing one-way request and waits until the
+	// silo has counted it, which it does once it logged it or held the
+	// log back.
+	tellFailing := func(n uint64) {
 		t.Helper()
 		if _, err := ref.Tell(q.ctx, &probe.Request{Tag: "fail"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ref.Call(q.ctx, &probe.Request{}); err != nil {
-			t.Fatal(err)
-		}
+		testwait.For(t, defaultTestTimeout, fmt.Sprintf("%d one-way failures counted", n), func() bool { return q.s.Stats().OneWayFailures == n })
 	}
-	tellAndDrain()
-	testwait.For(t, defaultTestTimeout, "a log of the failed one-way request", func() bool { return len(failures()) == 1 })
-	f := failures()[0].ContextMap()
+	tellFailing(1)
+	logged := failures()
+	if len(logged) != 1 {
+		t.Fatalf("%d logs of a failed one-way request, want 1", len(logged))
+	}
+	f := logged[0].ContextMap()
 	if f["grain"] != "probe.Probe/f" || f["method"] != "Tell" || f["code"] != "FailedPrecondition" || !strings.Contains(fmt.Sprint(f["error"]), "the grain refuses") {
 		t.Errorf("the log says %v, want grain probe.Probe/f, method Tell, code FailedPrecondition and the handler's error", f)
 	}
-	tellAndDrain()
+	tellFailing(2)
 	if n := len(failures()); n != 1 {
 		t.Fatalf("%d logs of failed one-way requests within a minute, want 1", n)
 	}
 	q.clock.Advance(time.Minute)
-	tellAndDrain()
-	testwait.For(t, defaultTestTimeout, "a second log after a minute", func() bool { return len(failures()) == 2 })
-	if held := failures()[1].ContextMap()["unlogged_since_last"]; held != uint64(1) {
-		t.Errorf("the second log counts %v unlogged, want 1", held)
+	tellFailing(3)
+	logged = failures()
+	if len(logged) != 2 || logged[1].ContextMap()["unlogged_since_last"] != uint64(1) {
+		t.Fatalf("after a minute: logs %v, want a second one counting 1 unlogged", logged)
+	}
+}
+
+// TestOneWayRefusedAtHardLimitIsCountedAndLoggedOnce: a one-way request
+// refused at its activation's hard queue limit has the queue limit's own
+// log, and is counted as a failed one-way request without a second log.
+func TestOneWayRefusedAtHardLimitIsCountedAndLoggedOnce(t *testing.T) {
+	t.Parallel()
+	q := newQueueTest(t, true, nil, map[string][]grain.RegisterOption{
+		probe.ProbeGrainType: {grain.WithQueueLimits(0, 1)},
+	})
+	g, first := q.tellWhileBlocked(t, 2) // the first queues; the second is refused
+	testwait.For(t, defaultTestTimeout, "the refusal counted", func() bool { return q.s.Stats().OneWayFailures == 1 })
+	if n := len(q.logs.FilterMessageSnippet("one-way request was refused").AllUntimed()); n != 1 {
+		t.Errorf("%d logs of the refusal, want 1", n)
+	}
+	if n := len(q.logs.FilterMessageSnippet("one-way request failed").AllUntimed()); n != 0 {
+		t.Errorf("the refusal was logged again as a failure (%d logs)", n)
+	}
+	g.open()
+	q.await(first)
+}
+
+// TestEveryFailedOneWayRequestOfABurstIsCounted: one-way requests that
+// queued behind a running request run in one turn once it ends, and each
+// that fails is counted, not only the last.
+func TestEveryFailedOneWayRequestOfABurstIsCounted(t *testing.T) {
+	t.Parallel()
+	q := newQueueTest(t, true, nil, nil)
+	q.script("fail", func(grain.Context, *probeGrain, *probe.Request) (*probe.Reply, error) {
+		q.event("ran fail")
+		return nil, status.Error(codes.FailedPrecondition, "the grain refuses")
+	})
+	g := q.hold("block")
+	ref := q.probe("k")
+	first := q.send(probe.ProbeGrainType, "k", "block")
+	q.waitEvent("block start")
+	const burst = 5
+	for range burst {
+		if _, err := ref.Tell(q.ctx, &probe.Request{Tag: "fail"}, grain.WithTimeout(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.open()
+	q.await(first)
+	testwait.For(t, defaultTestTimeout, fmt.Sprintf("%d one-way failures counted", burst), func() bool { return q.s.Stats().OneWayFailures == burst })
+	if n := q.runs("fail"); n != burst {
+		t.Errorf("%d of the %d one-way requests ran", n, burst)
 	}
 }

@@ -455,6 +455,11 @@ type Stats struct {
 	Reminders *local.ReminderStats
 	// Overload counts what the silo did to protect itself.
 	Overload OverloadStats
+	// OneWayFailures counts the one-way requests that failed after their
+	// senders were told they were sent: refused, expired, dropped by a
+	// stopping silo, or failed by their handler. The silo logs them too,
+	// at most once a minute.
+	OneWayFailures uint64
 }
 
 // OverloadStats counts a silo's self-protection since it started.
@@ -497,7 +502,7 @@ type ClusterStats struct {
 // returned, only Activations.
 func (s *Silo) Stats() Stats {
 	o := &s.rt.Overload
-	st := Stats{Activations: int(s.rt.Live.Load()), Overload: OverloadStats{
+	st := Stats{Activations: int(s.rt.Live.Load()), OneWayFailures: s.rt.OneWayFailures.Load(), Overload: OverloadStats{
 		QueueWarnings: o.QueueWarnings.Load(), QueueRefusals: o.QueueRefusals.Load(), WaitRefusals: o.WaitRefusals.Load(),
 		LimitRefusals: o.LimitRefusals.Load(), Shed: o.Shed.Load(), Shedding: o.Shedding.Load(),
 		MemoryCollections: o.MemoryCollections.Load(), AbandonedTurns: o.AbandonedTurns.Load(),

@@ -82,6 +82,7 @@ var (
 	loadShedding      = desc("load_shedding", "1 while the silo sheds load (refuses new requests because its CPU use or Go heap is over its limit), else 0.")
 	memoryCollections = desc("memory_collections_total", "Idle activations deactivated because the Go heap was over the memory collection's heap target.")
 	abandonedTurns    = desc("abandoned_turns_total", "Grain turns still running when the silo's close stopped waiting for them, at its close timeout.")
+	oneWayFailures    = desc("oneway_failures_total", "One-way requests that failed after their senders were told they were sent: refused, expired, dropped by a stopping silo, or failed by their handler.")
 
 	remOwned        = desc("reminders_owned", "Reminders scheduled on this silo: those of the ring ranges it owns.")
 	remTicks        = desc("reminder_ticks_total", "Reminder ticks delivered to grains.")
@@ -103,6 +104,7 @@ var siloDescs = []*prometheus.Desc{
 	stateReads, stateWrites, stateClears, stateFailures, stateConflicts,
 	remOwned, remTicks, remFailures, remSkipped, remTardiness, remLoads, remLoadFailures,
 	queueWarnings, queueRefusals, waitRefusals, limitRefusals, concurrencyLimit, concurrency, shedRequests, loadShedding, memoryCollections, abandonedTurns,
+	oneWayFailures,
 }
 
 func (c *siloCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -164,6 +166,7 @@ func (c *siloCollector) Collect(ch chan<- prometheus.Metric) {
 	st := s.Stats()
 	collectScheduler(e, st)
 	collectOverload(e, st.Overload)
+	e.counter(oneWayFailures, st.OneWayFailures)
 	if cl := st.Cluster; cl != nil {
 		collectCluster(e, cl)
 	}

@@ -114,9 +114,9 @@ type Call struct {
 	// whose turn may run the next posted requests too (runPosted).
 	posted bool
 	inline bool // the callee may run on the caller's goroutine (TryRun)
-	// logged: this one-way request's failure was logged where it
-	// happened, so Settle does not log it again.
-	logged bool
+	// quiet: Settle does not log this one-way request's failure: it was
+	// logged where it happened.
+	quiet bool
 	// blocking: this record's turn is inside Context.Blocking, holding no
 	// processor; calls it makes wait as outside callers do.
 	blocking bool
@@ -328,16 +328,25 @@ func (c *Call) Settle(e *activation.Exec, resp proto.Message, err error) bool {
 		c.s.Gw.Reply(c)
 		c.Release()
 	}
-	if err != nil && c.OneWay && !c.logged {
-		c.s.logOneWayFailure(c, err)
+	if err != nil && c.OneWay {
+		c.oneWayFailed(err)
 	}
 	return true
 }
 
-// logOneWayFailure logs a one-way request that failed or was refused:
-// its sender was told it was sent, so the log is all that tells of it.
-// At most one is logged a limitLogInterval, counting those held back.
-func (s *Runtime) logOneWayFailure(c *Call, err error) {
+// oneWayFailed counts a one-way request that failed or was refused: its
+// sender was told it was sent, so the count and a log are all that tell
+// of it. It is not logged when it was logged where it failed (quiet),
+// when its sender cancelled it, or when it was a call to a client's
+// observer, which fails whenever a client leaves. At most one is logged a
+// limitLogInterval, counting those held back.
+func (c *Call) oneWayFailed(err error) {
+	s := c.s
+	// Counted after the log: whoever sees the count sees the log.
+	defer s.OneWayFailures.Add(1)
+	if c.quiet || c.Cancel != nil && c.Cancel.Err() != nil || c.Method != nil && c.Method.Observe != nil {
+		return
+	}
 	held, ok := s.oneWayLog.allow(s.CallNow())
 	if !ok {
 		return

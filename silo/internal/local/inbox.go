@@ -273,6 +273,9 @@ func (c *Call) runPosted(e *activation.Exec) {
 		// The next is offered as any request: an active activation with
 		// no deactivation asked for admits it, and an idle gate with
 		// nothing queued starts it.
+		if c.resErr != nil {
+			c.oneWayFailed(c.resErr) // its record is about to be reused
+		}
 		c.reload(a.popPostedLocked())
 		a.Calls++
 		a.seq++

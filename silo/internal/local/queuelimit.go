@@ -86,7 +86,7 @@ func (a *Activation) overLimit(c *Call, v queueVerdict, depth int) {
 		s.Overload.QueueRefusals.Add(1)
 		err := queueFullError(a, depth)
 		if c.OneWay {
-			c.logged = true
+			c.quiet = true
 			if held, ok := t.overLimit.oneWay.allow(s.CallNow()); ok {
 				s.Log.Warn("a one-way request was refused and dropped: its activation's request queue is at its hard limit",
 					zap.Stringer("grain", a.ID), zap.Uint64("activation", a.ActID), zap.String("type", t.Desc.Type),
@@ -201,6 +201,7 @@ func (c *Call) waitRefused() bool {
 		return false
 	}
 	s.Overload.WaitRefusals.Add(1)
+	c.quiet = true // logged below, with two-way refusals
 	c.resErr = status.Errorf(codes.ResourceExhausted, "granary: %s.%s waited %v for its turn, past the queue wait limit %v; it did not run: retry later",
 		c.ID, c.Method.Name, waited.Round(time.Millisecond), t.Limits.Wait)
 	if held, ok := t.overLimit.wait.allow(s.CallNow()); ok {
@@ -248,6 +249,7 @@ func (s *Runtime) limitAdmitted(e *activation.Exec, c *Call) bool {
 		return true
 	}
 	s.Overload.LimitRefusals.Add(1)
+	c.quiet = true // logged below, with two-way refusals
 	limit, _ := l.Limit()
 	if held, ok := s.limitLog.allow(s.CallNow()); ok {
 		s.Log.Warn("refused new requests: the silo runs as many as keep their latency under its target",

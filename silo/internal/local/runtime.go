@@ -78,8 +78,10 @@ type Runtime struct {
 	ended atomic.Uint64
 	// limitLog rate-limits the logs of refusals at the Limiter's limit.
 	limitLog logEvery
-	// oneWayLog rate-limits the logs of failed one-way requests.
-	oneWayLog logEvery
+	// OneWayFailures counts the one-way requests that failed after their
+	// senders were told they were sent; oneWayLog rate-limits their logs.
+	OneWayFailures atomic.Uint64
+	oneWayLog      logEvery
 
 	// filterChain is the chain of Config.IncomingFilters, or nil for none.
 	filterChain grain.Invocation

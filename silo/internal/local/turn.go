@@ -67,6 +67,7 @@ func (c *Call) Done(e *activation.Exec, err error) {
 	if panicked {
 		a.logger().Error("grain code panicked; deactivating",
 			zap.String("turn", pe.Turn), zap.Any("panic", pe.Value), zap.ByteString("stack", pe.Stack))
+		c.quiet = true
 	}
 	switch {
 	case c.hook == hookActivate:
