@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"runtime"
 	"sync/atomic"
 
 	"github.com/granaryio/granary/activation"
@@ -14,12 +13,9 @@ import (
 )
 
 // maxReroutes bounds how often a request chases activations that ended
-// under it before it fails.
+// under it before it fails: each was a whole activation, made and ended
+// between the request's lookup and its offer.
 const maxReroutes = 8
-
-// maxEndedYields bounds how often Route yields for an activation that
-// turned its request away and is still in the catalog.
-const maxEndedYields = 1000
 
 // Invoke calls a grain from code that is not a grain (a grain passing its
 // own Context is recognised and calls as itself). It implements
@@ -235,8 +231,7 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 	if classified {
 		s.maybeInterleave(t, c)
 	}
-	var ended *Activation // the last activation that turned c away
-	for tries, yields := 0, 0; tries < maxReroutes; {
+	for tries := 0; tries < maxReroutes; {
 		a, remote, queued, err := s.activationFor(c.ID, t, c)
 		switch {
 		case err != nil:
@@ -252,20 +247,17 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 			s.Fail(e, c, Unavailable(s, "it is stopping and activates no new grains"))
 			return
 		}
-		if a == ended && yields < maxEndedYields {
-			// It ended, and whoever ended it is about to take it out of
-			// the catalog: let that run rather than spend the tries.
-			yields++
-			runtime.Gosched()
-			continue
-		}
 		if !classified {
 			s.maybeInterleave(t, c)
 			classified = true
 		}
 		start, retry := a.submit(e, c)
 		if retry {
-			ended = a
+			// It ended, and whoever ended it is about to take it out of
+			// the catalog. Taking it out here, as that would, lets the
+			// request make the next activation now rather than wait for
+			// a goroutine the Go scheduler may not run for a while.
+			s.removeActivation(a)
 			tries++
 			continue
 		}
