@@ -182,6 +182,7 @@ func TestInterleavedTickDroppedDuringClose(t *testing.T) {
 func TestWaitingTickDoesNotHoldBackOtherTimers(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpt{fake: true})
+	h.s.rt.TimerWheel.InlineMax = time.Millisecond // fast's ticks inline even under -race
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	h.script("setup slow", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -237,6 +238,9 @@ func TestWaitingTickDoesNotHoldBackOtherTimers(t *testing.T) {
 func TestTickThatWaitedInlineIsQueuedFromThen(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpt{fake: true})
+	// A short tick is well under a millisecond even under -race; the
+	// waiting ones take longer.
+	h.s.rt.TimerWheel.InlineMax = time.Millisecond
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	h.script("setup w", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
@@ -302,4 +306,57 @@ func TestTickThatWaitedInlineIsQueuedFromThen(t *testing.T) {
 	h.clock.Advance(fPeriod)
 	waitF(3)
 	release <- struct{}{}
+}
+
+// TestInlineTicksAreExclusiveTurns: ticks the wheel's batch runs inline
+// are turns like queued ones: none runs while a request of its grain is
+// in grain code, with requests arriving all along. The tick and the
+// requests write the same field, so under -race an overlap also fails.
+func TestInlineTicksAreExclusiveTurns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{fake: true})
+	h.s.rt.TimerWheel.InlineMax = time.Hour // every tick after the first may run inline
+	var ticks atomic.Int32
+	h.script("setup", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		_, err := ctx.RegisterTimer("t", func(grain.Context) error {
+			if g.inMethod != 0 {
+				t.Errorf("a tick ran while %d requests of its grain were in grain code", g.inMethod)
+			}
+			g.calls++
+			ticks.Add(1)
+			return nil
+		}, time.Second, time.Second)
+		return &probe.Reply{}, err
+	})
+	ref := h.probe("x")
+	if _, err := ref.Call(testCtx(t), &probe.Request{Tag: "setup"}); err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for want := int32(1); want <= 50; want++ {
+		testwait.For(t, defaultTestTimeout, fmt.Sprintf("tick %d", want), func() bool {
+			if ticks.Load() < want {
+				h.clock.Advance(time.Second)
+			}
+			return ticks.Load() >= want
+		})
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -203,7 +203,7 @@ func (t *grainTimer) done(e *activation.Exec, c *Call, panicked bool) {
 	a := t.a
 	a.Mu.Lock()
 	t.inFlight = false
-	if t.mode.Load() == tickTimed && monoNow()-t.ranAt <= tickInlineMax {
+	if t.mode.Load() == tickTimed && monoNow()-t.ranAt <= a.s.TimerWheel.InlineMax {
 		t.mode.Store(tickInline)
 	}
 	if !t.stopped {

@@ -57,6 +57,9 @@ type TimerWheel struct {
 	s     *Runtime
 	Res   time.Duration
 	Exact bool // wake at the due time itself, not the end of its tick
+	// InlineMax is tickInlineMax. A test may set it before it makes any
+	// timer, to say which ticks are short whatever -race costs them.
+	InlineMax time.Duration
 
 	// swept is the last tick whose slot the sweeper visited once that
 	// tick had passed: every timer due in it or before was collected. It
@@ -101,7 +104,7 @@ type timerSlot struct {
 }
 
 func (w *TimerWheel) init(s *Runtime, res time.Duration) {
-	w.s, w.Res, w.Exact = s, res, !s.realClock
+	w.s, w.Res, w.Exact, w.InlineMax = s, res, !s.realClock, tickInlineMax
 	w.swept.Store(int64(s.Since()/res) - 1)
 	for i := range w.slots {
 		w.slots[i].min.Store(int64(Never))
@@ -312,7 +315,7 @@ func (b *timerBatch) Run(e *activation.Exec) {
 		}
 		// One clock read per inline tick times it and the budget.
 		end := monoNow()
-		if end-now > tickInlineMax {
+		if end-now > b.w.InlineMax {
 			// It waited or ran long, holding back the ticks after it:
 			// its ticks are queued from now on, and those after it are
 			// due from the time they are fired.
