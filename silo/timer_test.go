@@ -187,12 +187,8 @@ func TestWaitingTickDoesNotHoldBackOtherTimers(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	h.script("setup slow", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		_, err := ctx.RegisterTimer("slow", func(ctx grain.Context) error {
-			start := time.Now()
 			h.event("slow tick")
-			ctx.Blocking(func() { <-release })
-			for time.Since(start) < 2*time.Millisecond {
-				runtime.Gosched() // long, however soon the test released it
-			}
+			waitLong(ctx, release)
 			return nil
 		}, time.Second, time.Second)
 		return &probe.Reply{}, err
@@ -205,11 +201,7 @@ func TestWaitingTickDoesNotHoldBackOtherTimers(t *testing.T) {
 		return &probe.Reply{}, err
 	})
 	slow, fast := h.probe("slow"), h.probe("fast")
-	for ref, tag := range map[probe.ProbeRef]string{slow: "setup slow", fast: "setup fast"} {
-		if _, err := ref.Call(testCtx(t), &probe.Request{Tag: tag}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	callTagged(t, map[probe.ProbeRef]string{slow: "setup slow", fast: "setup fast"})
 	// First ticks, apart. A call after each tick returns once the tick's
 	// turn ended, and with it the timer was armed again: slow's next tick
 	// is due 10 ms before fast's, so the sweep that collects both takes
@@ -251,11 +243,7 @@ func TestTickThatWaitedInlineIsQueuedFromThen(t *testing.T) {
 			if n == 1 {
 				return nil // short: the next tick may run inline
 			}
-			start := time.Now()
-			ctx.Blocking(func() { <-release })
-			for time.Since(start) < 2*time.Millisecond {
-				runtime.Gosched() // long, however soon the test released it
-			}
+			waitLong(ctx, release)
 			return nil
 		}, time.Second, time.Second)
 		return &probe.Reply{}, err
@@ -283,11 +271,7 @@ func TestTickThatWaitedInlineIsQueuedFromThen(t *testing.T) {
 		t.Helper()
 		testwait.For(t, defaultTestTimeout, fmt.Sprintf("f's tick %d", n), func() bool { return fTicks.Load() == n })
 	}
-	for ref, tag := range map[probe.ProbeRef]string{w: "setup w", f: "setup f"} {
-		if _, err := ref.Call(testCtx(t), &probe.Request{Tag: tag}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	callTagged(t, map[probe.ProbeRef]string{w: "setup w", f: "setup f"})
 	h.clock.Advance(time.Second) // w's first tick, short
 	h.waitEvent("w tick")
 	drain(w)
@@ -358,5 +342,26 @@ func TestInlineTicksAreExclusiveTurns(t *testing.T) {
 	close(stop)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitLong is a tick's wait: it blocks until the test sends on release,
+// and returns no sooner than 2 ms after it began, so that the tick counts
+// as long however soon the test released it.
+func waitLong(ctx grain.Context, release <-chan struct{}) {
+	start := time.Now()
+	ctx.Blocking(func() { <-release })
+	for time.Since(start) < 2*time.Millisecond {
+		runtime.Gosched()
+	}
+}
+
+// callTagged calls each ref with a request tagged with its tag.
+func callTagged(t *testing.T, tags map[probe.ProbeRef]string) {
+	t.Helper()
+	for ref, tag := range tags {
+		if _, err := ref.Call(testCtx(t), &probe.Request{Tag: tag}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
