@@ -55,11 +55,32 @@ type post struct {
 	n uint32
 }
 
+// postPool holds free posts, and chains of them linked by next: a sender
+// takes a post from the pool of its processor, and the worker that made
+// them call records returns the posts of its burst as one chain
+// (runPosted). Senders and workers mostly run on different processors,
+// so returned one by one, nearly every post a sender takes would be
+// stolen from another processor's pool; a chain costs one steal, and the
+// sender keeps the rest in its own pool's private slot.
 var postPool = sync.Pool{New: func() any { return new(post) }}
 
-func freePost(p *post) {
-	*p = post{}
-	postPool.Put(p)
+// getPost takes a free post, putting back the rest of its chain.
+func getPost() *post {
+	p := postPool.Get().(*post)
+	if rest := p.next; rest != nil {
+		p.next = nil
+		postPool.Put(rest)
+	}
+	return p
+}
+
+// freePost returns p to the pool.
+func freePost(p *post) { postPool.Put(clearPost(p, nil)) }
+
+// clearPost clears p, which links to next, for reuse, and returns it.
+func clearPost(p, next *post) *post {
+	*p = post{next: next}
+	return p
 }
 
 // busyInbox is the bottom of an activation's inbox while a request holds
@@ -101,7 +122,7 @@ func (s *Runtime) postOneWay(ctx context.Context, id grain.ID, m *grain.MethodDe
 	if backlog >= postBacklog || t.Limits.Hard > 0 && backlog >= t.Limits.Hard-1 {
 		return false
 	}
-	p := postPool.Get().(*post)
+	p := getPost()
 	p.method, p.req = m, req
 	p.due = s.CallNow() + s.CallTimeout(o.Timeout)
 	if d, ok := ctx.Deadline(); ok {
@@ -222,17 +243,17 @@ func (a *Activation) callOf(p *post) *Call {
 	c := a.s.NewCall(1)
 	c.act = a
 	c.fill(p)
+	freePost(p)
 	return c
 }
 
 // fill makes c, a record with its activation set, the record of posted
-// request p, and frees p.
+// request p; the caller frees p.
 func (c *Call) fill(p *post) {
 	c.ID, c.Method, c.Req, c.OneWay = c.act.ID, p.method, p.req, true
 	c.Due, c.exact, c.Cancel, c.Headers = p.due, p.exact, p.cancel, p.headers
 	c.kind = kindOf(p.method)
 	c.posted = true
-	freePost(p)
 }
 
 // postedRun bounds the posted requests one turn runs, so that a flood to
@@ -250,6 +271,12 @@ const postedRun = 64
 // handler that panics leaves its request to the turn's panic handling.
 func (c *Call) runPosted(e *activation.Exec) {
 	a := c.act
+	var freed *post // the posts run, returned as one chain
+	defer func() {
+		if freed != nil {
+			postPool.Put(freed)
+		}
+	}()
 	for range postedRun {
 		a.Mu.Lock()
 		if p := a.inbox.Load(); p != nil && p != busyInbox {
@@ -276,7 +303,9 @@ func (c *Call) runPosted(e *activation.Exec) {
 		if c.resErr != nil {
 			c.oneWayFailed(c.resErr) // its record is about to be reused
 		}
-		c.reload(a.popPostedLocked())
+		p := a.popPostedLocked()
+		c.reload(p)
+		freed = clearPost(p, freed)
 		a.Calls++
 		a.seq++
 		c.seq = a.seq
@@ -291,8 +320,8 @@ func (c *Call) runPosted(e *activation.Exec) {
 }
 
 // reload makes c, the record of a posted request whose turn ended, the
-// record of posted request p, as Release and callOf would. c keeps its
-// activation and its turn's worker. mu held.
+// record of posted request p, as Release and callOf would, but for
+// freeing p. c keeps its activation and its turn's worker. mu held.
 func (c *Call) reload(p *post) {
 	s, a, e := c.s, c.act, c.exec
 	c.Ctx.stopDerived()
