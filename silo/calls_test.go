@@ -537,3 +537,56 @@ func TestAwaitFromTwoGoroutines(t *testing.T) {
 		}
 	}
 }
+
+// TestPostedOneWayRequestsCarryTheirSendersContext: one-way requests from
+// outside the silo to an active grain carry their own sender's headers
+// and deadline, and a request whose context has neither carries none of
+// those of the request before it.
+func TestPostedOneWayRequestsCarryTheirSendersContext(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpt{})
+	type seen struct {
+		header   string
+		deadline time.Time
+	}
+	var mu sync.Mutex
+	got := map[int64]seen{}
+	h.script("note", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
+		d, _ := ctx.Deadline()
+		mu.Lock()
+		got[req.N] = seen{grain.Header(ctx, "k"), d}
+		mu.Unlock()
+		return nil, nil
+	})
+	ref := h.probe("p")
+	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(7 * time.Second) // before the 30 s response timeout
+	withAll, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	const n = 400
+	for i := range int64(n) {
+		ctx := context.Background()
+		if i%2 == 0 {
+			ctx = grain.WithHeader(withAll, "k", fmt.Sprint(i))
+		}
+		if _, err := ref.Tell(ctx, &probe.Request{Tag: "note", N: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.For(t, defaultTestTimeout, "every request ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == n
+	})
+	for i := range int64(n) {
+		s := got[i]
+		if i%2 == 0 && (s.header != fmt.Sprint(i) || !s.deadline.Equal(deadline)) {
+			t.Fatalf("request %d saw header %q and deadline %v, want %q and %v", i, s.header, s.deadline, fmt.Sprint(i), deadline)
+		}
+		if i%2 == 1 && (s.header != "" || s.deadline.Equal(deadline)) {
+			t.Fatalf("request %d, sent without headers or a deadline, saw header %q and deadline %v", i, s.header, s.deadline)
+		}
+	}
+}
