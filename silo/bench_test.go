@@ -273,10 +273,11 @@ func (g *timerGrain) Call(ctx grain.Context, req *probe.Request) (*probe.Reply, 
 }
 
 // BenchmarkTimerTicks is grain timer ticks at a fixed rate: 10,000
-// grains each with a timer of a 20 ms period, half a million ticks a
-// second, which two cores fire on time. cpu-ns/tick is the process's CPU
-// time over the ticks: the timers scenario's figure, without its idle
-// noise, at a rate that makes the ticks the process's main work.
+// grains each with a timer of a 20 ms period ask for half a million ticks
+// a second, about what two cores keep up with. cpu-ns/tick is the
+// process's CPU time over the ticks: the timers scenario's figure,
+// without its idle noise, at a rate that makes the ticks the process's
+// main work.
 func BenchmarkTimerTicks(b *testing.B) {
 	ticked := &tally{reached: make(chan struct{}, 1)}
 	s := startBenchSilo(b, func() probe.ProbeGrain { return &timerGrain{ticked: ticked} })

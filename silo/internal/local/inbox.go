@@ -57,7 +57,7 @@ type post struct {
 
 // postPool holds free posts, and chains of them linked by next: a sender
 // takes a post from the pool of its processor, and the worker that made
-// them call records returns the posts of its burst as one chain
+// their call records returns the posts of its burst as one chain
 // (runPosted). Senders and workers mostly run on different processors,
 // so returned one by one, nearly every post a sender takes would be
 // stolen from another processor's pool; a chain costs one steal, and the
