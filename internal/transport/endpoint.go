@@ -264,11 +264,25 @@ func (ep *endpoint) waitForRoom(spacec chan struct{}, deadline time.Time) bool {
 	}
 }
 
+// Spare frames. A burst queues frames faster than the writer sends them,
+// each filled to MaxBatchBytes; reusing sent ones saves allocating a frame
+// and growing it by doubling from a few kilobytes, which under a flood of
+// one-way calls was half of what the sender allocated. Between bursts the
+// writer keeps only a few.
+const (
+	burstSpares = 16
+	idleSpares  = 4
+)
+
 func (ep *endpoint) newBufLocked() []byte {
 	if n := len(ep.spare); n > 0 {
 		b := ep.spare[n-1]
 		ep.spare = ep.spare[:n-1]
 		return b[:0]
+	}
+	if len(ep.frames) > 0 {
+		// A burst: this frame will fill as the ones queued before it did.
+		return make([]byte, 0, ep.t.cfg.MaxBatchBytes)
 	}
 	return make([]byte, 0, 4096)
 }
@@ -334,13 +348,24 @@ func (ep *endpoint) flush(ctx context.Context) {
 	}
 }
 
-// recycle keeps a few sent frames for reuse. Writer only.
+// recycle keeps sent frames for reuse, up to burstSpares. Writer only.
 func (ep *endpoint) recycle(frames [][]byte) {
 	ep.mu.Lock()
 	for _, f := range frames {
-		if len(ep.spare) < 4 && cap(f) <= 1<<20 {
+		if len(ep.spare) < burstSpares && cap(f) <= 1<<20 {
 			ep.spare = append(ep.spare, f[:0])
 		}
+	}
+	ep.mu.Unlock()
+}
+
+// trimSpares lets all but idleSpares spare frames go, once a burst is
+// sent. Writer only.
+func (ep *endpoint) trimSpares() {
+	ep.mu.Lock()
+	if len(ep.spare) > idleSpares {
+		clear(ep.spare[idleSpares:])
+		ep.spare = ep.spare[:idleSpares]
 	}
 	ep.mu.Unlock()
 }
@@ -366,6 +391,7 @@ func (ep *endpoint) writeLoop() {
 			runtime.Gosched()
 			batch, envs = ep.take(batch[:0], envs[:0])
 			if len(batch) == 0 {
+				ep.trimSpares()
 				if ep.sendFinished() {
 					if err := ep.conn.CloseSend(); err != nil {
 						ep.t.log.Debug("half-closing a stream failed", zap.String("peer", ep.peer), zap.Error(err))

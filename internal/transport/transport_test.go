@@ -782,3 +782,41 @@ func TestForgetOnlyUnusedAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestSpareFramesKeptForABurstAndTrimmedAfter: the writer keeps up to
+// burstSpares sent frames for reuse while a burst lasts and idleSpares
+// once it is sent, and a frame begun behind queued ones is made at full
+// size rather than grown to it.
+func TestSpareFramesKeptForABurstAndTrimmedAfter(t *testing.T) {
+	t.Parallel()
+	p := newPair(t, func(c *Config) { c.MaxBatchBytes = 8192 })
+	ep := &endpoint{t: p.a} // no writer: the test plays it
+	ep.mu.Lock()
+	if b := ep.newBufLocked(); cap(b) >= 8192 {
+		t.Errorf("a frame begun with none queued has room for %d bytes, want less than MaxBatchBytes", cap(b))
+	}
+	ep.frames = append(ep.frames, make([]byte, 8000))
+	if b := ep.newBufLocked(); cap(b) != 8192 {
+		t.Errorf("a frame begun behind a queued one has room for %d bytes, want MaxBatchBytes (8192)", cap(b))
+	}
+	ep.frames = nil
+	ep.mu.Unlock()
+
+	sent := make([][]byte, 2*burstSpares)
+	for i := range sent {
+		sent[i] = make([]byte, 8000, 8192)
+	}
+	ep.recycle(sent)
+	if n := len(ep.spare); n != burstSpares {
+		t.Fatalf("%d spare frames kept from a burst of %d, want %d", n, len(sent), burstSpares)
+	}
+	ep.trimSpares()
+	if n := len(ep.spare); n != idleSpares {
+		t.Fatalf("%d spare frames kept after the burst, want %d", n, idleSpares)
+	}
+	ep.mu.Lock()
+	if b := ep.newBufLocked(); cap(b) != 8192 || len(b) != 0 {
+		t.Errorf("a spare frame came back with length %d and room %d, want an empty sent frame", len(b), cap(b))
+	}
+	ep.mu.Unlock()
+}
