@@ -265,10 +265,9 @@ func (ep *endpoint) waitForRoom(spacec chan struct{}, deadline time.Time) bool {
 }
 
 // Spare frames. A burst queues frames faster than the writer sends them,
-// each filled to MaxBatchBytes; reusing sent ones saves allocating a frame
-// and growing it by doubling from a few kilobytes, which under a flood of
-// one-way calls was half of what the sender allocated. Between bursts the
-// writer keeps only a few.
+// each filled to MaxBatchBytes; reusing sent ones saves allocating each
+// frame of a flood and growing it by doubling from a few kilobytes.
+// Between bursts the writer keeps only a few.
 const (
 	burstSpares = 16
 	idleSpares  = 4
