@@ -311,9 +311,12 @@ func (ep *endpoint) take(out [][]byte, envs []int) ([][]byte, []int) {
 		ep.spacec = make(chan struct{})
 	}
 	ep.sending = len(out) > 0
-	if !ep.sending && ep.flushc != nil {
-		close(ep.flushc)
-		ep.flushc = nil
+	if !ep.sending {
+		ep.trimSparesLocked() // the burst is sent
+		if ep.flushc != nil {
+			close(ep.flushc)
+			ep.flushc = nil
+		}
 	}
 	return out, envs
 }
@@ -358,15 +361,13 @@ func (ep *endpoint) recycle(frames [][]byte) {
 	ep.mu.Unlock()
 }
 
-// trimSpares lets all but idleSpares spare frames go, once a burst is
-// sent. Writer only.
-func (ep *endpoint) trimSpares() {
-	ep.mu.Lock()
+// trimSparesLocked lets all but idleSpares spare frames go, once a burst
+// is sent. mu held.
+func (ep *endpoint) trimSparesLocked() {
 	if len(ep.spare) > idleSpares {
 		clear(ep.spare[idleSpares:])
 		ep.spare = ep.spare[:idleSpares]
 	}
-	ep.mu.Unlock()
 }
 
 // writeLoop sends what is queued until the endpoint breaks. A dialled
@@ -390,7 +391,6 @@ func (ep *endpoint) writeLoop() {
 			runtime.Gosched()
 			batch, envs = ep.take(batch[:0], envs[:0])
 			if len(batch) == 0 {
-				ep.trimSpares()
 				if ep.sendFinished() {
 					if err := ep.conn.CloseSend(); err != nil {
 						ep.t.log.Debug("half-closing a stream failed", zap.String("peer", ep.peer), zap.Error(err))

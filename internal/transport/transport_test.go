@@ -810,7 +810,9 @@ func TestSpareFramesKeptForABurstAndTrimmedAfter(t *testing.T) {
 	if n := len(ep.spare); n != burstSpares {
 		t.Fatalf("%d spare frames kept from a burst of %d, want %d", n, len(sent), burstSpares)
 	}
-	ep.trimSpares()
+	if out, _ := ep.take(nil, nil); len(out) != 0 {
+		t.Fatalf("take found %d frames queued, want none", len(out))
+	}
 	if n := len(ep.spare); n != idleSpares {
 		t.Fatalf("%d spare frames kept after the burst, want %d", n, idleSpares)
 	}
