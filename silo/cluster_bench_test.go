@@ -111,16 +111,25 @@ func benchPair(b *testing.B) (caller *Silo, told *tally) {
 // configuration.
 func benchPairWith(b *testing.B, tweak func(name string) func(*Config)) (caller *Silo, told *tally) {
 	told = &tally{reached: make(chan struct{}, 1)}
-	callee := grpcSiloWith(b, "callee", nil, func(s *Silo) {
-		if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchProbe{told: told} }); err != nil {
-			b.Fatal(err)
+	caller, _ = probePair(b, func() probe.ProbeGrain { return &benchProbe{told: told} }, tweak)
+	return caller, told
+}
+
+// probePair starts two silos on loopback: callee, which hosts the probe
+// grains newProbe makes, and caller, which hosts none, so that every
+// probe call made through caller runs on callee. tweak(name) changes
+// each silo's configuration.
+func probePair(tb testing.TB, newProbe func() probe.ProbeGrain, tweak func(name string) func(*Config)) (caller, callee *Silo) {
+	callee = grpcSiloWith(tb, "callee", nil, func(s *Silo) {
+		if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return newProbe() }); err != nil {
+			tb.Fatal(err)
 		}
 	}, tweak("callee"))
-	caller = grpcSiloWith(b, "caller", []string{gossipAddr(callee)}, nil, tweak("caller"))
-	testwait.For(b, defaultTestTimeout, "the caller to see the callee host probes", func() bool {
+	caller = grpcSiloWith(tb, "caller", []string{gossipAddr(callee)}, nil, tweak("caller"))
+	testwait.For(tb, defaultTestTimeout, "the caller to see the callee host probes", func() bool {
 		return hostsOf(caller, probe.ProbeGrainType) == 1
 	})
-	return caller, told
+	return caller, callee
 }
 
 // BenchmarkCrossSiloCall is one call at a time from one silo to a grain

@@ -60,8 +60,15 @@ func TestOneWayRequestsRunInTheOrderSent(t *testing.T) {
 	// request out of order).
 	cfg.QueueLimits = QueueLimits{}
 	s := startProbeSilo(t, cfg, func() probe.ProbeGrain { return &sequenceProbe{last: map[string]int64{}} })
+	sendInOrder(t, probe.NewProbeRef(s, "ordered"), senders, each, 25_000)
+}
+
+// sendInOrder has senders goroutines each send each one-way requests to
+// ref, numbered from 1, and after every every-th a call that checks that
+// the grain, a sequenceProbe, ran them all in order.
+func sendInOrder(t *testing.T, ref probe.ProbeRef, senders int, each, every int64) {
+	t.Helper()
 	ctx := testwait.Context(t, 5*time.Minute)
-	ref := probe.NewProbeRef(s, "ordered")
 	var wg sync.WaitGroup
 	errs := make(chan error, senders)
 	for i := range senders {
@@ -72,7 +79,7 @@ func TestOneWayRequestsRunInTheOrderSent(t *testing.T) {
 					errs <- fmt.Errorf("%s's one-way request %d: %w", tag, n, err)
 					return
 				}
-				if n%25_000 != 0 {
+				if n%every != 0 {
 					continue
 				}
 				r, err := ref.Call(ctx, &probe.Request{Tag: tag})

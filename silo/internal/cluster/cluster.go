@@ -77,6 +77,13 @@ type Cluster struct {
 	// their senders may cancel.
 	cancels local.CancelTable
 
+	// resolving holds, per grain being located, the calls queued behind
+	// its lookup, oldest first; resolvingN counts its grains (see
+	// Resolve). resolveMu.
+	resolveMu  sync.Mutex
+	resolving  map[grain.ID][]waiting
+	resolvingN atomic.Int32
+
 	// obsLookups holds, per client, the directory lookup of its home in
 	// flight and the observer calls queued behind it. obsMu.
 	obsMu      sync.Mutex

@@ -25,48 +25,6 @@ const maxForwards = 2
 // directoryTimeout bounds a directory request to another silo.
 const directoryTimeout = 10 * time.Second
 
-// Resolve routes a call whose grain has no activation on this silo: to
-// the silo the directory names, else to the silo placement picks. t is
-// nil when this silo does not host the type. The call's callee ownership
-// passes on with it.
-//
-// A call that another silo passed on here, believing its activation was
-// here, asks the grain's owner rather than this silo's cache: after a
-// membership change two silos' caches can each name the other, and
-// trusting them would bounce the call until its hop bound, and every
-// call after it, for as long as both entries live.
-func (cl *Cluster) Resolve(c *local.Call, t *local.GrainType) {
-	lookup := cl.Dir.Lookup
-	if c.Hops > 0 {
-		lookup = cl.Dir.LookupOwner
-	} else if e, ok := cl.Dir.CachedLookup(c.ID); ok && e.Silo != cl.SelfID {
-		cl.Forward(e, c, false)
-		return
-	}
-	lookup(c.ID, func(e directory.Entry, found bool, err error) {
-		switch {
-		case err != nil && cl.retryLater(c, func() { cl.Resolve(c, t) }):
-		case err != nil:
-			cl.s.Fail(nil, c, status.Errorf(codes.Unavailable, "granary: locating %s: %v", c.ID, status.Convert(err).Message()))
-		case found && e.Silo != cl.SelfID:
-			cl.Forward(e, c, false)
-		case found && cl.s.ActivationByID(c.ID, e.Activation) != nil:
-			// Made here since the call missed the catalog.
-			c.PlacedHere = true
-			cl.s.Route(nil, c)
-		default:
-			if found {
-				// The entry names an activation of this silo that is
-				// gone: its unregistration is late or was lost. (An
-				// activation is in the catalog before it registers.)
-				cl.Dir.Invalidate(c.ID, e)
-				cl.Dir.Unregister(c.ID, e)
-			}
-			cl.place(c, t)
-		}
-	})
-}
-
 // maxDirectoryRetries bounds how often a call retries a directory request
 // that failed while a membership change spread: the silos' rings
 // disagreed, or the new owner of the grain was still recovering entries
@@ -97,8 +55,9 @@ func (cl *Cluster) retryLater(c *local.Call, retry func()) bool {
 }
 
 // place picks a silo for a grain that has no activation anywhere and
-// sends the call there, or activates the grain here.
-func (cl *Cluster) place(c *local.Call, t *local.GrainType) {
+// sends the call there, or activates the grain here. It reports where the
+// call went, for the calls queued behind it to follow.
+func (cl *Cluster) place(c *local.Call, t *local.GrainType) resolution {
 	v := cl.View.Load()
 	req := placement.Request{Grain: c.ID, Local: cl.SelfID, Candidates: v.Hosts[c.ID.Type]}
 	stopping := cl.s.Stopping.Load()
@@ -126,15 +85,13 @@ func (cl *Cluster) place(c *local.Call, t *local.GrainType) {
 			err = local.UnknownType(c.ID)
 		}
 		cl.s.Fail(nil, c, err)
-		return
+		return resolution{}
 	}
 	if to == cl.SelfID {
-		c.PlacedHere = true
-		cl.s.Route(nil, c)
-		return
+		return cl.routeHere(c)
 	}
 	cl.placer.Placed(to)
-	cl.Forward(directory.Entry{Silo: to}, c, true)
+	return cl.forwardTo(directory.Entry{Silo: to}, c, true)
 }
 
 // strategyOf maps a type's options onto a placement strategy.
