@@ -538,6 +538,27 @@ func TestAwaitFromTwoGoroutines(t *testing.T) {
 	}
 }
 
+// tellAlternatingContexts sends n one-way requests tagged tag to ref,
+// numbered by N from 0: the even ones with the header "k" set to their
+// number and a deadline 7 s away, which it returns, well before the 30 s
+// response timeout; the odd ones with neither.
+func tellAlternatingContexts(t *testing.T, ref probe.ProbeRef, n int64, tag string) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(7 * time.Second)
+	withAll, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for i := range n {
+		ctx := context.Background()
+		if i%2 == 0 {
+			ctx = grain.WithHeader(withAll, "k", fmt.Sprint(i))
+		}
+		if _, err := ref.Tell(ctx, &probe.Request{Tag: tag, N: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return deadline
+}
+
 // TestPostedOneWayRequestsCarryTheirSendersContext: one-way requests from
 // outside the silo to an active grain carry their own sender's headers
 // and deadline, and a request whose context has neither carries none of
@@ -562,19 +583,8 @@ func TestPostedOneWayRequestsCarryTheirSendersContext(t *testing.T) {
 	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(7 * time.Second) // before the 30 s response timeout
-	withAll, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
 	const n = 400
-	for i := range int64(n) {
-		ctx := context.Background()
-		if i%2 == 0 {
-			ctx = grain.WithHeader(withAll, "k", fmt.Sprint(i))
-		}
-		if _, err := ref.Tell(ctx, &probe.Request{Tag: "note", N: i}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deadline := tellAlternatingContexts(t, ref, n, "note")
 	testwait.For(t, defaultTestTimeout, "every request ran", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -1,9 +1,19 @@
 package silo
 
 import (
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/internal/testwait"
+	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/proto/probe"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // TestOneWayRequestsFromAnotherSiloRunInTheOrderSent: one-way requests
@@ -18,4 +28,101 @@ func TestOneWayRequestsFromAnotherSiloRunInTheOrderSent(t *testing.T) {
 		return func(cfg *Config) { cfg.QueueLimits = QueueLimits{} }
 	})
 	sendInOrder(t, probe.NewProbeRef(caller, "ordered"), 4, 100_000, 10_000)
+}
+
+// contextProbe notes the header "k" and the deadline each one-way
+// request sees, by the request's N.
+type contextProbe struct {
+	probe.UnimplementedProbeGrain
+	mu  *sync.Mutex
+	got map[int64]seenContext
+}
+
+type seenContext struct {
+	header   string
+	deadline time.Time
+}
+
+func (g *contextProbe) Call(grain.Context, *probe.Request) (*probe.Reply, error) {
+	return &probe.Reply{}, nil
+}
+
+func (g *contextProbe) Tell(ctx grain.Context, req *probe.Request) (*emptypb.Empty, error) {
+	d, _ := ctx.Deadline()
+	g.mu.Lock()
+	g.got[req.N] = seenContext{grain.Header(ctx, "k"), d}
+	g.mu.Unlock()
+	return empty, nil
+}
+
+// TestOneWayRequestsFromAnotherSiloCarryTheirSendersContext: one-way
+// requests from a silo to an active grain on another carry their own
+// sender's headers and deadline, and a request whose context has neither
+// carries none of those of the request before it.
+func TestOneWayRequestsFromAnotherSiloCarryTheirSendersContext(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	got := map[int64]seenContext{}
+	caller, _ := probePair(t, func() probe.ProbeGrain { return &contextProbe{mu: &mu, got: got} }, func(string) func(*Config) { return nil })
+	ref := probe.NewProbeRef(caller, "p")
+	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	deadline := tellAlternatingContexts(t, ref, n, "")
+	testwait.For(t, defaultTestTimeout, "every request ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range int64(n) {
+		s := got[i]
+		// A deadline crosses silos as the time left, read from each
+		// silo's coarse call clock: it arrives a little off.
+		near := s.deadline.Sub(deadline).Abs() < time.Second
+		if i%2 == 0 && (s.header != fmt.Sprint(i) || !near) {
+			t.Fatalf("request %d saw header %q and deadline %v, want %q and within a second of %v", i, s.header, s.deadline, fmt.Sprint(i), deadline)
+		}
+		if i%2 == 1 && (s.header != "" || near) {
+			t.Fatalf("request %d, sent without headers or a deadline, saw header %q and deadline %v", i, s.header, s.deadline)
+		}
+	}
+}
+
+// TestUndecodableOneWayRequestFromAnotherSiloIsCountedAndLogged: a
+// one-way request from another silo whose request does not decode as its
+// method's fails in its grain's turn: counted and logged as a failed
+// one-way request with InvalidArgument, and the grain goes on.
+func TestUndecodableOneWayRequestFromAnotherSiloIsCountedAndLogged(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.WarnLevel)
+	tc := newTestCluster(t, []string{"a", "b"}, clusterOpt{tweak: func(cfg *Config) { cfg.Logger = zap.New(core) }})
+	a, b := tc.silo("a"), tc.silo("b")
+	k := tc.keyOn(b) // active on b
+	tell := -1
+	for i, m := range probe.Probe_ServiceDesc.Methods {
+		if m.Name == "Tell" {
+			tell = i
+		}
+	}
+	env := &granaryv1.Envelope{Kind: granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY, GrainType: probe.ProbeGrainType, GrainKey: k,
+		Method: "Tell", MethodIndex: uint32(tell), Payload: []byte{0xff, 0xff, 0xff}}
+	if err := a.cl.Tport.Send(b.Member(), env, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, defaultTestTimeout, "the failure counted", func() bool { return b.Stats().OneWayFailures == 1 })
+	logged := logs.FilterMessageSnippet("one-way request failed").AllUntimed()
+	if len(logged) != 1 || logged[0].ContextMap()["code"] != "InvalidArgument" {
+		t.Fatalf("logs of the failure: %v, want one with code InvalidArgument", logged)
+	}
+	if _, err := probe.NewProbeRef(a, k).Tell(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, defaultTestTimeout, "a good one-way request to run", func() bool {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		return tc.told[k] == 1
+	})
 }

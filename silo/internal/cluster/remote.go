@@ -325,6 +325,9 @@ func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.Cfg.MaxCallChain, id)
 		return
 	}
+	if !r.Expects() && !env.Observer && s.PostIncoming(env, id, m, fresh) {
+		return
+	}
 	c := s.Incoming(from, env, id, m, r, local.RemoteWaiter, &cl.cancels, &cl.Inflight)
 	if !fresh {
 		c.Arrived = 0 // admitted work: its wait is neither bounded nor timed

@@ -42,7 +42,7 @@ import (
 // offered only when the queue is empty of what could start before them.
 
 // A post is a one-way request waiting in an inbox: what its call record
-// needs from the sender.
+// needs from the sender. 128 bytes, two cache lines.
 type post struct {
 	next    *post
 	method  *grain.MethodDesc
@@ -51,8 +51,13 @@ type post struct {
 	exact   time.Time
 	cancel  context.Context
 	headers any
+	// raw is the encoded request of a one-way call from another silo
+	// (PostIncoming), req's stand-in until its turn decodes it; hops is
+	// the record's Hops.
+	raw []byte
 	// n is its ordinal among the activation's posted, for postedLenLocked.
-	n uint32
+	n    uint32
+	hops uint32
 }
 
 // postPool holds free posts, and chains of them linked by next: a sender
@@ -97,29 +102,14 @@ const (
 )
 
 // postOneWay sends a one-way call from outside any grain through the
-// inbox, if it may: a method of a type this silo hosts without a
-// stateless worker set or an interleaving predicate, to an activation in
-// the catalog. It reports false when the call must take the ordinary
-// path, which also gives every error.
+// inbox, if it may (see inboxOf). It reports false when the call must
+// take the ordinary path, which also gives every error.
 func (s *Runtime) postOneWay(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, o grainrt.CallOptions) bool {
-	if m == nil || o.Outside || !s.ready.Load() || s.Stopping.Load() {
+	if o.Outside {
 		return false
 	}
-	t := s.ByMethod[m]
-	if t == nil || t.Desc.Type != id.Type || t.Opts.StatelessWorker || t.Opts.MayInterleave != nil {
-		return false
-	}
-	a, ok := t.Acts.Load(id.Key)
-	if !ok {
-		return false
-	}
-	// A sender that outruns the activation, or nears its queue's hard
-	// limit, takes the ordinary path, which decides under mu: its call is
-	// refused (and counted) at the limit now, not when a long turn ends,
-	// and the lock it shares with the worker slows it to the worker's
-	// pace.
-	backlog := int(a.backlog.Load() + a.inboxN.Load())
-	if backlog >= postBacklog || t.Limits.Hard > 0 && backlog >= t.Limits.Hard-1 {
+	a := s.inboxOf(id, m)
+	if a == nil {
 		return false
 	}
 	p := getPost()
@@ -136,6 +126,35 @@ func (s *Runtime) postOneWay(ctx context.Context, id grain.ID, m *grain.MethodDe
 	p.headers = ctx.Value(headerCtxKey)
 	a.post(p)
 	return true
+}
+
+// inboxOf returns the activation whose inbox a one-way call of m to id
+// may be posted to, or nil when the call must take the ordinary path: m
+// must be a method of a type this silo hosts without a stateless worker
+// set or an interleaving predicate, and id's activation must be in the
+// catalog with room in its queue.
+func (s *Runtime) inboxOf(id grain.ID, m *grain.MethodDesc) *Activation {
+	if m == nil || !s.ready.Load() || s.Stopping.Load() {
+		return nil
+	}
+	t := s.ByMethod[m]
+	if t == nil || t.Desc.Type != id.Type || t.Opts.StatelessWorker || t.Opts.MayInterleave != nil {
+		return nil
+	}
+	a, ok := t.Acts.Load(id.Key)
+	if !ok {
+		return nil
+	}
+	// A sender that outruns the activation, or nears its queue's hard
+	// limit, takes the ordinary path, which decides under mu: its call is
+	// refused (and counted) at the limit now, not when a long turn ends,
+	// and the lock it shares with the worker slows it to the worker's
+	// pace.
+	backlog := int(a.backlog.Load() + a.inboxN.Load())
+	if backlog >= postBacklog || t.Limits.Hard > 0 && backlog >= t.Limits.Hard-1 {
+		return nil
+	}
+	return a
 }
 
 // post pushes p onto the inbox, and takes the inbox if it pushed onto
@@ -250,7 +269,8 @@ func (a *Activation) callOf(p *post) *Call {
 // fill makes c, a record with its activation set, the record of posted
 // request p; the caller frees p.
 func (c *Call) fill(p *post) {
-	c.ID, c.Method, c.Req, c.OneWay = c.act.ID, p.method, p.req, true
+	c.ID, c.Method, c.Req, c.Raw, c.OneWay = c.act.ID, p.method, p.req, p.raw, true
+	c.Hops = p.hops
 	c.Due, c.exact, c.Cancel, c.Headers = p.due, p.exact, p.cancel, p.headers
 	c.kind = kindOf(p.method)
 	c.posted = true
@@ -313,6 +333,9 @@ func (c *Call) runPosted(e *activation.Exec) {
 		a.Mu.Unlock()
 		if c.expired() {
 			c.resErr = DeadlineError(c)
+			continue
+		}
+		if c.Req == nil && !c.decode() {
 			continue
 		}
 		c.result, c.resErr = c.s.dispatch(&c.Ctx, c)

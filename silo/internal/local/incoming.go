@@ -44,13 +44,7 @@ func (s *Runtime) Incoming(from string, env *granaryv1.Envelope, id grain.ID, m 
 	now := s.CallNow()
 	c.Due = now + s.CallTimeout(time.Duration(env.TimeoutNanos))
 	c.Arrived = max(now, 1) // 0 is a call from inside the silo
-	if len(env.Headers) > 0 {
-		kv := make([]string, 0, 2*len(env.Headers))
-		for _, h := range env.Headers {
-			kv = append(kv, h.Key, h.Value)
-		}
-		c.Headers = grainrt.HeadersFromPairs(kv)
-	}
+	c.Headers = headersOf(env)
 	if !oneWay {
 		c.Waiter, c.Responder = waiter, r
 		if env.Cancellable {
@@ -59,4 +53,44 @@ func (s *Runtime) Incoming(from string, env *granaryv1.Envelope, id grain.ID, m 
 		inflight.Add()
 	}
 	return c
+}
+
+// PostIncoming sends a one-way call that came from another silo with no
+// call chain through its activation's inbox, as postOneWay does a call
+// made inside the silo (see inboxOf), its request still encoded. fresh
+// says the call is new work for this silo (see the cluster's fresh),
+// which only the ordinary path times and limits: the queue wait limit,
+// the latency measure and the limiter of new requests; when any of those
+// is on, a fresh call is not posted. It reports false when the call must
+// take the ordinary path, Incoming and Route. The stream's reader.
+func (s *Runtime) PostIncoming(env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, fresh bool) bool {
+	if len(env.Chain) > 0 || fresh && (s.Cfg.Limiter != nil || s.Cfg.MeasureLatency) {
+		return false
+	}
+	a := s.inboxOf(id, m)
+	if a == nil || fresh && a.typ.Limits.Wait > 0 {
+		return false
+	}
+	p := getPost()
+	p.method, p.raw, p.hops = m, env.Payload, env.Hops+1
+	if p.raw == nil {
+		p.raw = []byte{} // non-nil: the request is to be decoded
+	}
+	p.due = s.CallNow() + s.CallTimeout(time.Duration(env.TimeoutNanos))
+	p.headers = headersOf(env)
+	a.post(p)
+	return true
+}
+
+// headersOf returns the call headers env carries, as Call.Headers holds
+// them.
+func headersOf(env *granaryv1.Envelope) any {
+	if len(env.Headers) == 0 {
+		return nil
+	}
+	kv := make([]string, 0, 2*len(env.Headers))
+	for _, h := range env.Headers {
+		kv = append(kv, h.Key, h.Value)
+	}
+	return grainrt.HeadersFromPairs(kv)
 }

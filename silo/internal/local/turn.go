@@ -42,21 +42,28 @@ func (c *Call) Run(e *activation.Exec) {
 	case c.expired():
 		c.resErr = DeadlineError(c)
 	case c.Arrived != 0 && c.waitRefused():
-	case c.Req == nil && c.Raw != nil:
-		req := c.Method.NewRequest()
-		if err := proto.Unmarshal(c.Raw, req); err != nil {
-			c.resErr = status.Errorf(codes.InvalidArgument, "granary: %s.%s: the request does not decode as %s: %v",
-				c.ID, c.Method.Name, req.ProtoReflect().Descriptor().FullName(), err)
-			return
-		}
-		c.Req, c.Raw = req, nil
-		fallthrough
+	case c.Req == nil && c.Raw != nil && !c.decode():
+		// refused: its error is set
 	default:
 		c.result, c.resErr = c.s.dispatch(&c.Ctx, c)
 		if c.posted {
 			c.runPosted(e)
 		}
 	}
+}
+
+// decode makes c's request from Raw, the encoded request of a call from
+// another process. It reports false, with c's error set, when the
+// request does not decode.
+func (c *Call) decode() bool {
+	req := c.Method.NewRequest()
+	if err := proto.Unmarshal(c.Raw, req); err != nil {
+		c.resErr = status.Errorf(codes.InvalidArgument, "granary: %s.%s: the request does not decode as %s: %v",
+			c.ID, c.Method.Name, req.ProtoReflect().Descriptor().FullName(), err)
+		return false
+	}
+	c.Req, c.Raw = req, nil
+	return true
 }
 
 // Done ends the turn: it settles the caller, releases the gate and starts
