@@ -166,11 +166,11 @@ func (ep *endpoint) send(env *granaryv1.Envelope, deadline time.Time) error {
 // encode encodes env for the send queue, refusing one larger than
 // MaxMessageSize before spending the encoding on it.
 func (ep *endpoint) encode(env *granaryv1.Envelope) (*[]byte, error) {
-	size := proto.Size(env)
+	size, own := sizeEnvelope(env)
 	if err := ep.t.checkSize(size, ep.peer); err != nil {
 		return nil, err
 	}
-	bp, err := encodeSized(env, size)
+	bp, err := encodeSized(env, size, own)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "granary: encoding a message to silo %s: %v", ep.peer, err)
 	}

@@ -25,16 +25,30 @@ var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return 
 // buffer, and its size as an envelope. The caller returns the buffer with
 // putScratch.
 func encodeEnvelope(env *granaryv1.Envelope) (*[]byte, int, error) {
-	size := proto.Size(env)
-	bp, err := encodeSized(env, size)
+	size, own := sizeEnvelope(env)
+	bp, err := encodeSized(env, size, own)
 	return bp, size, err
 }
 
-// encodeSized is encodeEnvelope for an env whose proto.Size was just taken.
-func encodeSized(env *granaryv1.Envelope, size int) (*[]byte, error) {
+// sizeEnvelope returns the size of env's encoding, and whether the
+// envelope's own encoder encodes it (else proto.Size has cached it).
+func sizeEnvelope(env *granaryv1.Envelope) (int, bool) {
+	if size, ok := envelopeSize(env); ok {
+		return size, true
+	}
+	return proto.Size(env), false
+}
+
+// encodeSized is encodeEnvelope for an env whose size sizeEnvelope just
+// took; own is what it reported.
+func encodeSized(env *granaryv1.Envelope, size int, own bool) (*[]byte, error) {
 	bp := scratchPool.Get().(*[]byte)
 	b := protowire.AppendTag((*bp)[:0], batchEnvelopesField, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
+	if own {
+		*bp = appendEnvelope(b, env)
+		return bp, nil
+	}
 	b, err := marshalCached.MarshalAppend(b, env)
 	*bp = b
 	if err != nil {
