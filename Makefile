@@ -91,7 +91,8 @@ race: $(GRPCURL)
 FUZZ_TIME    ?=
 FUZZ_TARGETS := FuzzMetadata:./silo/grpcapi:30000x FuzzAdminQuery:./silo/admin:20000x \
 	FuzzParseTokens:./security/auth:250000x FuzzBearerToken:./security/auth:250000x \
-	FuzzCompoundKeys:./grain:100000x FuzzStatusOf:./internal/transport:50000x
+	FuzzCompoundKeys:./grain:100000x FuzzStatusOf:./internal/transport:50000x \
+	FuzzEnvelopeDecoding:./internal/transport:100000x
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

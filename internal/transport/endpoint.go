@@ -68,6 +68,7 @@ type endpoint struct {
 
 	rx     granaryv1.Envelope // the reader's, reused for each envelope it decodes
 	rxEnvs uint64             // envelopes decoded since countReceived; the reader's
+	names  names              // the reader's copies of the names it decoded
 
 	// deliverMu is held by the reader while it delivers a frame, and
 	// stopped is set under it when the reader is to deliver nothing more:
@@ -524,8 +525,7 @@ func (ep *endpoint) deliverFrame(f []byte) {
 // goroutine only (or serve, before it starts the reader).
 func (ep *endpoint) deliverOne(b []byte) {
 	ep.rxEnvs++
-	proto.Reset(&ep.rx)
-	if err := proto.Unmarshal(b, &ep.rx); err != nil {
+	if err := decodeEnvelope(b, &ep.rx, &ep.names); err != nil {
 		ep.malformed(b, err)
 		return
 	}
