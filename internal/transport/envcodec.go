@@ -49,20 +49,17 @@ func envelopeSize(env *granaryv1.Envelope) (int, bool) {
 		len(env.ProtoReflect().GetUnknown()) != 0 {
 		return 0, false
 	}
+	if !utf8.ValidString(env.GrainType) || !utf8.ValidString(env.GrainKey) || !utf8.ValidString(env.Method) ||
+		!utf8.ValidString(env.Message) || !utf8.ValidString(env.ActivationSilo) {
+		return 0, false
+	}
 	n := varintSize(envKind, uint64(int64(env.Kind))) + varintSize(envCallID, env.CallId) +
 		varintSize(envMethodIndex, uint64(env.MethodIndex)) + varintSize(envTimeoutNanos, uint64(env.TimeoutNanos)) +
 		varintSize(envHops, uint64(env.Hops)) + boolSize(envPlaced, env.Placed) + varintSize(envCode, uint64(env.Code)) +
 		boolSize(envCancellable, env.Cancellable) + boolSize(envObserver, env.Observer) + boolSize(envNotRun, env.NotRun) +
-		bytesSize(envPayload, len(env.Payload))
-	for _, s := range [...]struct {
-		num int
-		s   string
-	}{{envGrainType, env.GrainType}, {envGrainKey, env.GrainKey}, {envMethod, env.Method}, {envMessage, env.Message}, {envActivationSilo, env.ActivationSilo}} {
-		if !utf8.ValidString(s.s) {
-			return 0, false
-		}
-		n += bytesSize(s.num, len(s.s))
-	}
+		bytesSize(envPayload, len(env.Payload)) + bytesSize(envGrainType, len(env.GrainType)) +
+		bytesSize(envGrainKey, len(env.GrainKey)) + bytesSize(envMethod, len(env.Method)) +
+		bytesSize(envMessage, len(env.Message)) + bytesSize(envActivationSilo, len(env.ActivationSilo))
 	for _, h := range env.Headers {
 		if h == nil || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) ||
 			len(h.ProtoReflect().GetUnknown()) != 0 {
