@@ -117,16 +117,20 @@ func (cl *Cluster) locate(c *local.Call, t *local.GrainType) {
 // drain routes the calls queued behind the lookup of id, oldest first, as
 // r says the call before them went, until none is left or one needs a
 // lookup of its own that does not answer at once (its answer drains the
-// rest).
+// rest). A call follows the one before it only where that cannot bring
+// it back to Resolve at once: not to this silo once it is stopping, nor
+// to a silo that is gone; it asks the directory instead.
 func (cl *Cluster) drain(id grain.ID, r resolution) {
 	for {
 		w, ok := cl.nextWaiting(id)
 		switch {
 		case !ok:
 			return
-		case r.ok && r.here:
+		case r.ok && r.here && !cl.s.Stopping.Load():
+			// (A stopping silo activates nothing, and Route would send
+			// the call back to Resolve, behind this very queue.)
 			r = cl.routeHere(w.c)
-		case r.ok && !cl.View.Load().gone(r.to.Silo):
+		case r.ok && !r.here && !cl.View.Load().gone(r.to.Silo):
 			r = cl.forwardTo(r.to, w.c, r.placed)
 		default:
 			var inline bool
