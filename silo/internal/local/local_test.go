@@ -111,3 +111,11 @@ func TestActivationStaysIn320Bytes(t *testing.T) {
 		t.Errorf("Activation is %d bytes, want at most 320", size)
 	}
 }
+
+// TestPostStaysIn128Bytes: every posted one-way request takes a post, so
+// it stays within the 128-byte size class, two cache lines.
+func TestPostStaysIn128Bytes(t *testing.T) {
+	if size := unsafe.Sizeof(post{}); size > 128 {
+		t.Errorf("post is %d bytes, want at most 128", size)
+	}
+}
