@@ -138,8 +138,25 @@ func TestOneWayRequestsOutliveDeactivations(t *testing.T) {
 	cfg.QueueLimits = QueueLimits{} // the sender outruns the grain: none may be refused
 	cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	s := startProbeSilo(t, cfg, func() probe.ProbeGrain { return &countingProbe{ran: &ran, activations: &activations} })
+	tellThroughChurn(t, s, tells, &ran, &activations)
+}
+
+// tellThroughChurn sends tells one-way requests to a countingProbe
+// through via while calls make it deactivate over and over, and checks
+// that every request ran, on whichever activation followed, and that the
+// grain did deactivate meanwhile. silos are those whose failed one-way
+// requests count.
+func tellThroughChurn(t *testing.T, via *Silo, tells int64, ran, activations *atomic.Int64, silos ...*Silo) {
+	t.Helper()
+	silos = append(silos, via)
+	failures := func() (n uint64) {
+		for _, s := range silos {
+			n += s.Stats().OneWayFailures
+		}
+		return n
+	}
 	ctx := testwait.Context(t, time.Minute)
-	ref := probe.NewProbeRef(s, "churn")
+	ref := probe.NewProbeRef(via, "churn")
 	done := make(chan error, 1)
 	go func() {
 		for range tells {
@@ -167,8 +184,8 @@ func TestOneWayRequestsOutliveDeactivations(t *testing.T) {
 			deactivations++
 		}
 	}
-	testwait.For(t, 30*time.Second, "every one-way request to run or fail", func() bool { return ran.Load()+int64(s.Stats().OneWayFailures) >= tells })
-	if failed := s.Stats().OneWayFailures; failed != 0 {
+	testwait.For(t, 30*time.Second, "every one-way request to run or fail", func() bool { return ran.Load()+int64(failures()) >= tells })
+	if failed := failures(); failed != 0 {
 		t.Fatalf("%d of %d one-way requests failed, %d ran", failed, tells, ran.Load())
 	}
 	if n := activations.Load(); n < 2 {

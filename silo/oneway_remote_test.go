@@ -3,6 +3,7 @@ package silo
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/granaryio/granary/proto/probe"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -125,4 +127,19 @@ func TestUndecodableOneWayRequestFromAnotherSiloIsCountedAndLogged(t *testing.T)
 		defer tc.mu.Unlock()
 		return tc.told[k] == 1
 	})
+}
+
+// TestOneWayRequestsFromAnotherSiloOutliveDeactivations: one-way requests
+// from another silo, posted to an activation that deactivates over and
+// over, all run, on whichever activation follows, and none is lost.
+func TestOneWayRequestsFromAnotherSiloOutliveDeactivations(t *testing.T) {
+	t.Parallel()
+	var ran, activations atomic.Int64
+	caller, callee := probePair(t, func() probe.ProbeGrain { return &countingProbe{ran: &ran, activations: &activations} }, func(string) func(*Config) {
+		return func(cfg *Config) {
+			cfg.QueueLimits = QueueLimits{} // the sender outruns the grain: none may be refused
+			cfg.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+		}
+	})
+	tellThroughChurn(t, caller, 50_000, &ran, &activations, callee)
 }
