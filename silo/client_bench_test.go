@@ -16,6 +16,23 @@ import (
 // BenchmarkCrossSiloCall and BenchmarkCrossSiloThroughput: the same
 // calls between two silos.
 func BenchmarkClientCall(b *testing.B) {
+	c := gatewayAndClient(b, &tally{})
+	b.Run("sequential", func(b *testing.B) { benchSequential(b, c) })
+	b.Run("concurrent=256", func(b *testing.B) { benchConcurrent(b, c) })
+}
+
+// BenchmarkClientOneWay is one-way calls from an external client through
+// a silo's gateway to 64 grains on that silo, round robin, over gRPC on
+// loopback: BenchmarkCrossSiloOneWay with a client in the caller's place.
+func BenchmarkClientOneWay(b *testing.B) {
+	told := &tally{reached: make(chan struct{}, 1)}
+	benchOneWay(b, gatewayAndClient(b, told), told)
+}
+
+// gatewayAndClient starts a silo with a gateway on loopback, hosting
+// probe grains that count one-way calls in told, and a client of it; the
+// benchmark's end stops both.
+func gatewayAndClient(b *testing.B, told *tally) *client.Client {
 	cfg := DefaultConfig()
 	cfg.Name = "gateway"
 	gc := DefaultGatewayConfig()
@@ -25,7 +42,7 @@ func BenchmarkClientCall(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchProbe{} }); err != nil {
+	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchProbe{told: told} }); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
@@ -33,19 +50,17 @@ func BenchmarkClientCall(b *testing.B) {
 	if err := s.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	defer func() {
+	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 		defer cancel()
 		if err := s.Stop(ctx); err != nil {
 			b.Error(err)
 		}
-	}()
+	})
 	c, err := client.Dial(ctx, client.WithGateways(s.GatewayAddr()))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
-
-	b.Run("sequential", func(b *testing.B) { benchSequential(b, c) })
-	b.Run("concurrent=256", func(b *testing.B) { benchConcurrent(b, c) })
+	b.Cleanup(func() { c.Close() })
+	return c
 }
