@@ -16,7 +16,7 @@ import (
 // BenchmarkCrossSiloCall and BenchmarkCrossSiloThroughput: the same
 // calls between two silos.
 func BenchmarkClientCall(b *testing.B) {
-	c := gatewayAndClient(b, &tally{})
+	c := gatewayAndClient(b, func() probe.ProbeGrain { return &benchProbe{told: &tally{}} }, nil)
 	b.Run("sequential", func(b *testing.B) { benchSequential(b, c) })
 	b.Run("concurrent=256", func(b *testing.B) { benchConcurrent(b, c) })
 }
@@ -26,41 +26,44 @@ func BenchmarkClientCall(b *testing.B) {
 // loopback: BenchmarkCrossSiloOneWay with a client in the caller's place.
 func BenchmarkClientOneWay(b *testing.B) {
 	told := &tally{reached: make(chan struct{}, 1)}
-	benchOneWay(b, gatewayAndClient(b, told), told)
+	benchOneWay(b, gatewayAndClient(b, func() probe.ProbeGrain { return &benchProbe{told: told} }, nil), told)
 }
 
-// gatewayAndClient starts a silo with a gateway on loopback, hosting
-// probe grains that count one-way calls in told, and a client of it; the
-// benchmark's end stops both.
-func gatewayAndClient(b *testing.B, told *tally) *client.Client {
+// gatewayAndClient starts a silo with a gateway on loopback, hosting the
+// probe grains newProbe makes, and a client of it; the end of tb stops
+// both. tweak, if not nil, changes the silo's configuration.
+func gatewayAndClient(tb testing.TB, newProbe func() probe.ProbeGrain, tweak func(*Config)) *client.Client {
 	cfg := DefaultConfig()
 	cfg.Name = "gateway"
 	gc := DefaultGatewayConfig()
 	gc.Listen = "127.0.0.1:0"
 	cfg.Gateway = &gc
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	s, err := New(cfg)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return &benchProbe{told: told} }); err != nil {
-		b.Fatal(err)
+	if err := probe.RegisterProbeGrain(s, func(grain.ID) probe.ProbeGrain { return newProbe() }); err != nil {
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	if err := s.Start(ctx); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 		defer cancel()
 		if err := s.Stop(ctx); err != nil {
-			b.Error(err)
+			tb.Error(err)
 		}
 	})
 	c, err := client.Dial(ctx, client.WithGateways(s.GatewayAddr()))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { c.Close() })
+	tb.Cleanup(func() { c.Close() })
 	return c
 }

@@ -623,3 +623,48 @@ func TestGatewayAuthHealthCheckOpenWatchNot(t *testing.T) {
 		t.Errorf("Watch without credentials: %v, want Unauthenticated", err)
 	}
 }
+
+// TestGatewayAuthOneWayCallsRunAsTheVerifiedPrincipal: a client's one-way
+// calls to an active grain run as the principal the gateway verified,
+// whatever principal the client claims: a call only root may make is
+// refused, and counted as a failed one-way request, when alice sends it
+// claiming to be root, and runs when root sends it.
+func TestGatewayAuthOneWayCallsRunAsTheVerifiedPrincipal(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	tf, _ := tokenFile(t, nil)
+	tc, gw := authGateway(t, []string{"gw"}, pki.serverCreds(tlsfiles.TLS), auth.Bearer(tf))
+	forged := grain.WithPrincipal(context.Background(), "root")
+	told := func() int {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		return tc.told["k"]
+	}
+	alice, err := dialGateway(t, gw, client.WithTLSFiles(pki.caFile, "", ""), client.WithToken(aliceToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := callProbe(context.Background(), alice, "k", nil); err != nil { // active: one-way calls are posted
+		t.Fatal(err)
+	}
+	ref := probe.NewProbeRef(alice, "k")
+	if _, err := ref.Tell(forged, &probe.Request{Tag: "root-only"}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, defaultTestTimeout, "alice's root-only one-way call refused", func() bool { return gw.Stats().OneWayFailures == 1 })
+	if _, err := ref.Tell(forged, &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, defaultTestTimeout, "alice's other one-way call to run", func() bool { return told() == 1 })
+	root, err := dialGateway(t, gw, client.WithTLSFiles(pki.caFile, "", ""), client.WithToken(rootToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := probe.NewProbeRef(root, "k").Tell(context.Background(), &probe.Request{Tag: "root-only"}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, defaultTestTimeout, "root's root-only one-way call to run", func() bool { return told() == 2 })
+	if n := gw.Stats().OneWayFailures; n != 1 {
+		t.Errorf("%d one-way calls failed, want only alice's root-only one", n)
+	}
+}

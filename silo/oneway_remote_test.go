@@ -143,3 +143,17 @@ func TestOneWayRequestsFromAnotherSiloOutliveDeactivations(t *testing.T) {
 	})
 	tellThroughChurn(t, caller, 50_000, &ran, &activations, callee)
 }
+
+// TestOneWayRequestsFromAClientRunInTheOrderSent: one-way requests that
+// four senders send through one client and a gateway to a grain run in
+// each sender's order, none lost, and a call a sender makes between them
+// runs after all it sent before.
+func TestOneWayRequestsFromAClientRunInTheOrderSent(t *testing.T) {
+	t.Parallel()
+	c := gatewayAndClient(t, func() probe.ProbeGrain { return &sequenceProbe{last: map[string]int64{}} }, func(cfg *Config) {
+		// The senders outrun the grain: no request may be refused at a
+		// queue limit (which would show as a gap, not as disorder).
+		cfg.QueueLimits = QueueLimits{}
+	})
+	sendInOrder(t, probe.NewProbeRef(c, "ordered"), 4, 50_000, 10_000)
+}

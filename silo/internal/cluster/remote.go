@@ -325,7 +325,8 @@ func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 		refuse(codes.ResourceExhausted, "granary: call chain deeper than %d grains (MaxCallChain) calling %s", s.Cfg.MaxCallChain, id)
 		return
 	}
-	if !r.Expects() && !env.Observer && s.PostIncoming(env, id, m, fresh) {
+	// Were it passed on from here, this silo would be one more hop.
+	if !r.Expects() && !env.Observer && s.PostIncoming(env, id, m, env.Hops+1, fresh) {
 		return
 	}
 	c := s.Incoming(from, env, id, m, r, local.RemoteWaiter, &cl.cancels, &cl.Inflight)

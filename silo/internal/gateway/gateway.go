@@ -314,6 +314,10 @@ func (g *Gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 		}
 		m = s.RelayMethod(local.RelayKey{Type: id.Type, Method: env.Method, Index: env.MethodIndex, Observer: false})
 	}
+	// Every call from a client is new work, and none has been passed on.
+	if !r.Expects() && !env.Observer && s.PostIncoming(env, id, m, 0, true) {
+		return
+	}
 	s.Route(nil, s.Incoming(from, env, id, m, r, local.ClientWaiter, &g.cancels, &g.inflight))
 }
 

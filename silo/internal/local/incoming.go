@@ -55,15 +55,16 @@ func (s *Runtime) Incoming(from string, env *granaryv1.Envelope, id grain.ID, m 
 	return c
 }
 
-// PostIncoming sends a one-way call that came from another silo with no
-// call chain through its activation's inbox, as postOneWay does a call
-// made inside the silo (see inboxOf), its request still encoded. fresh
+// PostIncoming sends a one-way call that came from another process (a
+// silo, or a client through the gateway) with no call chain through its
+// activation's inbox, as postOneWay does a call made inside the silo (see
+// inboxOf), its request still encoded; hops is its record's Hops. fresh
 // says the call is new work for this silo (see the cluster's fresh),
 // which only the ordinary path times and limits: the queue wait limit,
 // the latency measure and the limiter of new requests; when any of those
 // is on, a fresh call is not posted. It reports false when the call must
 // take the ordinary path, Incoming and Route. The stream's reader.
-func (s *Runtime) PostIncoming(env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, fresh bool) bool {
+func (s *Runtime) PostIncoming(env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, hops uint32, fresh bool) bool {
 	if len(env.Chain) > 0 || fresh && (s.Cfg.Limiter != nil || s.Cfg.MeasureLatency) {
 		return false
 	}
@@ -72,7 +73,7 @@ func (s *Runtime) PostIncoming(env *granaryv1.Envelope, id grain.ID, m *grain.Me
 		return false
 	}
 	p := getPost()
-	p.method, p.raw, p.hops = m, env.Payload, env.Hops+1
+	p.method, p.raw, p.hops = m, env.Payload, hops
 	if p.raw == nil {
 		p.raw = []byte{} // non-nil: the request is to be decoded
 	}
