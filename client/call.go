@@ -159,30 +159,15 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	if hasCtxDeadline && ctxDeadline.Before(deadline) {
 		deadline = ctxDeadline
 	}
+	if o.OneWay {
+		return nil, c.startOneWay(ctx, id, m, req, deadline)
+	}
 	payload, err := proto.MarshalOptions{}.Marshal(req)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", id, m.Name, err)
+		return nil, encodingError(id, m, err)
 	}
-	env := &granaryv1.Envelope{
-		Kind:        granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST,
-		GrainType:   id.Type,
-		GrainKey:    id.Key,
-		Method:      m.Name,
-		MethodIndex: uint32(m.Index),
-		Payload:     payload,
-		Observer:    m.Observe != nil,
-	}
-	if h := ctx.Value(grainrt.HeaderKey()); h != nil {
-		kv := grainrt.AppendHeaders(nil, h)
-		env.Headers = make([]*granaryv1.Header, 0, len(kv)/2)
-		for i := 0; i+1 < len(kv); i += 2 {
-			env.Headers = append(env.Headers, &granaryv1.Header{Key: kv[i], Value: kv[i+1]})
-		}
-	}
-	if o.OneWay {
-		env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
-		return nil, c.sendOneWay(id, env, deadline)
-	}
+	env := new(granaryv1.Envelope)
+	fillRequest(ctx, env, id, m, payload)
 	env.Cancellable = ctx.Done() != nil
 	p := &pcall{c: c, id: id, m: m, env: env, deadline: deadline, done: make(chan struct{})}
 	p.needsTimer = !hasCtxDeadline || deadline.Before(ctxDeadline)
@@ -196,6 +181,58 @@ func (c *Client) start(ctx context.Context, id grain.ID, m *grain.MethodDesc, re
 	p.stopMu.Unlock()
 	p.send()
 	return p, nil
+}
+
+// fillRequest makes env the request envelope of a call of m to id
+// carrying payload and ctx's call headers.
+func fillRequest(ctx context.Context, env *granaryv1.Envelope, id grain.ID, m *grain.MethodDesc, payload []byte) {
+	env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_REQUEST
+	env.GrainType, env.GrainKey = id.Type, id.Key
+	env.Method, env.MethodIndex = m.Name, uint32(m.Index)
+	env.Payload = payload
+	env.Observer = m.Observe != nil
+	if h := ctx.Value(grainrt.HeaderKey()); h != nil {
+		kv := grainrt.AppendHeaders(nil, h)
+		env.Headers = make([]*granaryv1.Header, 0, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			env.Headers = append(env.Headers, &granaryv1.Header{Key: kv[i], Value: kv[i+1]})
+		}
+	}
+}
+
+// encodingError is the error of a request that does not encode.
+func encodingError(id grain.ID, m *grain.MethodDesc, err error) error {
+	return status.Errorf(codes.InvalidArgument, "granary: encoding the request to %s.%s: %v", id, m.Name, err)
+}
+
+// A one-way call's envelope and encoded request are needed only until
+// the transport has encoded the envelope, before Send returns, so they
+// are pooled: a one-way call allocates nothing of its own.
+type oneWay struct {
+	env     granaryv1.Envelope
+	payload []byte
+}
+
+var oneWayPool = sync.Pool{New: func() any { return new(oneWay) }}
+
+// startOneWay sends a one-way call.
+func (c *Client) startOneWay(ctx context.Context, id grain.ID, m *grain.MethodDesc, req proto.Message, deadline time.Time) error {
+	w := oneWayPool.Get().(*oneWay)
+	defer func() {
+		proto.Reset(&w.env)
+		if cap(w.payload) <= 64<<10 {
+			w.payload = w.payload[:0]
+			oneWayPool.Put(w)
+		}
+	}()
+	payload, err := proto.MarshalOptions{}.MarshalAppend(w.payload[:0], req)
+	w.payload = payload
+	if err != nil {
+		return encodingError(id, m, err)
+	}
+	fillRequest(ctx, &w.env, id, m, payload)
+	w.env.Kind = granaryv1.EnvelopeKind_ENVELOPE_KIND_ONE_WAY
+	return c.sendOneWay(id, &w.env, deadline)
 }
 
 // sendOneWay sends a one-way call to a gateway that takes it.

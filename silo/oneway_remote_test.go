@@ -66,7 +66,25 @@ func TestOneWayRequestsFromAnotherSiloCarryTheirSendersContext(t *testing.T) {
 	var mu sync.Mutex
 	got := map[int64]seenContext{}
 	caller, _ := probePair(t, func() probe.ProbeGrain { return &contextProbe{mu: &mu, got: got} }, func(string) func(*Config) { return nil })
-	ref := probe.NewProbeRef(caller, "p")
+	checkOneWayContexts(t, caller, &mu, got)
+}
+
+// TestOneWayRequestsFromAClientCarryTheirSendersContext: the same, from a
+// client through a gateway.
+func TestOneWayRequestsFromAClientCarryTheirSendersContext(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	got := map[int64]seenContext{}
+	c := gatewayAndClient(t, func() probe.ProbeGrain { return &contextProbe{mu: &mu, got: got} }, nil)
+	checkOneWayContexts(t, c, &mu, got)
+}
+
+// checkOneWayContexts sends one-way requests through via to a
+// contextProbe, once it is active, alternately with and without headers
+// and a deadline (tellAlternatingContexts), and checks what each saw.
+func checkOneWayContexts(t *testing.T, via grain.Caller, mu *sync.Mutex, got map[int64]seenContext) {
+	t.Helper()
+	ref := probe.NewProbeRef(via, "p")
 	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +99,8 @@ func TestOneWayRequestsFromAnotherSiloCarryTheirSendersContext(t *testing.T) {
 	defer mu.Unlock()
 	for i := range int64(n) {
 		s := got[i]
-		// A deadline crosses silos as the time left, read from each
-		// silo's coarse call clock: it arrives a little off.
+		// A deadline crosses processes as the time left, read from each
+		// one's clock: it arrives a little off.
 		near := s.deadline.Sub(deadline).Abs() < time.Second
 		if i%2 == 0 && (s.header != fmt.Sprint(i) || !near) {
 			t.Fatalf("request %d saw header %q and deadline %v, want %q and within a second of %v", i, s.header, s.deadline, fmt.Sprint(i), deadline)
