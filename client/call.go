@@ -207,7 +207,7 @@ func encodingError(id grain.ID, m *grain.MethodDesc, err error) error {
 
 // A one-way call's envelope and encoded request are needed only until
 // the transport has encoded the envelope, before Send returns, so they
-// are pooled: a one-way call allocates nothing of its own.
+// are pooled rather than made for every call.
 type oneWay struct {
 	env     granaryv1.Envelope
 	payload []byte
