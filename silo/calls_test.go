@@ -538,6 +538,43 @@ func TestAwaitFromTwoGoroutines(t *testing.T) {
 	}
 }
 
+// seenContext is the header "k" and the deadline a request saw.
+type seenContext struct {
+	header   string
+	deadline time.Time
+}
+
+// checkOneWayContexts sends one-way requests tagged tag to ref's grain,
+// once it is active, alternately with and without headers and a deadline
+// (tellAlternatingContexts); the grain notes what each saw in got, under
+// mu. The even ones must see their number as the header "k" and a
+// deadline near the one sent (how says how near), the odd ones no header
+// and not that deadline.
+func checkOneWayContexts(t *testing.T, ref probe.ProbeRef, tag string, mu *sync.Mutex, got map[int64]seenContext, how string, near func(d, deadline time.Time) bool) {
+	t.Helper()
+	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	deadline := tellAlternatingContexts(t, ref, n, tag)
+	testwait.For(t, defaultTestTimeout, "every request ran", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range int64(n) {
+		s := got[i]
+		if i%2 == 0 && (s.header != fmt.Sprint(i) || !near(s.deadline, deadline)) {
+			t.Fatalf("request %d saw header %q and deadline %v, want %q and %s %v", i, s.header, s.deadline, fmt.Sprint(i), how, deadline)
+		}
+		if i%2 == 1 && (s.header != "" || near(s.deadline, deadline)) {
+			t.Fatalf("request %d, sent without headers or a deadline, saw header %q and deadline %v", i, s.header, s.deadline)
+		}
+	}
+}
+
 // tellAlternatingContexts sends n one-way requests tagged tag to ref,
 // numbered by N from 0: the even ones with the header "k" set to their
 // number and a deadline 7 s away, which it returns, well before the 30 s
@@ -566,37 +603,14 @@ func tellAlternatingContexts(t *testing.T, ref probe.ProbeRef, n int64, tag stri
 func TestPostedOneWayRequestsCarryTheirSendersContext(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOpt{})
-	type seen struct {
-		header   string
-		deadline time.Time
-	}
 	var mu sync.Mutex
-	got := map[int64]seen{}
+	got := map[int64]seenContext{}
 	h.script("note", func(ctx grain.Context, g *probeGrain, req *probe.Request) (*probe.Reply, error) {
 		d, _ := ctx.Deadline()
 		mu.Lock()
-		got[req.N] = seen{grain.Header(ctx, "k"), d}
+		got[req.N] = seenContext{grain.Header(ctx, "k"), d}
 		mu.Unlock()
 		return nil, nil
 	})
-	ref := h.probe("p")
-	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
-		t.Fatal(err)
-	}
-	const n = 400
-	deadline := tellAlternatingContexts(t, ref, n, "note")
-	testwait.For(t, defaultTestTimeout, "every request ran", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == n
-	})
-	for i := range int64(n) {
-		s := got[i]
-		if i%2 == 0 && (s.header != fmt.Sprint(i) || !s.deadline.Equal(deadline)) {
-			t.Fatalf("request %d saw header %q and deadline %v, want %q and %v", i, s.header, s.deadline, fmt.Sprint(i), deadline)
-		}
-		if i%2 == 1 && (s.header != "" || s.deadline.Equal(deadline)) {
-			t.Fatalf("request %d, sent without headers or a deadline, saw header %q and deadline %v", i, s.header, s.deadline)
-		}
-	}
+	checkOneWayContexts(t, h.probe("p"), "note", &mu, got, "exactly", func(d, deadline time.Time) bool { return d.Equal(deadline) })
 }

@@ -1,7 +1,6 @@
 package silo
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,11 +39,6 @@ type contextProbe struct {
 	got map[int64]seenContext
 }
 
-type seenContext struct {
-	header   string
-	deadline time.Time
-}
-
 func (g *contextProbe) Call(grain.Context, *probe.Request) (*probe.Reply, error) {
 	return &probe.Reply{}, nil
 }
@@ -66,7 +60,7 @@ func TestOneWayRequestsFromAnotherSiloCarryTheirSendersContext(t *testing.T) {
 	var mu sync.Mutex
 	got := map[int64]seenContext{}
 	caller, _ := probePair(t, func() probe.ProbeGrain { return &contextProbe{mu: &mu, got: got} }, func(string) func(*Config) { return nil })
-	checkOneWayContexts(t, caller, &mu, got)
+	checkOneWayContexts(t, probe.NewProbeRef(caller, "p"), "", &mu, got, "within a second of", nearDeadline)
 }
 
 // TestOneWayRequestsFromAClientCarryTheirSendersContext: the same, from a
@@ -76,40 +70,12 @@ func TestOneWayRequestsFromAClientCarryTheirSendersContext(t *testing.T) {
 	var mu sync.Mutex
 	got := map[int64]seenContext{}
 	c := gatewayAndClient(t, func() probe.ProbeGrain { return &contextProbe{mu: &mu, got: got} }, nil)
-	checkOneWayContexts(t, c, &mu, got)
+	checkOneWayContexts(t, probe.NewProbeRef(c, "p"), "", &mu, got, "within a second of", nearDeadline)
 }
 
-// checkOneWayContexts sends one-way requests through via to a
-// contextProbe, once it is active, alternately with and without headers
-// and a deadline (tellAlternatingContexts), and checks what each saw.
-func checkOneWayContexts(t *testing.T, via grain.Caller, mu *sync.Mutex, got map[int64]seenContext) {
-	t.Helper()
-	ref := probe.NewProbeRef(via, "p")
-	if _, err := ref.Call(testCtx(t), &probe.Request{}); err != nil {
-		t.Fatal(err)
-	}
-	const n = 400
-	deadline := tellAlternatingContexts(t, ref, n, "")
-	testwait.For(t, defaultTestTimeout, "every request ran", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == n
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	for i := range int64(n) {
-		s := got[i]
-		// A deadline crosses processes as the time left, read from each
-		// one's clock: it arrives a little off.
-		near := s.deadline.Sub(deadline).Abs() < time.Second
-		if i%2 == 0 && (s.header != fmt.Sprint(i) || !near) {
-			t.Fatalf("request %d saw header %q and deadline %v, want %q and within a second of %v", i, s.header, s.deadline, fmt.Sprint(i), deadline)
-		}
-		if i%2 == 1 && (s.header != "" || near) {
-			t.Fatalf("request %d, sent without headers or a deadline, saw header %q and deadline %v", i, s.header, s.deadline)
-		}
-	}
-}
+// nearDeadline: a deadline crosses processes as the time left, read
+// from each one's clock, so it arrives a little off.
+func nearDeadline(d, deadline time.Time) bool { return d.Sub(deadline).Abs() < time.Second }
 
 // TestUndecodableOneWayRequestFromAnotherSiloIsCountedAndLogged: a
 // one-way request from another silo whose request does not decode as its
