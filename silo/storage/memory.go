@@ -28,11 +28,13 @@ const (
 	OpRangeReminders Op = "RangeReminders"
 )
 
-// Memory is a Provider and ReminderTable that keeps everything in memory:
-// for tests, and for grains whose state may be lost with the process. It
-// keeps the ETag contract as the durable providers do, and can be made to
-// fail (SetDown), or to fail, delay or block chosen operations (SetFault),
-// so tests can take the store away from a running silo.
+// Memory is a Provider, ReminderTable and StreamLog that keeps everything
+// in memory: for tests, and for grains whose state may be lost with the
+// process. It keeps the ETag and stream log contracts as the durable
+// providers do, and can be made to fail (SetDown), or to fail, delay or
+// block chosen operations (SetFault), so tests can take the store away
+// from a running silo. Its stream log takes its times from SetClock's
+// clock.
 type Memory struct {
 	maxSize int
 
@@ -42,6 +44,8 @@ type Memory struct {
 	down      bool
 	fault     func(ctx context.Context, op Op, id grain.ID) error
 	version   uint64 // reminders' versions, store-wide
+	streams   map[StreamPartition]*memPartition
+	clock     Clock // nil: SystemClock
 }
 
 type stateKey struct {
@@ -64,6 +68,7 @@ func NewMemory(maxStateSize int) *Memory {
 		maxSize:   maxStateSize,
 		states:    make(map[stateKey]memRecord),
 		reminders: make(map[stateKey]ReminderEntry),
+		streams:   make(map[StreamPartition]*memPartition),
 	}
 }
 
@@ -77,7 +82,8 @@ func (m *Memory) SetDown(down bool) {
 
 // SetFault sets a hook that runs before every operation, outside the
 // store's lock: an error it returns fails the operation, and it may block
-// to delay it. nil removes it.
+// to delay it. nil removes it. The hook's id is the zero ID for operations
+// of no one grain: RangeReminders and the stream log's.
 func (m *Memory) SetFault(f func(ctx context.Context, op Op, id grain.ID) error) {
 	m.mu.Lock()
 	m.fault = f
@@ -239,4 +245,5 @@ func (m *Memory) RangeReminders(ctx context.Context, ranges []HashRange) ([]Remi
 var (
 	_ Provider      = (*Memory)(nil)
 	_ ReminderTable = (*Memory)(nil)
+	_ StreamLog     = (*Memory)(nil)
 )

@@ -1,9 +1,9 @@
-// Package storage defines what keeps grain state and reminders: the
-// Provider and ReminderTable interfaces, their errors, and Memory, an
-// in-memory provider for tests that can fail, delay and block operations.
-// The embedded (bbolt) provider is in storage/boltstore, the PostgreSQL one
-// in storage/pgstore, and the contract every provider meets is the test
-// suite in storage/storagetest.
+// Package storage defines what keeps grain state, reminders and durable
+// streams: the Provider, ReminderTable and StreamLog interfaces, their
+// errors, and Memory, an in-memory provider for tests that can fail, delay
+// and block operations. The embedded (bbolt) provider is in
+// storage/boltstore, the PostgreSQL one in storage/pgstore, and the
+// contract every provider meets is the test suite in storage/storagetest.
 //
 // # ETags
 //
@@ -15,12 +15,30 @@
 // record reads as not existing, with a new ETag, so a writer holding an
 // ETag from before the clear is refused too.
 //
+// # Stream logs
+//
+// A StreamLog owns the durable streams' events and their subscribers'
+// progress: for each partition of each durable stream provider, an
+// append-only log of records, and a cursor per subscription. The log
+// assigns each record its offset, consecutive from 1 and never reused,
+// and its time, from the provider's Clock but never before the
+// partition's previous append, so that offsets and times rise together
+// and OffsetAt can search by time. Trimming removes only the oldest
+// records, by age or by total payload size, and leaves the next offset
+// as it was. A cursor only moves forward, so a subscriber that saves
+// late, or twice, never replays what it already acknowledged. What the
+// records mean, which partition a stream belongs to and when to trim is
+// the stream provider's business, not the log's.
+//
 // # Errors
 //
 // Providers return ErrETagMismatch, ErrTooLarge and ErrInvalid (wrapped,
-// with detail) for those cases; a cancelled or expired context's error; and for any
-// failure to reach the store, an error the runtime reports to callers as
-// Unavailable.
+// with detail) for those cases; ErrClosed once closed; a cancelled or
+// expired context's error; and for any failure to reach the store, an
+// error the runtime reports to callers as Unavailable. A stream log's
+// ErrInvalid cases are a partition without a provider name, an empty
+// subscription name, a Read's max below 1, a negative Trim size, and
+// names or streams the store cannot hold.
 package storage
 
 import (

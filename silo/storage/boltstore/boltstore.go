@@ -43,6 +43,7 @@ var (
 	bucketState       = []byte("state")
 	bucketReminders   = []byte("reminders")
 	bucketReminderIdx = []byte("reminderIdx")
+	bucketStreams     = []byte("streams")
 	keyFormat         = []byte("format")
 )
 
@@ -60,6 +61,10 @@ type Config struct {
 	// tries every 50ms, so it fails at most 50ms later. 0 means
 	// DefaultOpenTimeout.
 	OpenTimeout time.Duration
+	// Clock gives the stream log's records their times; nil means
+	// storage.SystemClock. A silo passes its own clock, so that a fake
+	// one in tests governs retention too.
+	Clock storage.Clock
 }
 
 // DefaultConfig returns the configuration of a store at path with every
@@ -90,12 +95,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Store is a storage.Provider and storage.ReminderTable kept in a bbolt
-// file. Its methods may be called from any goroutine, concurrently.
+// Store is a storage.Provider, storage.ReminderTable and
+// storage.StreamLog kept in a bbolt file. Its methods may be called from
+// any goroutine, concurrently.
 type Store struct {
 	db           *bolt.DB
 	path         string
 	maxStateSize int
+	clock        storage.Clock
+	appends      appender // the stream log's appends, in group commits
 
 	// writers counts the write operations in flight, to let a lone
 	// writer commit without waiting for a batch.
@@ -138,7 +146,12 @@ func Open(cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: open %s: %w", cfg.Path, err)
 	}
-	return &Store{db: db, path: cfg.Path, maxStateSize: cfg.MaxStateSize}, nil
+	s := &Store{db: db, path: cfg.Path, maxStateSize: cfg.MaxStateSize, clock: cfg.Clock}
+	if s.clock == nil {
+		s.clock = storage.SystemClock{}
+	}
+	s.appends.s = s
+	return s, nil
 }
 
 // initLayout checks the file's format version, writing it into a new file,
@@ -160,7 +173,9 @@ func initLayout(tx *bolt.Tx) error {
 	case binary.BigEndian.Uint64(v) == 0:
 		return errors.New("format version 0: not a store file")
 	}
-	for _, name := range [][]byte{bucketState, bucketReminders, bucketReminderIdx} {
+	// A file from before a bucket existed gets it here, empty: adding a
+	// bucket keeps the format version, since older builds ignore it.
+	for _, name := range [][]byte{bucketState, bucketReminders, bucketReminderIdx, bucketStreams} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}
@@ -180,6 +195,9 @@ func (s *Store) Close() error {
 		return s.errClosed()
 	}
 	s.closed = true
+	// No operation is in flight (mu is held), so the appends queued are
+	// those whose callers gave up: the appender drops them.
+	s.appends.close()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("boltstore: close %s: %w", s.path, err)
 	}

@@ -1,6 +1,7 @@
 // Package pgstore is the PostgreSQL storage provider: a Store keeps grain
-// state records and reminders in two tables of one database, which any
-// number of silos share.
+// state records, reminders, and the durable streams' logs and cursors in
+// tables of one database, which any number of silos share. It implements
+// storage.Provider, storage.ReminderTable and storage.StreamLog.
 //
 // # Tables
 //
@@ -15,6 +16,19 @@
 //   - granary_reminders: one row per (service, grain, reminder name),
 //     indexed by (service, ring hash) for the range reads of reminder
 //     ownership.
+//   - granary_stream_partitions: one row per (service, stream provider,
+//     partition), with the offset the next append assigns, the payload
+//     bytes kept and the last append's time. An append's upsert of this
+//     row assigns its offsets and its time, and holds the row locked until
+//     it commits, so appends to a partition are serialized and commit in
+//     offset order; a trim locks it too, to keep the byte count true.
+//   - granary_stream_records: one row per record, keyed by (service,
+//     provider, partition, offset) and indexed by time for OffsetAt and
+//     trimming by age. Times never decrease along a partition (an append
+//     takes the later of the store's clock and the last append's time),
+//     so the first record at or after a time is the first offset.
+//   - granary_stream_cursors: one row per (service, provider, partition,
+//     subscription), which an upsert moves forward only.
 //
 // Rows carry a service ID (Config.ServiceID), so several services, or
 // tests, can share a database without seeing each other's rows.
@@ -30,6 +44,14 @@
 // reminder's ETag is a number from a sequence, so no ETag is reused for a
 // reminder, even after it is removed and added again.
 //
+// # Group commit
+//
+// State writes and stream appends that arrive while every connection is
+// busy go together, as one pipelined batch in one transaction, when a
+// connection frees (commit.go). A batch sends its appends after its state
+// writes and by partition, so that batches lock partitions in one order
+// and never deadlock one another.
+//
 // # Errors
 //
 // Every operation runs on the context it is given, so an unreachable or
@@ -38,7 +60,10 @@
 // storage.ErrETagMismatch, storage.ErrTooLarge, storage.ErrClosed,
 // storage.ErrInvalid (a grain ID or name that is not valid UTF-8 without
 // NUL bytes, a grain ID that does not read back, a reminder's first tick
-// outside the years 1678 to 2262), the context's error or the driver's.
+// outside the years 1678 to 2262; a stream provider, subscription, stream
+// or event type that is not valid UTF-8 without NUL bytes, a cursor at
+// 2^63 or beyond, and the stream log's own cases), the context's error or
+// the driver's.
 //
 // # Privileges
 //

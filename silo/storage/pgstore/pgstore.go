@@ -45,6 +45,10 @@ type Config struct {
 	// each new connection of the store's pool. 0 means the DSN's
 	// connect_timeout if it has one, else 10s.
 	ConnectTimeout time.Duration
+	// Clock gives the stream log's records their times; nil means
+	// storage.SystemClock. A silo passes its own clock, so that a fake
+	// one in tests governs retention too.
+	Clock storage.Clock
 }
 
 // validate reports the first field that is wrong, by name.
@@ -72,15 +76,17 @@ func configError(field, format string, args ...any) error {
 	return fmt.Errorf("pgstore: config: %s: %s", field, fmt.Sprintf(format, args...))
 }
 
-// Store is a storage.Provider and storage.ReminderTable on PostgreSQL.
-// Its methods may be called from any goroutine, concurrently.
+// Store is a storage.Provider, storage.ReminderTable and
+// storage.StreamLog on PostgreSQL. Its methods may be called from any
+// goroutine, concurrently.
 type Store struct {
 	pool         *pgxpool.Pool
 	ownPool      bool // the store made pool, and closes it
 	service      string
 	maxStateSize int
+	clock        storage.Clock
 	closed       atomic.Bool
-	commits      committer // state writes, in group commits
+	commits      committer // state writes and stream appends, in group commits
 }
 
 var (
@@ -100,6 +106,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool:         cfg.Pool,
 		service:      cfg.ServiceID,
 		maxStateSize: cfg.MaxStateSize,
+		clock:        cfg.Clock,
+	}
+	if s.clock == nil {
+		s.clock = storage.SystemClock{}
 	}
 	if s.service == "" {
 		s.service = DefaultServiceID

@@ -71,7 +71,8 @@ func deleteService(t testing.TB, s *Store, dsn string) {
 		defer conn.Close(ctx)
 		exec = conn.Exec
 	}
-	for _, table := range []string{"granary_state", "granary_reminders"} {
+	for _, table := range []string{"granary_state", "granary_reminders",
+		"granary_stream_partitions", "granary_stream_records", "granary_stream_cursors"} {
 		if _, err := exec(ctx, "DELETE FROM "+table+" WHERE service_id = $1", s.service); err != nil {
 			t.Errorf("deleting the test's rows: %v", err)
 		}

@@ -40,6 +40,41 @@ CREATE TABLE granary_reminders (
 CREATE INDEX granary_reminders_hash ON granary_reminders (service_id, hash);
 CREATE SEQUENCE granary_reminder_version;
 `,
+	// 2: durable streams' logs and cursors. Offsets are uint64s below
+	// 2^63, times nanoseconds since the Unix epoch.
+	`
+CREATE TABLE granary_stream_partitions (
+	service_id    text   NOT NULL,
+	provider      text   NOT NULL,
+	partition     bigint NOT NULL, -- the uint32 partition number
+	next_offset   bigint NOT NULL, -- the offset the next append assigns: 1, 2, ..., never reused
+	payload_bytes bigint NOT NULL, -- the payload bytes of the records kept, for trimming by size
+	last_time     bigint NOT NULL, -- the last append's time: no later append's is earlier
+	PRIMARY KEY (service_id, provider, partition)
+);
+CREATE TABLE granary_stream_records (
+	service_id text   NOT NULL,
+	provider   text   NOT NULL,
+	partition  bigint NOT NULL,
+	log_offset bigint NOT NULL,
+	time_ns    bigint NOT NULL,
+	stream     text   NOT NULL,
+	type       text   NOT NULL,
+	payload    bytea  NOT NULL,
+	PRIMARY KEY (service_id, provider, partition, log_offset)
+);
+-- For OffsetAt and trimming by age: times rise with offsets, so the first
+-- entry at or after a time is the first offset.
+CREATE INDEX granary_stream_records_time ON granary_stream_records (service_id, provider, partition, time_ns, log_offset);
+CREATE TABLE granary_stream_cursors (
+	service_id   text   NOT NULL,
+	provider     text   NOT NULL,
+	partition    bigint NOT NULL,
+	subscription text   NOT NULL,
+	log_offset   bigint NOT NULL, -- the last offset the subscription handled
+	PRIMARY KEY (service_id, provider, partition, subscription)
+);
+`,
 }
 
 // schemaVersion is the version of the schema this code creates and knows.

@@ -108,14 +108,14 @@ func (s *Store) update(ctx context.Context, op func() string, id grain.ID, name 
 // commit runs a write through the group committer and returns the
 // record's new ETag.
 func (s *Store) commit(ctx context.Context, op func() string, w *writeOp, id grain.ID, etag string) (string, error) {
-	version, matched, err := s.commits.do(ctx, w)
+	err := s.commits.do(ctx, w)
 	switch {
 	case err != nil:
 		return "", s.fail(ctx, op(), err)
-	case !matched:
+	case !w.matched:
 		return "", s.mismatch(ctx, op(), id, w.name, etag)
 	}
-	return formatVersion(version), nil
+	return formatVersion(w.newVersion), nil
 }
 
 // mismatch returns the storage.Mismatch error of a write or clear that

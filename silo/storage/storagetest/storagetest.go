@@ -4,6 +4,14 @@
 // concurrent writers (exactly one of several writers holding one ETag
 // wins), states at and over the size limit, persistence across a reopen,
 // and the reminder table's upsert, removal and range reads.
+//
+// RunStreamLog is the stream log's contract: offsets and times as appends
+// assign them (on a FakeClock the test sets), appends atomic and
+// contiguous under concurrent appenders, readers that never see a gap,
+// trimming by age and by size that never moves the next offset, OffsetAt,
+// forward-only cursors, the calls every log refuses, persistence across a
+// reopen and ErrClosed after closing. BenchmarkStreamAppends measures
+// appends by many producers at once.
 package storagetest
 
 import (
