@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/granaryio/granary/internal/grainrt"
 )
 
 // A Handler is the generated dispatch function of one grain method: it
@@ -125,7 +127,21 @@ type TypeOptions struct {
 	// waits for its turn at an activation of the type
 	// (WithQueueWaitLimit); 0 keeps the silo's setting.
 	QueueWaitLimit time.Duration
+	// StreamHandlers are the functions that may take stream events for
+	// the type's activations, by name (package grain/streams).
+	StreamHandlers []StreamHandlerDecl
+	// ImplicitStreams are the stream namespaces whose streams deliver to
+	// the grain with the stream's key without a subscription (package
+	// grain/streams).
+	ImplicitStreams []ImplicitStreamDecl
 }
+
+// StreamHandlerDecl is a stream handler, as grain/streams declares it.
+type StreamHandlerDecl = grainrt.StreamHandler
+
+// ImplicitStreamDecl is an implicit stream subscription, as grain/streams
+// declares it.
+type ImplicitStreamDecl = grainrt.ImplicitStream
 
 // ServiceDesc describes a grain type: generated code builds one per proto
 // service and passes it to a Registrar.

@@ -145,6 +145,9 @@ type Config struct {
 	// Reminders, when set, runs the reminder service: see RemindersConfig.
 	// Nil (the default): grains cannot register reminders.
 	Reminders *RemindersConfig
+	// Streams, when set, turns on streams: see StreamsConfig. Nil (the
+	// default): no stream provider, and no stream grain type.
+	Streams *StreamsConfig
 }
 
 // RemindersConfig sets up a silo's reminder service. Each silo fires the
@@ -413,6 +416,11 @@ func (c *Config) validate() error {
 	}
 	if c.Reminders != nil {
 		if err := c.Reminders.validate(); err != nil {
+			return err
+		}
+	}
+	if c.Streams != nil {
+		if err := c.Streams.validate(c); err != nil {
 			return err
 		}
 	}

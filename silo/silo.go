@@ -19,6 +19,7 @@ import (
 	"github.com/granaryio/granary/silo/internal/cluster"
 	"github.com/granaryio/granary/silo/internal/gateway"
 	"github.com/granaryio/granary/silo/internal/local"
+	"github.com/granaryio/granary/silo/internal/streaming"
 	"github.com/granaryio/granary/silo/overload"
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
@@ -40,6 +41,8 @@ type Silo struct {
 	// gw serves external clients, or is nil. Set by Start.
 	cl *cluster.Cluster
 	gw *gateway.Gateway
+	// streams runs the stream grains, when Config.Streams is set.
+	streams *streaming.Streams
 	// hookLimit, when not 0, is the concurrency limit Stats reports
 	// (TestHooks.SetOverload).
 	hookLimit atomic.Int64
@@ -86,6 +89,7 @@ func New(cfg Config) (*Silo, error) {
 	if cfg.Rejections == nil {
 		cfg.Rejections = security.NewRejections(cfg.Logger.With(zap.String("silo", cfg.Name)))
 	}
+	streamStore := streamsStorage(&cfg)
 	s := &Silo{cfg: cfg, log: cfg.Logger.With(zap.String("silo", cfg.Name)), halted: make(chan struct{}), closedDone: make(chan struct{})}
 	s.rt = local.New(local.Config{
 		Name:                    cfg.Name,
@@ -125,6 +129,9 @@ func New(cfg Config) (*Silo, error) {
 		s.shed = mon
 		s.rt.Cfg.Limiter = mon.Limiter()
 		s.rt.Cfg.Shed = gateway.NewShedder(func() string { return s.shed.Reason() }, ls.RetryAfter, &s.rt.Overload.Shed, s.log, cfg.Clock).Refuse
+	}
+	if err := s.openStreams(&cfg, streamStore); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -425,6 +432,9 @@ func (s *Silo) closeAll() {
 			s.cl.Close()
 		}
 		s.rt.Release()
+		if s.streams != nil {
+			s.streams.Close()
+		}
 		if s.shed != nil {
 			s.shed.Close()
 		}

@@ -314,8 +314,8 @@ func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 			return
 		}
 		var err error
-		if env.Method == local.ReminderMethodName {
-			m = &local.ReminderMethod // a tick from the silo that owns the reminder
+		if m = local.RuntimeMethod(env.Method); m != nil {
+			// a reminder's tick or a stream's delivery, from a silo
 		} else if m, err = t.Method(id, env, codes.NotFound); err != nil {
 			refuse(status.Code(err), "%s", status.Convert(err).Message())
 			return
@@ -343,13 +343,13 @@ func (cl *Cluster) Deliver(from string, env *granaryv1.Envelope, r transport.Res
 
 // fresh reports whether env, a call from another silo, is new work for
 // this silo, which load shedding and the queue wait limit may refuse. Not
-// a reminder tick, which the runtime sends; not a call another silo
+// a reminder tick or a stream's delivery, which the runtime sends; not a call another silo
 // passed on (Hops), which a silo took already; not a call to a client's
 // observer, which runs no grain here and whose caller runs already; and
 // not a call whose chain comes through this silo, which a request running
 // here waits for.
 func (cl *Cluster) fresh(env *granaryv1.Envelope) bool {
-	if env.Hops != 0 || env.Observer || env.Method == local.ReminderMethodName {
+	if env.Hops != 0 || env.Observer || local.RuntimeMethod(env.Method) != nil {
 		return false
 	}
 	for _, l := range env.Chain {

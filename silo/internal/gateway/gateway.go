@@ -144,6 +144,12 @@ func (g *Gateway) Serve(cl *cluster.Cluster, caller grain.Caller) error {
 	}
 	descs := make([]*grain.ServiceDesc, 0, len(s.Types)+len(g.cfg.Services))
 	for _, name := range s.HostedTypes() {
+		if name == granaryv1.Stream_ServiceDesc.Type {
+			// The runtime's stream grain keeps grains' subscriptions:
+			// not a service for clients, who reach streams through the
+			// Go client's Publish.
+			continue
+		}
 		descs = append(descs, s.Types[name].Desc)
 	}
 	for _, d := range g.cfg.Services {
@@ -291,11 +297,18 @@ func (g *Gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	case id.Key == "":
 		refuse(codes.InvalidArgument, "granary: calling a %s grain with an empty key", id.Type)
 		return
-	case env.Method == local.ReminderMethodName && !env.Observer:
-		// The runtime's own method: only the silo that owns a reminder
-		// calls it, and other silos take it only from silos.
-		s.Cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, "", errReminderMethod)
-		refuse(codes.PermissionDenied, "granary: %s is the runtime's method; clients cannot call it", local.ReminderMethodName)
+	case local.RuntimeMethod(env.Method) != nil && !env.Observer:
+		// The runtime's own methods: only the silo that owns a reminder,
+		// or the activation of a stream, calls them, and other silos take
+		// them only from silos.
+		s.Cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, "", errRuntimeMethod)
+		refuse(codes.PermissionDenied, "granary: %s is the runtime's method; clients cannot call it", env.Method)
+		return
+	case id.Type == granaryv1.Stream_ServiceDesc.Type && env.Method != streamPublishMethod && !env.Observer:
+		// A stream grain keeps subscriptions of grains, which only
+		// grains make; a client may publish.
+		s.Cfg.Rejections.Reject(security.ListenerGateway, security.ReasonPermissionDenied, "", errRuntimeMethod)
+		refuse(codes.PermissionDenied, "granary: %s is the runtime's; clients may call only its Publish", env.Method)
 		return
 	}
 	var m *grain.MethodDesc
@@ -321,9 +334,13 @@ func (g *Gateway) Deliver(from string, env *granaryv1.Envelope, r transport.Resp
 	s.Route(nil, s.Incoming(from, env, id, m, r, local.ClientWaiter, &g.cancels, &g.inflight))
 }
 
-// errReminderMethod is why a client's call to the reminder method is
-// refused, for the count.
-var errReminderMethod = errors.New("a client called the runtime's reminder method")
+// errRuntimeMethod is why a client's call to one of the runtime's methods
+// is refused, for the count.
+var errRuntimeMethod = errors.New("a client called one of the runtime's methods")
+
+// streamPublishMethod is the one method of stream grains that clients may
+// call.
+var streamPublishMethod = granaryv1.Stream_ServiceDesc.Methods[0].Name
 
 // Reply answers a client's call; settle calls it once the outcome is in.
 // Calls a grain's filter refused as unauthenticated or forbidden are

@@ -218,7 +218,7 @@ func (s *Runtime) Route(e *activation.Exec, c *Call) {
 			s.Fail(e, c, UnknownType(c.ID))
 			return
 		}
-		if m := c.Method; m != &ReminderMethod && (m.Index < 0 || m.Index >= len(t.Desc.Methods) || t.Desc.Methods[m.Index].Name != m.Name) {
+		if m := c.Method; !isRuntimeMethod(m) && (m.Index < 0 || m.Index >= len(t.Desc.Methods) || t.Desc.Methods[m.Index].Name != m.Name) {
 			s.Fail(e, c, status.Errorf(codes.NotFound, "granary: grain type %s has no method %q", c.ID.Type, m.Name))
 			return
 		}

@@ -126,7 +126,7 @@ func kindOf(m *grain.MethodDesc) admission.Kind {
 // to refuse. Any goroutine, no lock held: the predicate is user code.
 func (s *Runtime) maybeInterleave(t *GrainType, c *Call) {
 	fn := t.Opts.MayInterleave
-	if fn == nil || c.kind == admission.Interleave || c.Method == &ReminderMethod {
+	if fn == nil || c.kind == admission.Interleave || isRuntimeMethod(c.Method) {
 		return
 	}
 	idx := c.Method.Index
