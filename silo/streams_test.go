@@ -400,6 +400,15 @@ func TestSlowSubscriberHoldsUpOnlyItsOwnBuffer(t *testing.T) {
 	if got := s.streams.Stats().Dropped; got != events-buffer {
 		t.Fatalf("%d events dropped, want %d: the slow subscriber's beyond its buffer of %d", got, events-buffer, buffer)
 	}
+	lags := map[string]int{}
+	for _, st := range s.streams.Active() {
+		for _, sub := range st.Subscriptions {
+			lags[sub.Grain] = sub.Lag
+		}
+	}
+	if lags["probe.Listener/slow"] != buffer || lags["probe.Listener/fast"] != 0 {
+		t.Fatalf("the subscriptions' lags are %v, want slow's buffer full (%d) and fast's empty", lags, buffer)
+	}
 	unstick()
 	heard := waitHeard(t, rec, "slow", buffer)
 	for i, h := range heard {

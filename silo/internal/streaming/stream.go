@@ -79,7 +79,29 @@ func (t *stream) OnActivate(ctx grain.Context) error {
 			t.typ = im.Handler.MessageType()
 		}
 	}
+	t.s.track(t, true)
 	return nil
+}
+
+// status reports the stream to operators. Any goroutine.
+func (t *stream) status() StreamStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := StreamStatus{ID: t.id, Type: t.typ, Last: streams.Token{Epoch: t.epoch, Sequence: t.seq}}
+	for _, sub := range t.subs {
+		i := sub.info
+		ss := SubscriptionStatus{
+			ID: i.GetId(), Grain: i.GetGrain(), Handler: i.GetHandler(), Implicit: i.GetImplicit(),
+			Parked: i.GetParked(), ParkedReason: i.GetParkedReason(),
+			Handled: streams.Token{Epoch: i.GetHandled().GetEpoch(), Sequence: i.GetHandled().GetSequence()},
+			Lag:     len(sub.queue),
+		}
+		if i.GetParked() {
+			ss.ParkedAt = time.Unix(0, i.GetParkedUnixNanos())
+		}
+		st.Subscriptions = append(st.Subscriptions, ss)
+	}
+	return st
 }
 
 // implicitID is the ID of grain g's implicit subscription through handler
@@ -98,6 +120,7 @@ func (t *stream) add(info *granaryv1.StreamSubscriptionInfo) *subscriber {
 // deactivation's deadline; what is still queued then is dropped, as the
 // memory provider promises no more.
 func (t *stream) OnDeactivate(ctx grain.Context, _ grain.DeactivationReason) error {
+	defer t.s.track(t, false)
 	t.mu.Lock()
 	t.closing = true
 	t.idle = make(chan struct{})
@@ -126,7 +149,7 @@ func (t *stream) OnDeactivate(ctx grain.Context, _ grain.DeactivationReason) err
 }
 
 // checkType fixes the stream's message type at its first publish or
-// subscription, and refuses any other later.
+// subscription, and refuses any other later. mu held.
 func (t *stream) checkType(typ, what string) error {
 	switch {
 	case typ == "":
@@ -140,14 +163,15 @@ func (t *stream) checkType(typ, what string) error {
 }
 
 func (t *stream) Publish(ctx grain.Context, req *granaryv1.StreamPublish) (*granaryv1.StreamPublished, error) {
+	t.mu.Lock()
 	if err := t.checkType(req.GetType(), "the event"); err != nil {
+		t.mu.Unlock()
 		return nil, err
 	}
 	t.seq++
 	tok := &granaryv1.StreamToken{Epoch: t.epoch, Sequence: t.seq}
 	ev := &granaryv1.StreamEvent{Token: tok, Payload: req.GetPayload()}
 	t.s.published.Add(1)
-	t.mu.Lock()
 	for _, sub := range t.subs {
 		if sub.info.GetParked() {
 			t.s.dropped.Add(1)
@@ -189,19 +213,20 @@ func (t *stream) Subscribe(ctx grain.Context, req *granaryv1.StreamSubscribe) (*
 			return nil, status.Errorf(codes.InvalidArgument, "granary: stream handler %q of %s takes %s, not %s", req.GetHandler(), g.Type, h.MessageType(), req.GetType())
 		}
 	}
+	t.mu.Lock()
 	prev := t.typ
 	if err := t.checkType(req.GetType(), "the subscription's handler"); err != nil {
+		t.mu.Unlock()
 		return nil, err
 	}
 	info := &granaryv1.StreamSubscriptionInfo{Id: uuid.NewString(), Grain: g.String(), Handler: req.GetHandler()}
-	t.mu.Lock()
 	sub := t.add(info)
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
 		t.mu.Lock()
 		t.remove(sub)
-		t.mu.Unlock()
 		t.typ = prev
+		t.mu.Unlock()
 		return nil, err
 	}
 	return t.snapshot(sub), nil

@@ -18,7 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,6 +152,9 @@ type Streams struct {
 	cancel context.CancelFunc
 
 	published, delivered, dropped, retried, parked, unparked atomic.Uint64
+
+	mu     sync.Mutex
+	active map[*stream]struct{} // the stream activations on this silo
 }
 
 // New checks cfg and makes the stream runtime.
@@ -157,7 +162,7 @@ func New(cfg Config) (*Streams, error) {
 	if len(cfg.Providers) == 0 {
 		return nil, errors.New("no stream providers")
 	}
-	s := &Streams{cfg: cfg, provs: make(map[string]ProviderConfig, len(cfg.Providers))}
+	s := &Streams{cfg: cfg, provs: make(map[string]ProviderConfig, len(cfg.Providers)), active: map[*stream]struct{}{}}
 	for name, p := range cfg.Providers {
 		if name == "" || strings.Contains(name, "/") {
 			return nil, fmt.Errorf("stream provider %q: a name must be non-empty, without '/'", name)
@@ -208,4 +213,57 @@ func (s *Streams) parseStreamKey(key string) (streams.ID, ProviderConfig, error)
 		return id, p, fmt.Errorf("stream %s: no stream provider %q is configured", id, id.Provider)
 	}
 	return id, p, nil
+}
+
+// SubscriptionStatus is what an operator sees of one subscription.
+type SubscriptionStatus struct {
+	ID      string
+	Grain   string
+	Handler string
+	// Implicit: from the subscriber type's registration.
+	Implicit bool
+	// Parked, since ParkedAt, because of ParkedReason.
+	Parked       bool
+	ParkedReason string
+	ParkedAt     time.Time
+	// Handled is the token of the last event the subscriber handled.
+	Handled streams.Token
+	// Lag is how many events wait for the subscriber in its buffer.
+	Lag int
+}
+
+// StreamStatus is what an operator sees of one stream active on this silo.
+type StreamStatus struct {
+	ID streams.ID
+	// Type is the events' message type, once known.
+	Type string
+	// Last is the token of the last event published to this activation.
+	Last          streams.Token
+	Subscriptions []SubscriptionStatus
+}
+
+// Active lists the streams active on this silo, by name.
+func (s *Streams) Active() []StreamStatus {
+	s.mu.Lock()
+	acts := make([]*stream, 0, len(s.active))
+	for t := range s.active {
+		acts = append(acts, t)
+	}
+	s.mu.Unlock()
+	out := make([]StreamStatus, 0, len(acts))
+	for _, t := range acts {
+		out = append(out, t.status())
+	}
+	slices.SortFunc(out, func(a, b StreamStatus) int { return strings.Compare(a.ID.String(), b.ID.String()) })
+	return out
+}
+
+func (s *Streams) track(t *stream, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		s.active[t] = struct{}{}
+	} else {
+		delete(s.active, t)
+	}
 }
