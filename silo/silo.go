@@ -252,6 +252,11 @@ func (s *Silo) Start(ctx context.Context) error {
 	if err := s.rt.StartReminders(); err != nil {
 		return fail(configError(err))
 	}
+	if s.streams != nil {
+		if err := s.streams.Start(); err != nil {
+			return fail(configError(&ConfigError{Field: "Streams", Reason: err.Error()}))
+		}
+	}
 	if s.cfg.Gateway != nil {
 		if err := s.listenGateway(); err != nil {
 			return fail(err)
@@ -320,6 +325,9 @@ func (s *Silo) Stop(ctx context.Context) error {
 // failed) leaves the silo to closeAll.
 func (s *Silo) stopGracefully(ctx context.Context) error {
 	s.rt.StopReminders()
+	if s.streams != nil {
+		s.streams.StopSweeping()
+	}
 	if s.gw != nil {
 		s.gw.GoAway(ctx)
 	}
@@ -346,6 +354,9 @@ func (s *Silo) stopGracefully(ctx context.Context) error {
 		return err
 	}
 	s.rt.Release()
+	if s.streams != nil {
+		s.streams.Close()
+	}
 	s.rt.Log.Info("silo stopped")
 	return nil
 }

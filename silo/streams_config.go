@@ -19,8 +19,7 @@ import (
 // silo of a cluster must have the same.
 type StreamsConfig struct {
 	// Providers are the stream providers by name: a stream's first name
-	// part. Each is a memory provider: cluster-wide, at most once, its
-	// events kept by the stream's activation only.
+	// part.
 	Providers map[string]StreamProviderConfig
 	// Storage names the storage provider (Config.Storage) that keeps the
 	// streams' explicit subscriptions. Default: the default provider when
@@ -30,13 +29,51 @@ type StreamsConfig struct {
 	Storage string
 }
 
-// StreamProviderConfig sets up one memory stream provider. Zero fields take
-// the defaults given.
+// StreamProviderConfig sets up one stream provider. Zero fields take the
+// defaults given.
 type StreamProviderConfig struct {
-	// Buffer bounds the events waiting for one subscriber: an event that
-	// finds the buffer full is dropped for that subscriber, and counted, so
-	// that a slow subscriber slows neither the publishers nor the others.
-	// Default 1024.
+	// Kind is "memory" (the default) or "durable".
+	//
+	// A memory provider is cluster-wide and at most once: a stream's
+	// events are kept by its activation only, until every subscriber has
+	// them, and cannot be rewound to.
+	//
+	// A durable provider appends each event to a log before Publish
+	// returns, and keeps a cursor per subscription, saved once its
+	// subscriber handled the events: every event whose publish returned
+	// reaches every subscriber at least once, whatever silo dies, and a
+	// subscription may start from an earlier token or time (rewind). The
+	// log is the embedded store for a silo alone, PostgreSQL for a
+	// cluster.
+	Kind string
+	// Log keeps a durable provider's events and cursors. Default: the
+	// default storage provider (Storage["default"], or the embedded store
+	// with DataDir), which must keep stream logs, as boltstore and pgstore
+	// do.
+	Log storage.StreamLog
+	// Partitions is how many log partitions a durable provider spreads its
+	// streams over; the silos of a cluster share the work of their
+	// partitions by the directory's ring. Fix it for the life of the log.
+	// Default 16.
+	Partitions int
+	// MaxAge and MaxBytes are a durable provider's retention: every
+	// TrimInterval (default 1 minute) its partitions drop the events
+	// older than MaxAge, then the oldest beyond MaxBytes of payload. A
+	// subscriber that falls further behind misses what was dropped.
+	// Default 0: kept for ever.
+	MaxAge       time.Duration
+	MaxBytes     int64
+	TrimInterval time.Duration
+	// SweepInterval is how often the owner of a durable provider's
+	// partition asks the streams with undelivered events in it to deliver
+	// them, which activates a stream whose silo died. Default 1 second.
+	SweepInterval time.Duration
+
+	// Buffer bounds the events waiting for one subscriber, so that a slow
+	// subscriber slows neither the publishers nor the others: past it, a
+	// memory provider drops the subscriber's events (and counts them), and
+	// a durable one has the subscriber read from the log until it caught
+	// up. Default 1024.
 	Buffer int
 	// Batch bounds the events one delivery hands a subscriber, to run one
 	// after another in one turn. Default 64.
@@ -116,6 +153,14 @@ func (s *Silo) openStreams(cfg *Config, store string) error {
 	idx := &handlerIndex{rt: s.rt}
 	st, err := streaming.New(streaming.Config{
 		Providers: provs,
+		StorageProvider: func(name string) storage.Provider {
+			p := s.rt.Providers[name]
+			if c, ok := p.(*local.CountingProvider); ok {
+				return c.Provider // the log is not state: uncounted
+			}
+			return p
+		},
+		Clustered: cfg.Cluster != nil,
 		Caller:    s,
 		Deliver:   &local.StreamDeliverMethod,
 		Implicit:  idx.implicit,
@@ -128,6 +173,9 @@ func (s *Silo) openStreams(cfg *Config, store string) error {
 		return &ConfigError{Field: "Streams", Reason: err.Error()}
 	}
 	s.streams = st
+	if cfg.Cluster != nil {
+		s.rt.RingChanged = st.RingChanged
+	}
 	return st.Register(s)
 }
 
@@ -136,7 +184,7 @@ func (s *Silo) openStreams(cfg *Config, store string) error {
 // type has. Types are fixed once the silo starts, and the streams ask only
 // after, so the index is built once, at the first question.
 type handlerIndex struct {
-	rt       *local.Runtime
+	rt   *local.Runtime
 	once sync.Once
 	byNS map[string][]streaming.Implicit
 }

@@ -77,7 +77,14 @@ func ticks(c grain.Caller, op *probe.ListenOp) streams.Stream[*probe.Tick] {
 }
 
 func (l *listener) Subscribe(ctx grain.Context, op *probe.ListenOp) (*probe.ListenReply, error) {
-	sub, err := ticks(ctx.Caller(), op).Subscribe(ctx, recordTicks)
+	var opts []streams.SubscribeOption
+	if op.FromSequence != 0 {
+		opts = append(opts, streams.FromToken(streams.Token{Sequence: op.FromSequence}))
+	}
+	if op.FromUnixNanos != 0 {
+		opts = append(opts, streams.FromTime(time.Unix(0, op.FromUnixNanos)))
+	}
+	sub, err := ticks(ctx.Caller(), op).Subscribe(ctx, recordTicks, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -37,11 +37,20 @@
 // it is unparked, and it is listed, logged and counted as parked.
 //
 // Each subscriber has a bounded buffer of its own, so a slow one does not
-// slow the publisher or the other subscribers. The memory provider keeps
-// events in the stream's activation only, and delivers at most once: an
-// event that finds a subscriber's buffer full is dropped for that
-// subscriber (the gap shows in the tokens), and so are the events queued
-// when the stream's silo dies.
+// slow the publisher or the other subscribers.
+//
+// A memory provider keeps events in the stream's activation only, and
+// delivers at most once: an event that finds a subscriber's buffer full
+// is dropped for that subscriber (the gap shows in the tokens), and so
+// are the events queued when the stream's silo dies.
+//
+// A durable provider logs each event before Publish returns, and keeps a
+// cursor per subscription, saved once its subscriber handled the events:
+// every event whose publish returned reaches every subscriber at least
+// once, whatever silo dies, in order. A subscriber behind its buffer reads
+// from the log instead, and a subscription may start at an earlier event
+// (FromToken, FromTime). After a failure a handler may get an event again:
+// compare its Token with the last one handled.
 //
 // This package imports grain, internal/grainrt and the wire types only.
 package streams
@@ -51,6 +60,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -276,18 +286,42 @@ func subscriptionOf(id ID, s *granaryv1.StreamSubscriptionInfo) Subscription {
 	}
 }
 
+// A SubscribeOption changes where a subscription starts: FromToken,
+// FromTime.
+type SubscribeOption func(*granaryv1.StreamSubscribe)
+
+// FromToken starts the subscription at the event with token t, rather
+// than with the next event published: a rewind, which only a durable
+// provider can do. Events no longer kept are skipped.
+func FromToken(t Token) SubscribeOption {
+	return func(r *granaryv1.StreamSubscribe) {
+		r.From = &granaryv1.StreamToken{Epoch: t.Epoch, Sequence: t.Sequence}
+	}
+}
+
+// FromTime starts the subscription at the first event published at or
+// after t: a rewind, which only a durable provider can do.
+func FromTime(t time.Time) SubscribeOption {
+	return func(r *granaryv1.StreamSubscribe) { r.FromUnixNanos = t.UnixNano() }
+}
+
 // Subscribe subscribes the calling grain's handler h to the stream and
 // returns the subscription. h must be registered with the grain's type
 // (WithHandlers). A grain may subscribe more than once, even with one
-// handler: each subscription gets every event.
-func (s Stream[T]) Subscribe(ctx grain.Context, h *Handler[T]) (Subscription, error) {
+// handler: each subscription gets every event. It starts with the next
+// event published, unless an option rewinds it.
+func (s Stream[T]) Subscribe(ctx grain.Context, h *Handler[T], opts ...SubscribeOption) (Subscription, error) {
 	if err := s.check(); err != nil {
 		return Subscription{}, err
 	}
 	if h == nil {
 		return Subscription{}, status.Error(codes.InvalidArgument, "granary: Subscribe with a nil handler")
 	}
-	r, err := s.ref.Subscribe(ctx, &granaryv1.StreamSubscribe{Grain: ctx.ID().String(), Handler: h.name, Type: h.typ})
+	req := &granaryv1.StreamSubscribe{Grain: ctx.ID().String(), Handler: h.name, Type: h.typ}
+	for _, o := range opts {
+		o(req)
+	}
+	r, err := s.ref.Subscribe(ctx, req)
 	if err != nil {
 		return Subscription{}, err
 	}

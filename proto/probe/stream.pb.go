@@ -90,8 +90,12 @@ type ListenOp struct {
 	// Fail: how many of the next events the handler fails.
 	Fail int64 `protobuf:"varint,5,opt,name=fail,proto3" json:"fail,omitempty"`
 	// Publish: the ticks to publish, n from first to first+count-1.
-	First         int64 `protobuf:"varint,6,opt,name=first,proto3" json:"first,omitempty"`
-	Count         int64 `protobuf:"varint,7,opt,name=count,proto3" json:"count,omitempty"`
+	First int64 `protobuf:"varint,6,opt,name=first,proto3" json:"first,omitempty"`
+	Count int64 `protobuf:"varint,7,opt,name=count,proto3" json:"count,omitempty"`
+	// Subscribe: rewind to the event with this token's sequence, or to the
+	// first published at or after this time.
+	FromSequence  uint64 `protobuf:"varint,8,opt,name=from_sequence,json=fromSequence,proto3" json:"from_sequence,omitempty"`
+	FromUnixNanos int64  `protobuf:"varint,9,opt,name=from_unix_nanos,json=fromUnixNanos,proto3" json:"from_unix_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,6 +175,20 @@ func (x *ListenOp) GetFirst() int64 {
 func (x *ListenOp) GetCount() int64 {
 	if x != nil {
 		return x.Count
+	}
+	return 0
+}
+
+func (x *ListenOp) GetFromSequence() uint64 {
+	if x != nil {
+		return x.FromSequence
+	}
+	return 0
+}
+
+func (x *ListenOp) GetFromUnixNanos() int64 {
+	if x != nil {
+		return x.FromUnixNanos
 	}
 	return 0
 }
@@ -349,7 +367,7 @@ const file_probe_stream_proto_rawDesc = "" +
 	"\x12probe/stream.proto\x12\x05probe\"(\n" +
 	"\x04Tick\x12\f\n" +
 	"\x01n\x18\x01 \x01(\x03R\x01n\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\tR\x04from\"\xba\x01\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\"\x87\x02\n" +
 	"\bListenOp\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
@@ -357,7 +375,9 @@ const file_probe_stream_proto_rawDesc = "" +
 	"\fsubscription\x18\x04 \x01(\tR\fsubscription\x12\x12\n" +
 	"\x04fail\x18\x05 \x01(\x03R\x04fail\x12\x14\n" +
 	"\x05first\x18\x06 \x01(\x03R\x05first\x12\x14\n" +
-	"\x05count\x18\a \x01(\x03R\x05count\"\xb7\x01\n" +
+	"\x05count\x18\a \x01(\x03R\x05count\x12#\n" +
+	"\rfrom_sequence\x18\b \x01(\x04R\ffromSequence\x12&\n" +
+	"\x0ffrom_unix_nanos\x18\t \x01(\x03R\rfromUnixNanos\"\xb7\x01\n" +
 	"\x05Heard\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\"\n" +
 	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12\x14\n" +

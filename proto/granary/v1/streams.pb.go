@@ -363,7 +363,13 @@ type StreamSubscribe struct {
 	Handler string `protobuf:"bytes,2,opt,name=handler,proto3" json:"handler,omitempty"`
 	// The full name of the handler's message type, which must be the
 	// stream's.
-	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// Rewind, for a durable stream: the subscription starts at the event
+	// with token from, or at the first event published at or after
+	// from_unix_nanos, rather than with the next event published (at the
+	// oldest event kept if those are gone).
+	From          *StreamToken `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	FromUnixNanos int64        `protobuf:"varint,5,opt,name=from_unix_nanos,json=fromUnixNanos,proto3" json:"from_unix_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -417,6 +423,20 @@ func (x *StreamSubscribe) GetType() string {
 		return x.Type
 	}
 	return ""
+}
+
+func (x *StreamSubscribe) GetFrom() *StreamToken {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *StreamSubscribe) GetFromUnixNanos() int64 {
+	if x != nil {
+		return x.FromUnixNanos
+	}
+	return 0
 }
 
 // StreamSubscriptionRef names one subscription of the stream.
@@ -673,6 +693,100 @@ func (x *StreamSubscriptionsState) GetType() string {
 	return ""
 }
 
+// StreamPending asks a durable stream whether every subscription that is
+// not parked has handled its events up to offset up_to of the stream's log
+// partition. Asking activates the stream, which resumes delivery from the
+// subscriptions' cursors: the partition's sweeper asks, so that a stream
+// whose activation was lost with its silo delivers what it was holding
+// even if nothing more is published to it.
+type StreamPending struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UpTo          uint64                 `protobuf:"varint,1,opt,name=up_to,json=upTo,proto3" json:"up_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamPending) Reset() {
+	*x = StreamPending{}
+	mi := &file_granary_v1_streams_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamPending) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamPending) ProtoMessage() {}
+
+func (x *StreamPending) ProtoReflect() protoreflect.Message {
+	mi := &file_granary_v1_streams_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamPending.ProtoReflect.Descriptor instead.
+func (*StreamPending) Descriptor() ([]byte, []int) {
+	return file_granary_v1_streams_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *StreamPending) GetUpTo() uint64 {
+	if x != nil {
+		return x.UpTo
+	}
+	return 0
+}
+
+type StreamPendingReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CaughtUp      bool                   `protobuf:"varint,1,opt,name=caught_up,json=caughtUp,proto3" json:"caught_up,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamPendingReply) Reset() {
+	*x = StreamPendingReply{}
+	mi := &file_granary_v1_streams_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamPendingReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamPendingReply) ProtoMessage() {}
+
+func (x *StreamPendingReply) ProtoReflect() protoreflect.Message {
+	mi := &file_granary_v1_streams_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamPendingReply.ProtoReflect.Descriptor instead.
+func (*StreamPendingReply) Descriptor() ([]byte, []int) {
+	return file_granary_v1_streams_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StreamPendingReply) GetCaughtUp() bool {
+	if x != nil {
+		return x.CaughtUp
+	}
+	return false
+}
+
 // StreamDelivery hands a subscriber grain events of one subscription, in
 // order, as the request of the runtime method
 // granary.v1.Streams/Deliver. The events run one after another in the
@@ -693,7 +807,7 @@ type StreamDelivery struct {
 
 func (x *StreamDelivery) Reset() {
 	*x = StreamDelivery{}
-	mi := &file_granary_v1_streams_proto_msgTypes[11]
+	mi := &file_granary_v1_streams_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +819,7 @@ func (x *StreamDelivery) String() string {
 func (*StreamDelivery) ProtoMessage() {}
 
 func (x *StreamDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_streams_proto_msgTypes[11]
+	mi := &file_granary_v1_streams_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +832,7 @@ func (x *StreamDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamDelivery.ProtoReflect.Descriptor instead.
 func (*StreamDelivery) Descriptor() ([]byte, []int) {
-	return file_granary_v1_streams_proto_rawDescGZIP(), []int{11}
+	return file_granary_v1_streams_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamDelivery) GetProvider() string {
@@ -787,7 +901,7 @@ type StreamDelivered struct {
 
 func (x *StreamDelivered) Reset() {
 	*x = StreamDelivered{}
-	mi := &file_granary_v1_streams_proto_msgTypes[12]
+	mi := &file_granary_v1_streams_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +913,7 @@ func (x *StreamDelivered) String() string {
 func (*StreamDelivered) ProtoMessage() {}
 
 func (x *StreamDelivered) ProtoReflect() protoreflect.Message {
-	mi := &file_granary_v1_streams_proto_msgTypes[12]
+	mi := &file_granary_v1_streams_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +926,7 @@ func (x *StreamDelivered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamDelivered.ProtoReflect.Descriptor instead.
 func (*StreamDelivered) Descriptor() ([]byte, []int) {
-	return file_granary_v1_streams_proto_rawDescGZIP(), []int{12}
+	return file_granary_v1_streams_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StreamDelivered) GetHandled() uint32 {
@@ -861,11 +975,13 @@ const file_granary_v1_streams_proto_rawDesc = "" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\"@\n" +
 	"\x0fStreamPublished\x12-\n" +
-	"\x05token\x18\x01 \x01(\v2\x17.granary.v1.StreamTokenR\x05token\"U\n" +
+	"\x05token\x18\x01 \x01(\v2\x17.granary.v1.StreamTokenR\x05token\"\xaa\x01\n" +
 	"\x0fStreamSubscribe\x12\x14\n" +
 	"\x05grain\x18\x01 \x01(\tR\x05grain\x12\x18\n" +
 	"\ahandler\x18\x02 \x01(\tR\ahandler\x12\x12\n" +
-	"\x04type\x18\x03 \x01(\tR\x04type\"=\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12+\n" +
+	"\x04from\x18\x04 \x01(\v2\x17.granary.v1.StreamTokenR\x04from\x12&\n" +
+	"\x0ffrom_unix_nanos\x18\x05 \x01(\x03R\rfromUnixNanos\"=\n" +
 	"\x15StreamSubscriptionRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05grain\x18\x02 \x01(\tR\x05grain\"2\n" +
@@ -878,7 +994,11 @@ const file_granary_v1_streams_proto_rawDesc = "" +
 	"\aexisted\x18\x01 \x01(\bR\aexisted\"x\n" +
 	"\x18StreamSubscriptionsState\x12H\n" +
 	"\rsubscriptions\x18\x01 \x03(\v2\".granary.v1.StreamSubscriptionInfoR\rsubscriptions\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type\"\xdf\x01\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\"$\n" +
+	"\rStreamPending\x12\x13\n" +
+	"\x05up_to\x18\x01 \x01(\x04R\x04upTo\"1\n" +
+	"\x12StreamPendingReply\x12\x1b\n" +
+	"\tcaught_up\x18\x01 \x01(\bR\bcaughtUp\"\xdf\x01\n" +
 	"\x0eStreamDelivery\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
@@ -890,13 +1010,14 @@ const file_granary_v1_streams_proto_rawDesc = "" +
 	"\x0fStreamDelivered\x12\x18\n" +
 	"\ahandled\x18\x01 \x01(\rR\ahandled\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage2\xa1\x03\n" +
-	"\x06Stream\x12A\n" +
-	"\aPublish\x12\x19.granary.v1.StreamPublish\x1a\x1b.granary.v1.StreamPublished\x12L\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage2\xef\x03\n" +
+	"\x06Stream\x12I\n" +
+	"\aPublish\x12\x19.granary.v1.StreamPublish\x1a\x1b.granary.v1.StreamPublished\"\x06\xd2\xda\x18\x02\x10\x01\x12L\n" +
 	"\tSubscribe\x12\x1b.granary.v1.StreamSubscribe\x1a\".granary.v1.StreamSubscriptionInfo\x12P\n" +
 	"\vUnsubscribe\x12!.granary.v1.StreamSubscriptionRef\x1a\x1e.granary.v1.StreamUnsubscribed\x12[\n" +
 	"\rSubscriptions\x12&.granary.v1.StreamSubscriptionsRequest\x1a\".granary.v1.StreamSubscriptionList\x12O\n" +
-	"\x06Unpark\x12!.granary.v1.StreamSubscriptionRef\x1a\".granary.v1.StreamSubscriptionInfo\x1a\x06\xca\xda\x18\x02\b\x02B9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"
+	"\x06Unpark\x12!.granary.v1.StreamSubscriptionRef\x1a\".granary.v1.StreamSubscriptionInfo\x12D\n" +
+	"\aPending\x12\x19.granary.v1.StreamPending\x1a\x1e.granary.v1.StreamPendingReply\x1a\x06\xca\xda\x18\x02\b\x02B9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"
 
 var (
 	file_granary_v1_streams_proto_rawDescOnce sync.Once
@@ -910,7 +1031,7 @@ func file_granary_v1_streams_proto_rawDescGZIP() []byte {
 	return file_granary_v1_streams_proto_rawDescData
 }
 
-var file_granary_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_granary_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_granary_v1_streams_proto_goTypes = []any{
 	(*StreamToken)(nil),                // 0: granary.v1.StreamToken
 	(*StreamEvent)(nil),                // 1: granary.v1.StreamEvent
@@ -923,31 +1044,36 @@ var file_granary_v1_streams_proto_goTypes = []any{
 	(*StreamSubscriptionList)(nil),     // 8: granary.v1.StreamSubscriptionList
 	(*StreamUnsubscribed)(nil),         // 9: granary.v1.StreamUnsubscribed
 	(*StreamSubscriptionsState)(nil),   // 10: granary.v1.StreamSubscriptionsState
-	(*StreamDelivery)(nil),             // 11: granary.v1.StreamDelivery
-	(*StreamDelivered)(nil),            // 12: granary.v1.StreamDelivered
+	(*StreamPending)(nil),              // 11: granary.v1.StreamPending
+	(*StreamPendingReply)(nil),         // 12: granary.v1.StreamPendingReply
+	(*StreamDelivery)(nil),             // 13: granary.v1.StreamDelivery
+	(*StreamDelivered)(nil),            // 14: granary.v1.StreamDelivered
 }
 var file_granary_v1_streams_proto_depIdxs = []int32{
 	0,  // 0: granary.v1.StreamEvent.token:type_name -> granary.v1.StreamToken
 	0,  // 1: granary.v1.StreamSubscriptionInfo.handled:type_name -> granary.v1.StreamToken
 	0,  // 2: granary.v1.StreamPublished.token:type_name -> granary.v1.StreamToken
-	2,  // 3: granary.v1.StreamSubscriptionList.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
-	2,  // 4: granary.v1.StreamSubscriptionsState.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
-	1,  // 5: granary.v1.StreamDelivery.events:type_name -> granary.v1.StreamEvent
-	3,  // 6: granary.v1.Stream.Publish:input_type -> granary.v1.StreamPublish
-	5,  // 7: granary.v1.Stream.Subscribe:input_type -> granary.v1.StreamSubscribe
-	6,  // 8: granary.v1.Stream.Unsubscribe:input_type -> granary.v1.StreamSubscriptionRef
-	7,  // 9: granary.v1.Stream.Subscriptions:input_type -> granary.v1.StreamSubscriptionsRequest
-	6,  // 10: granary.v1.Stream.Unpark:input_type -> granary.v1.StreamSubscriptionRef
-	4,  // 11: granary.v1.Stream.Publish:output_type -> granary.v1.StreamPublished
-	2,  // 12: granary.v1.Stream.Subscribe:output_type -> granary.v1.StreamSubscriptionInfo
-	9,  // 13: granary.v1.Stream.Unsubscribe:output_type -> granary.v1.StreamUnsubscribed
-	8,  // 14: granary.v1.Stream.Subscriptions:output_type -> granary.v1.StreamSubscriptionList
-	2,  // 15: granary.v1.Stream.Unpark:output_type -> granary.v1.StreamSubscriptionInfo
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	0,  // 3: granary.v1.StreamSubscribe.from:type_name -> granary.v1.StreamToken
+	2,  // 4: granary.v1.StreamSubscriptionList.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
+	2,  // 5: granary.v1.StreamSubscriptionsState.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
+	1,  // 6: granary.v1.StreamDelivery.events:type_name -> granary.v1.StreamEvent
+	3,  // 7: granary.v1.Stream.Publish:input_type -> granary.v1.StreamPublish
+	5,  // 8: granary.v1.Stream.Subscribe:input_type -> granary.v1.StreamSubscribe
+	6,  // 9: granary.v1.Stream.Unsubscribe:input_type -> granary.v1.StreamSubscriptionRef
+	7,  // 10: granary.v1.Stream.Subscriptions:input_type -> granary.v1.StreamSubscriptionsRequest
+	6,  // 11: granary.v1.Stream.Unpark:input_type -> granary.v1.StreamSubscriptionRef
+	11, // 12: granary.v1.Stream.Pending:input_type -> granary.v1.StreamPending
+	4,  // 13: granary.v1.Stream.Publish:output_type -> granary.v1.StreamPublished
+	2,  // 14: granary.v1.Stream.Subscribe:output_type -> granary.v1.StreamSubscriptionInfo
+	9,  // 15: granary.v1.Stream.Unsubscribe:output_type -> granary.v1.StreamUnsubscribed
+	8,  // 16: granary.v1.Stream.Subscriptions:output_type -> granary.v1.StreamSubscriptionList
+	2,  // 17: granary.v1.Stream.Unpark:output_type -> granary.v1.StreamSubscriptionInfo
+	12, // 18: granary.v1.Stream.Pending:output_type -> granary.v1.StreamPendingReply
+	13, // [13:19] is the sub-list for method output_type
+	7,  // [7:13] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_granary_v1_streams_proto_init() }
@@ -962,7 +1088,7 @@ func file_granary_v1_streams_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_granary_v1_streams_proto_rawDesc), len(file_granary_v1_streams_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

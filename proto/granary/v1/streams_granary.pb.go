@@ -25,7 +25,8 @@ const StreamGrainType = "granary.v1.Stream"
 // Stream is the runtime's grain for one stream, keyed
 // "provider/namespace/key". Silos call it; a client may only publish.
 type StreamGrain interface {
-	// Publish numbers the event and queues it for every subscriber.
+	// Publish numbers the event and queues it for every subscriber. Publishes
+	// interleave, so a durable stream's appends to its log go in batches.
 	Publish(ctx grain.Context, req *StreamPublish) (*StreamPublished, error)
 
 	// Subscribe adds an explicit subscription of a grain.
@@ -39,6 +40,9 @@ type StreamGrain interface {
 
 	// Unpark resumes delivery to a parked subscription.
 	Unpark(ctx grain.Context, req *StreamSubscriptionRef) (*StreamSubscriptionInfo, error)
+
+	// Pending says whether a durable stream's subscribers caught up.
+	Pending(ctx grain.Context, req *StreamPending) (*StreamPendingReply, error)
 }
 
 // UnimplementedStreamGrain can be embedded in an implementation of
@@ -69,6 +73,11 @@ func (UnimplementedStreamGrain) Subscriptions(grain.Context, *StreamSubscription
 // Unpark fails with codes.Unimplemented.
 func (UnimplementedStreamGrain) Unpark(grain.Context, *StreamSubscriptionRef) (*StreamSubscriptionInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "granary: method Unpark of granary.v1.Stream is not implemented")
+}
+
+// Pending fails with codes.Unimplemented.
+func (UnimplementedStreamGrain) Pending(grain.Context, *StreamPending) (*StreamPendingReply, error) {
+	return nil, status.Error(codes.Unimplemented, "granary: method Pending of granary.v1.Stream is not implemented")
 }
 
 // StreamRef refers to one grain of type granary.v1.Stream. A call through it
@@ -102,7 +111,8 @@ func (r StreamRef) ID() grain.ID {
 	return r.id
 }
 
-// Publish numbers the event and queues it for every subscriber.
+// Publish numbers the event and queues it for every subscriber. Publishes
+// interleave, so a durable stream's appends to its log go in batches.
 //
 // Publish calls granary.v1.Stream.Publish on r's grain and waits for the
 // reply. req belongs to the callee once passed: do not change it afterwards.
@@ -199,6 +209,25 @@ func (r StreamRef) UnparkAsync(ctx context.Context, req *StreamSubscriptionRef, 
 	return grain.NewFuture[*StreamSubscriptionInfo](r.c.InvokeAsync(ctx, r.id, &Stream_ServiceDesc.Methods[4], req, opts...))
 }
 
+// Pending says whether a durable stream's subscribers caught up.
+//
+// Pending calls granary.v1.Stream.Pending on r's grain and waits for the
+// reply. req belongs to the callee once passed: do not change it afterwards.
+func (r StreamRef) Pending(ctx context.Context, req *StreamPending, opts ...grain.CallOption) (*StreamPendingReply, error) {
+	out, err := r.c.Invoke(ctx, r.id, &Stream_ServiceDesc.Methods[5], req, opts...)
+	if err != nil || out == nil {
+		return nil, err
+	}
+	return out.(*StreamPendingReply), nil
+}
+
+// PendingAsync starts granary.v1.Stream.Pending on r's grain and returns at
+// once; the Future delivers the reply. req belongs to the callee once passed:
+// do not change it afterwards.
+func (r StreamRef) PendingAsync(ctx context.Context, req *StreamPending, opts ...grain.CallOption) grain.Future[*StreamPendingReply] {
+	return grain.NewFuture[*StreamPendingReply](r.c.InvokeAsync(ctx, r.id, &Stream_ServiceDesc.Methods[5], req, opts...))
+}
+
 func _Stream_Publish_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
 	resp, err := impl.(StreamGrain).Publish(ctx, req.(*StreamPublish))
 	if err != nil || resp == nil {
@@ -239,6 +268,14 @@ func _Stream_Unpark_Handler(impl any, ctx grain.Context, req proto.Message) (pro
 	return resp, nil
 }
 
+func _Stream_Pending_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
+	resp, err := impl.(StreamGrain).Pending(ctx, req.(*StreamPending))
+	if err != nil || resp == nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
 // Stream_ServiceDesc describes the grain type granary.v1.Stream: its dispatch
 // table and options. RegisterStreamGrain hands it to a Registrar; the runtime
 // reads it and never changes it.
@@ -246,12 +283,13 @@ var Stream_ServiceDesc = grain.ServiceDesc{
 	Type: StreamGrainType,
 	Methods: []grain.MethodDesc{
 		{
-			Name:        "Publish",
-			FullName:    "/granary.v1.Stream/Publish",
-			Index:       0,
-			Handler:     _Stream_Publish_Handler,
-			NewRequest:  func() proto.Message { return new(StreamPublish) },
-			NewResponse: func() proto.Message { return new(StreamPublished) },
+			Name:             "Publish",
+			FullName:         "/granary.v1.Stream/Publish",
+			Index:            0,
+			Handler:          _Stream_Publish_Handler,
+			NewRequest:       func() proto.Message { return new(StreamPublish) },
+			NewResponse:      func() proto.Message { return new(StreamPublished) },
+			AlwaysInterleave: true,
 		},
 		{
 			Name:        "Subscribe",
@@ -284,6 +322,14 @@ var Stream_ServiceDesc = grain.ServiceDesc{
 			Handler:     _Stream_Unpark_Handler,
 			NewRequest:  func() proto.Message { return new(StreamSubscriptionRef) },
 			NewResponse: func() proto.Message { return new(StreamSubscriptionInfo) },
+		},
+		{
+			Name:        "Pending",
+			FullName:    "/granary.v1.Stream/Pending",
+			Index:       5,
+			Handler:     _Stream_Pending_Handler,
+			NewRequest:  func() proto.Message { return new(StreamPending) },
+			NewResponse: func() proto.Message { return new(StreamPendingReply) },
 		},
 	},
 	Options: grain.TypeOptions{

@@ -406,6 +406,9 @@ func (cl *Cluster) refreshLocked() {
 	if rem := cl.s.Rem; rem != nil {
 		rem.RingChanged(cl.Dir.Ring(), cl.SelfID)
 	}
+	if f := cl.s.RingChanged; f != nil {
+		f(cl.Dir.Ring(), cl.SelfID)
+	}
 	for id, m := range cl.Members {
 		if m.Status != membership.StatusActive {
 			cl.Dir.InvalidateSilo(id)

@@ -65,6 +65,10 @@ type Runtime struct {
 	embedded      *boltstore.Store
 	ReminderTable storage.ReminderTable
 	Rem           *reminderService
+	// RingChanged, when set, is told the directory's ring at each change
+	// of the cluster's active silos (the streams' partition sweepers).
+	// Written before Start only.
+	RingChanged func(ring *directory.Ring, self string)
 
 	NextActID atomic.Uint64
 	Live      atomic.Int64 // activations in the catalog

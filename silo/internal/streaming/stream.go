@@ -15,6 +15,7 @@ import (
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/grain/streams"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/storage"
 )
 
 // stream is the activation of one stream's grain. Its turns change the
@@ -32,10 +33,20 @@ type stream struct {
 	seq   uint64
 	typ   string // the events' message type, once known
 
+	// A durable stream's log and partition (durable.go); last is the
+	// highest offset this activation appended. mu guards pending,
+	// appending and last.
+	durable   bool
+	log       storage.StreamLog
+	part      storage.StreamPartition
+	pending   []*appendWait
+	appending bool
+	last      uint64
+
 	mu      sync.Mutex
 	subs    []*subscriber // explicit in subscription order, then implicit
 	closing bool
-	dirty   bool // a parking not stored yet
+	dirty   bool          // a parking not stored yet
 	idle    chan struct{} // closed when no delivery runs while closing
 	running int
 }
@@ -47,6 +58,11 @@ type subscriber struct {
 	queue   []*granaryv1.StreamEvent // waiting, oldest first; the head may be in flight
 	running bool                     // a goroutine delivers the queue
 	removed bool                     // unsubscribed: the goroutine stops
+	// A durable stream's: pos is the offset of the next event to deliver,
+	// and live says the subscriber takes appended events from its buffer
+	// rather than from the log.
+	pos  uint64
+	live bool
 }
 
 func (t *stream) OnActivate(ctx grain.Context) error {
@@ -55,6 +71,9 @@ func (t *stream) OnActivate(ctx grain.Context) error {
 		return status.Errorf(codes.InvalidArgument, "granary: %v", err)
 	}
 	t.id, t.p, t.self = id, p, ctx.ID()
+	if t.durable = p.Kind == KindDurable; t.durable {
+		t.log, t.part = p.Log, partitionOf(id.Provider, t.recordKey(), p.Partitions)
+	}
 	t.epoch = uint64(t.s.cfg.Clock.Now().UnixNano())
 	t.state = t.s.spec.Of(ctx)
 	st := t.state.Value()
@@ -79,6 +98,11 @@ func (t *stream) OnActivate(ctx grain.Context) error {
 			t.typ = im.Handler.MessageType()
 		}
 	}
+	if t.durable {
+		if err := t.resume(ctx); err != nil {
+			return err
+		}
+	}
 	t.s.track(t, true)
 	return nil
 }
@@ -88,6 +112,9 @@ func (t *stream) status() StreamStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	st := StreamStatus{ID: t.id, Type: t.typ, Last: streams.Token{Epoch: t.epoch, Sequence: t.seq}}
+	if t.durable {
+		st.Last = streams.Token{Sequence: t.last}
+	}
 	for _, sub := range t.subs {
 		i := sub.info
 		ss := SubscriptionStatus{
@@ -95,6 +122,9 @@ func (t *stream) status() StreamStatus {
 			Parked: i.GetParked(), ParkedReason: i.GetParkedReason(),
 			Handled: streams.Token{Epoch: i.GetHandled().GetEpoch(), Sequence: i.GetHandled().GetSequence()},
 			Lag:     len(sub.queue),
+		}
+		if t.durable && !sub.live && t.last >= sub.pos {
+			ss.Lag = int(t.last - sub.pos + 1) // log offsets: an upper bound
 		}
 		if i.GetParked() {
 			ss.ParkedAt = time.Unix(0, i.GetParkedUnixNanos())
@@ -111,7 +141,7 @@ func implicitID(g grain.ID, h string) string { return "implicit:" + g.String() +
 
 func (t *stream) add(info *granaryv1.StreamSubscriptionInfo) *subscriber {
 	g, _ := grain.ParseID(info.GetGrain())
-	sub := &subscriber{info: info, target: g}
+	sub := &subscriber{info: info, target: g, live: !t.durable}
 	t.subs = append(t.subs, sub)
 	return sub
 }
@@ -138,7 +168,12 @@ func (t *stream) OnDeactivate(ctx grain.Context, _ grain.DeactivationReason) err
 	})
 	t.mu.Lock()
 	for _, sub := range t.subs {
-		t.drop(sub, len(sub.queue))
+		if t.durable {
+			clear(sub.queue) // the log keeps them
+			sub.queue = nil
+		} else {
+			t.drop(sub, len(sub.queue))
+		}
 	}
 	dirty := t.dirty
 	t.mu.Unlock()
@@ -167,6 +202,9 @@ func (t *stream) Publish(ctx grain.Context, req *granaryv1.StreamPublish) (*gran
 	if err := t.checkType(req.GetType(), "the event"); err != nil {
 		t.mu.Unlock()
 		return nil, err
+	}
+	if t.durable {
+		return t.publishDurable(ctx, req.GetPayload()) // unlocks mu
 	}
 	t.seq++
 	tok := &granaryv1.StreamToken{Epoch: t.epoch, Sequence: t.seq}
@@ -220,7 +258,32 @@ func (t *stream) Subscribe(ctx grain.Context, req *granaryv1.StreamSubscribe) (*
 		return nil, err
 	}
 	info := &granaryv1.StreamSubscriptionInfo{Id: uuid.NewString(), Grain: g.String(), Handler: req.GetHandler()}
+	rewind := req.GetFrom() != nil || req.GetFromUnixNanos() != 0
+	if rewind && !t.durable {
+		t.typ = prev
+		t.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "granary: stream %s: the memory provider keeps no events to rewind to", t.id)
+	}
+	t.mu.Unlock()
+	var pos uint64
+	if t.durable {
+		// The cursor first: a subscription is stored only with it.
+		var err error
+		ctx.Blocking(func() {
+			if pos, err = t.firstPosition(ctx, req); err == nil {
+				err = t.log.SaveCursor(ctx, t.part, info.GetId(), pos-1)
+			}
+		})
+		if err != nil {
+			t.mu.Lock()
+			t.typ = prev
+			t.mu.Unlock()
+			return nil, storeError(t, "starting a subscription's cursor", err)
+		}
+	}
+	t.mu.Lock()
 	sub := t.add(info)
+	sub.pos = pos
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
 		t.mu.Lock()
@@ -228,6 +291,11 @@ func (t *stream) Subscribe(ctx grain.Context, req *granaryv1.StreamSubscribe) (*
 		t.typ = prev
 		t.mu.Unlock()
 		return nil, err
+	}
+	if t.durable {
+		t.mu.Lock()
+		t.start(sub) // from the log: it may rewind
+		t.mu.Unlock()
 	}
 	return t.snapshot(sub), nil
 }
@@ -294,6 +362,13 @@ func (t *stream) Unsubscribe(ctx grain.Context, req *granaryv1.StreamSubscriptio
 	if err := t.save(ctx); err != nil {
 		return nil, err
 	}
+	if t.durable {
+		var err error
+		ctx.Blocking(func() { err = t.log.DeleteCursor(ctx, t.part, sub.info.GetId()) })
+		if err != nil {
+			t.s.cfg.Log.Warn("stream: deleting an ended subscription's cursor failed", zap.Stringer("stream", t.id), zap.String("subscription", sub.info.GetId()), zap.Error(err))
+		}
+	}
 	return &granaryv1.StreamUnsubscribed{Existed: true}, nil
 }
 
@@ -334,19 +409,52 @@ func (t *stream) Unpark(ctx grain.Context, req *granaryv1.StreamSubscriptionRef)
 			return nil, err
 		}
 		t.s.unparked.Add(1)
+		if t.durable {
+			t.mu.Lock()
+			sub.live = false // catch up from its cursor
+			t.start(sub)
+			t.mu.Unlock()
+		}
 		t.s.cfg.Log.Info("stream subscription unparked", zap.Stringer("stream", t.id), zap.String("subscription", req.GetId()), zap.String("grain", req.GetGrain()))
 	}
 	return t.snapshot(sub), nil
 }
 
-// deliver sends sub's queue, a batch at a time, until it is empty, the
-// subscription is parked or removed, or the stream closes. One
-// goroutine a subscriber with events waiting.
+// deliver sends sub's events, a batch at a time, until none wait, the
+// subscription is parked or removed, or the stream closes: from its
+// buffer, and for a durable stream's subscriber that fell behind, from the
+// log. One goroutine a subscriber with events waiting.
 func (t *stream) deliver(sub *subscriber, typ string) {
 	failures := 0
 	for {
 		t.mu.Lock()
-		if sub.removed || sub.info.GetParked() || len(sub.queue) == 0 || t.s.ctx.Err() != nil {
+		var evs []*granaryv1.StreamEvent
+		fromQueue := len(sub.queue) > 0
+		switch {
+		case sub.removed || sub.info.GetParked() || t.s.ctx.Err() != nil:
+		case fromQueue:
+			evs = slices.Clone(sub.queue[:min(len(sub.queue), t.p.Batch)])
+		case t.durable && !sub.live:
+			pos := sub.pos
+			t.mu.Unlock()
+			var next uint64
+			var err error
+			if evs, next, err = t.readLog(pos); err != nil {
+				t.s.cfg.Log.Warn("stream: reading the log failed", zap.Stringer("stream", t.id), zap.Error(err))
+				t.wait(t.backoff(1))
+				continue
+			}
+			t.mu.Lock()
+			if len(evs) == 0 {
+				sub.pos = max(sub.pos, next)
+				if t.last < sub.pos {
+					sub.live = true // every event appended here was read
+				}
+				t.mu.Unlock()
+				continue
+			}
+		}
+		if len(evs) == 0 {
 			sub.running = false
 			t.running--
 			if t.closing && t.running == 0 {
@@ -360,37 +468,60 @@ func (t *stream) deliver(sub *subscriber, typ string) {
 		req := &granaryv1.StreamDelivery{
 			Provider: t.id.Provider, Namespace: t.id.Namespace, Key: t.id.Key,
 			Subscription: sub.info.GetId(), Handler: sub.info.GetHandler(), Type: typ,
-			Events: slices.Clone(sub.queue[:min(len(sub.queue), t.p.Batch)]),
+			Events: evs,
 		}
 		t.mu.Unlock()
 
 		handled, err := t.send(sub.target, req)
 		t.mu.Lock()
+		var saveAt uint64
 		if handled > 0 {
 			t.s.delivered.Add(uint64(handled))
 			sub.info.Handled = req.Events[handled-1].GetToken()
-			clear(sub.queue[:handled])
-			sub.queue = sub.queue[handled:]
+			if fromQueue {
+				clear(sub.queue[:handled])
+				sub.queue = sub.queue[handled:]
+			}
+			if t.durable {
+				sub.pos = sub.info.Handled.GetSequence() + 1
+				saveAt = sub.pos
+			}
 			failures = 0
 		}
 		if err == nil {
 			t.mu.Unlock()
+			if saveAt != 0 {
+				t.saveCursor(sub, saveAt)
+			}
 			continue
 		}
 		failures++
 		if failures <= t.p.Retries {
 			t.mu.Unlock()
+			if saveAt != 0 {
+				t.saveCursor(sub, saveAt)
+			}
 			t.s.retried.Add(1)
 			t.wait(t.backoff(failures)) // if the silo closes, the loop's check ends it
 			continue
 		}
-		// Past its retries: park, and keep nothing for it.
+		// Past its retries: park. A memory stream keeps nothing for it; a
+		// durable one keeps its cursor, from which it resumes.
 		sub.info.Parked = true
 		sub.info.ParkedReason = err.Error()
 		sub.info.ParkedUnixNanos = t.s.cfg.Clock.Now().UnixNano()
-		t.drop(sub, len(sub.queue))
+		if t.durable {
+			clear(sub.queue)
+			sub.queue = sub.queue[:0]
+			sub.live = false
+		} else {
+			t.drop(sub, len(sub.queue))
+		}
 		t.dirty = true // stored at the next change, or at deactivation
 		t.mu.Unlock()
+		if saveAt != 0 {
+			t.saveCursor(sub, saveAt)
+		}
 		t.s.parked.Add(1)
 		t.s.cfg.Log.Warn("stream subscription parked: its deliveries kept failing",
 			zap.Stringer("stream", t.id), zap.String("subscription", sub.info.GetId()),
@@ -443,4 +574,3 @@ func (t *stream) wait(d time.Duration) {
 	case <-t.s.ctx.Done():
 	}
 }
-

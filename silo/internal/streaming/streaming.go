@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -27,24 +28,52 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/zap"
 
+	"github.com/granaryio/granary/directory"
 	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/grain/streams"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
+	"github.com/granaryio/granary/silo/storage"
+)
+
+// The kinds of stream provider.
+const (
+	KindMemory  = "memory"
+	KindDurable = "durable"
 )
 
 // Provider settings, with their defaults.
 const (
-	DefaultBuffer     = 1024
-	DefaultBatch      = 64
-	DefaultRetries    = 5
-	DefaultRetryMin   = 100 * time.Millisecond
-	DefaultRetryMax   = 5 * time.Second
-	DefaultDeliverFor = 30 * time.Second
+	DefaultPartitions    = 16
+	DefaultSweepInterval = time.Second
+	DefaultTrimInterval  = time.Minute
+	DefaultBuffer        = 1024
+	DefaultBatch         = 64
+	DefaultRetries       = 5
+	DefaultRetryMin      = 100 * time.Millisecond
+	DefaultRetryMax      = 5 * time.Second
+	DefaultDeliverFor    = 30 * time.Second
 )
 
-// ProviderConfig is one stream provider's settings. The memory provider is
-// the one kind there is.
+// ProviderConfig is one stream provider's settings.
 type ProviderConfig struct {
+	// Kind is KindMemory ("" too) or KindDurable.
+	Kind string
+	// Log keeps a durable provider's events and cursors; nil: the
+	// default storage provider's, when it keeps stream logs.
+	Log storage.StreamLog
+	// Partitions is how many log partitions a durable provider spreads
+	// its streams over.
+	Partitions int
+	// MaxAge and MaxBytes bound what a durable provider's partitions
+	// keep: events older than MaxAge, and the oldest beyond MaxBytes of
+	// payload a partition, are trimmed every TrimInterval. 0: no bound.
+	MaxAge       time.Duration
+	MaxBytes     int64
+	TrimInterval time.Duration
+	// SweepInterval is how often the owner of a durable provider's
+	// partition checks that the streams with events in it deliver them.
+	SweepInterval time.Duration
+
 	// Buffer bounds the events waiting for one subscriber; an event that
 	// finds its subscriber's buffer full is dropped for that subscriber.
 	Buffer int
@@ -79,6 +108,16 @@ func (c ProviderConfig) withDefaults() ProviderConfig {
 	if c.DeliverFor == 0 {
 		c.DeliverFor = DefaultDeliverFor
 	}
+	if c.Kind == "" {
+		c.Kind = KindMemory
+	}
+	def(&c.Partitions, DefaultPartitions)
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.TrimInterval == 0 {
+		c.TrimInterval = DefaultTrimInterval
+	}
 	return c
 }
 
@@ -97,6 +136,14 @@ func (c ProviderConfig) Check() (field, reason string) {
 		return "RetryMin", "must not exceed RetryMax"
 	case c.DeliverFor < 0:
 		return "DeliverFor", "must not be negative"
+	case c.Kind != "" && c.Kind != KindMemory && c.Kind != KindDurable:
+		return "Kind", fmt.Sprintf("%q is not a kind of stream provider (%q or %q)", c.Kind, KindMemory, KindDurable)
+	case c.Kind != KindDurable && (c.Log != nil || c.Partitions != 0 || c.MaxAge != 0 || c.MaxBytes != 0 || c.TrimInterval != 0 || c.SweepInterval != 0):
+		return "Kind", "Log, Partitions, MaxAge, MaxBytes, TrimInterval and SweepInterval are a durable provider's settings"
+	case c.Partitions < 0 || c.Partitions > 1<<16:
+		return "Partitions", "must be between 1 and 65536"
+	case c.MaxAge < 0 || c.MaxBytes < 0 || c.TrimInterval < 0 || c.SweepInterval < 0:
+		return "MaxAge", "retention and intervals must not be negative"
 	}
 	return "", ""
 }
@@ -122,8 +169,15 @@ type Config struct {
 	Handler func(typ, name string) (h grain.StreamHandlerDecl, ok bool)
 	// Storage names the storage provider of the subscriptions' state.
 	Storage string
-	Clock   clockwork.Clock
-	Log     *zap.Logger
+	// Providers looks up a storage provider by name once the silo's are
+	// open (Start): a durable provider without a Log uses the default
+	// one's.
+	StorageProvider func(name string) storage.Provider
+	// Clustered: partitions are swept by their owners on the ring
+	// (RingChanged); a silo alone sweeps them all.
+	Clustered bool
+	Clock     clockwork.Clock
+	Log       *zap.Logger
 }
 
 // Stats are the streams' counters on this silo.
@@ -150,11 +204,19 @@ type Streams struct {
 	// ctx ends when the silo closes; deliveries are made under it.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// sweepCtx ends the sweepers, before ctx.
+	sweepCtx    context.Context
+	sweepCancel context.CancelFunc
 
 	published, delivered, dropped, retried, parked, unparked atomic.Uint64
 
 	mu     sync.Mutex
 	active map[*stream]struct{} // the stream activations on this silo
+
+	// owns says whether this silo sweeps and trims a durable provider's
+	// partition; nil owns none.
+	owns atomic.Pointer[func(provider string, n uint32) bool]
+	wg   sync.WaitGroup
 }
 
 // New checks cfg and makes the stream runtime.
@@ -180,6 +242,7 @@ func New(cfg Config) (*Streams, error) {
 	}
 	s.spec = grain.NewStateSpec[*granaryv1.StreamSubscriptionsState]("subscriptions", cfg.Storage)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.sweepCtx, s.sweepCancel = context.WithCancel(s.ctx)
 	return s, nil
 }
 
@@ -190,9 +253,106 @@ func (s *Streams) Register(r grain.Registrar) error {
 	}, grain.WithState(s.spec))
 }
 
-// Close ends the deliveries in flight; a silo closes its streams after
-// its activations are gone.
-func (s *Streams) Close() { s.cancel() }
+// Start finds the durable providers' logs among the silo's open storage
+// providers and starts sweeping and trimming their partitions. Start,
+// once the silo takes calls.
+func (s *Streams) Start() error {
+	for _, name := range slices.Sorted(maps.Keys(s.provs)) {
+		p := s.provs[name]
+		if p.Kind != KindDurable {
+			continue
+		}
+		if p.Log == nil {
+			def := s.cfg.StorageProvider(grain.DefaultStorage)
+			log, ok := def.(storage.StreamLog)
+			switch {
+			case def == nil:
+				return fmt.Errorf("stream provider %q: Log not set, and there is no default storage provider to keep the log (set Storage[%q] to the embedded store or PostgreSQL, DataDir, or Log)", name, grain.DefaultStorage)
+			case !ok:
+				return fmt.Errorf("stream provider %q: Log not set, and the default storage provider (%T) keeps no stream logs (set Storage[%q] to the embedded store or PostgreSQL, DataDir, or Log)", name, def, grain.DefaultStorage)
+			}
+			p.Log = log
+			s.provs[name] = p
+		}
+	}
+	if !s.cfg.Clustered {
+		all := func(string, uint32) bool { return true }
+		s.owns.Store(&all)
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.provs)) {
+		if p := s.provs[name]; p.Kind == KindDurable {
+			s.wg.Add(1)
+			go s.sweep(name, p)
+		}
+	}
+	return nil
+}
+
+// RingChanged makes this silo sweep and trim the partitions whose owner
+// IDs it owns on ring.
+func (s *Streams) RingChanged(ring *directory.Ring, self string) {
+	owns := func(provider string, n uint32) bool { return ring.OwnerOf(partitionOwnerID(provider, n)) == self }
+	s.owns.Store(&owns)
+}
+
+// sweep sweeps the partitions of durable provider name that this silo
+// owns every SweepInterval, and trims them every TrimInterval, until the
+// silo closes.
+func (s *Streams) sweep(name string, p ProviderConfig) {
+	defer s.wg.Done()
+	tick := s.cfg.Clock.NewTicker(p.SweepInterval)
+	defer tick.Stop()
+	lastTrim := s.cfg.Clock.Now()
+	for {
+		select {
+		case <-s.sweepCtx.Done():
+			return
+		case <-tick.Chan():
+		}
+		owns := s.owns.Load()
+		if owns == nil {
+			continue
+		}
+		trim := (p.MaxAge > 0 || p.MaxBytes > 0) && s.cfg.Clock.Since(lastTrim) >= p.TrimInterval
+		if trim {
+			lastTrim = s.cfg.Clock.Now()
+		}
+		for n := range uint32(p.Partitions) {
+			if !(*owns)(name, n) {
+				continue
+			}
+			part := storage.StreamPartition{Provider: name, N: n}
+			ctx, cancel := context.WithTimeout(s.sweepCtx, p.DeliverFor)
+			if err := s.sweepPartition(ctx, name, p, part); err != nil && s.sweepCtx.Err() == nil {
+				s.cfg.Log.Warn("stream: sweeping a partition failed", zap.Stringer("partition", part), zap.Error(err))
+			}
+			if trim {
+				var before time.Time
+				if p.MaxAge > 0 {
+					before = s.cfg.Clock.Now().Add(-p.MaxAge)
+				}
+				if _, err := p.Log.Trim(ctx, part, before, p.MaxBytes); err != nil && s.sweepCtx.Err() == nil {
+					s.cfg.Log.Warn("stream: trimming a partition failed", zap.Stringer("partition", part), zap.Error(err))
+				}
+			}
+			cancel()
+		}
+	}
+}
+
+// StopSweeping stops the partitions' sweepers and waits for them: a
+// stopping silo's stream activations are about to leave. Idempotent.
+func (s *Streams) StopSweeping() {
+	s.sweepCancel()
+	s.wg.Wait()
+}
+
+// Close ends the deliveries in flight and the sweepers; a silo closes its
+// streams after its activations are gone. Idempotent.
+func (s *Streams) Close() {
+	s.StopSweeping()
+	s.cancel()
+}
 
 // Stats returns the counters.
 func (s *Streams) Stats() Stats {
