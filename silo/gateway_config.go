@@ -146,6 +146,9 @@ func (s *Silo) listenGateway() error {
 		Services:             c.Services,
 		Authenticator:        c.Authenticator,
 	}
+	if s.streams != nil {
+		p.StreamTail = s.streams.Tail
+	}
 	if s.cfg.Cluster != nil {
 		p.Membership = &s.cfg.Cluster.Membership
 	}

@@ -286,23 +286,34 @@ func subscriptionOf(id ID, s *granaryv1.StreamSubscriptionInfo) Subscription {
 	}
 }
 
-// A SubscribeOption changes where a subscription starts: FromToken,
-// FromTime.
-type SubscribeOption func(*granaryv1.StreamSubscribe)
+// A SubscribeOption changes where a subscription (or a Watch) starts:
+// FromToken, FromTime.
+type SubscribeOption func(*start)
+
+type start struct {
+	from      *granaryv1.StreamToken
+	fromNanos int64
+}
+
+func starting(opts []SubscribeOption) start {
+	var st start
+	for _, o := range opts {
+		o(&st)
+	}
+	return st
+}
 
 // FromToken starts the subscription at the event with token t, rather
 // than with the next event published: a rewind, which only a durable
 // provider can do. Events no longer kept are skipped.
 func FromToken(t Token) SubscribeOption {
-	return func(r *granaryv1.StreamSubscribe) {
-		r.From = &granaryv1.StreamToken{Epoch: t.Epoch, Sequence: t.Sequence}
-	}
+	return func(s *start) { s.from = &granaryv1.StreamToken{Epoch: t.Epoch, Sequence: t.Sequence} }
 }
 
 // FromTime starts the subscription at the first event published at or
 // after t: a rewind, which only a durable provider can do.
 func FromTime(t time.Time) SubscribeOption {
-	return func(r *granaryv1.StreamSubscribe) { r.FromUnixNanos = t.UnixNano() }
+	return func(s *start) { s.fromNanos = t.UnixNano() }
 }
 
 // Subscribe subscribes the calling grain's handler h to the stream and
@@ -317,10 +328,8 @@ func (s Stream[T]) Subscribe(ctx grain.Context, h *Handler[T], opts ...Subscribe
 	if h == nil {
 		return Subscription{}, status.Error(codes.InvalidArgument, "granary: Subscribe with a nil handler")
 	}
-	req := &granaryv1.StreamSubscribe{Grain: ctx.ID().String(), Handler: h.name, Type: h.typ}
-	for _, o := range opts {
-		o(req)
-	}
+	st := starting(opts)
+	req := &granaryv1.StreamSubscribe{Grain: ctx.ID().String(), Handler: h.name, Type: h.typ, From: st.from, FromUnixNanos: st.fromNanos}
 	r, err := s.ref.Subscribe(ctx, req)
 	if err != nil {
 		return Subscription{}, err
@@ -380,4 +389,35 @@ func (s Stream[T]) Unpark(ctx context.Context, g grain.ID, sub string) (Subscrip
 		return Subscription{}, err
 	}
 	return subscriptionOf(s.id, r), nil
+}
+
+// A Watcher follows durable streams for a program outside the cluster:
+// the Go client is one (client.Client.WatchStream).
+type Watcher interface {
+	WatchStream(ctx context.Context, req *granaryv1.StreamTailRequest, fn func(*granaryv1.StreamItem) error) error
+}
+
+// Watch follows the durable stream from outside the cluster, through w's
+// gateways: it calls fn with each event, in order, from the next one
+// published (or where an option says), until ctx ends or fn fails, and
+// returns why. It survives its gateway going away, resuming from the
+// event after the last fn got. No subscription is stored: a program that
+// restarts passes FromToken with the token after the last it handled.
+func (s Stream[T]) Watch(ctx context.Context, w Watcher, fn func(Event[T]) error, opts ...SubscribeOption) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	st := starting(opts)
+	req := &granaryv1.StreamTailRequest{Stream: s.id.String(), From: st.from, FromUnixNanos: st.fromNanos}
+	return w.WatchStream(ctx, req, func(it *granaryv1.StreamItem) error {
+		var zero T
+		msg := zero.ProtoReflect().New().Interface().(T)
+		if got := it.GetEvent().GetTypeUrl(); !strings.HasSuffix(got, "/"+string(s.typ)) {
+			return status.Errorf(codes.FailedPrecondition, "granary: stream %s carries %s, not %s", s.id, got, s.typ)
+		}
+		if err := proto.Unmarshal(it.GetEvent().GetValue(), msg); err != nil {
+			return status.Errorf(codes.DataLoss, "granary: stream %s: event %d does not decode as %s: %v", s.id, it.GetToken().GetSequence(), s.typ, err)
+		}
+		return fn(Event[T]{Stream: s.id, Token: tokenOf(it.GetToken()), Message: msg})
+	})
 }

@@ -20,6 +20,7 @@ package granaryv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -950,12 +951,130 @@ func (x *StreamDelivered) GetMessage() string {
 	return ""
 }
 
+// StreamTailRequest names a durable stream and where to start.
+type StreamTailRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stream, "provider/namespace/key".
+	Stream string `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Start at the event with this token (its sequence), or at the first
+	// published at or after from_unix_nanos; with neither, at the next
+	// event published. Events no longer kept are skipped.
+	From          *StreamToken `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	FromUnixNanos int64        `protobuf:"varint,3,opt,name=from_unix_nanos,json=fromUnixNanos,proto3" json:"from_unix_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamTailRequest) Reset() {
+	*x = StreamTailRequest{}
+	mi := &file_granary_v1_streams_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamTailRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamTailRequest) ProtoMessage() {}
+
+func (x *StreamTailRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_granary_v1_streams_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamTailRequest.ProtoReflect.Descriptor instead.
+func (*StreamTailRequest) Descriptor() ([]byte, []int) {
+	return file_granary_v1_streams_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *StreamTailRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamTailRequest) GetFrom() *StreamToken {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *StreamTailRequest) GetFromUnixNanos() int64 {
+	if x != nil {
+		return x.FromUnixNanos
+	}
+	return 0
+}
+
+// StreamItem is one event: its token, and the event itself, typed.
+type StreamItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *StreamToken           `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Event         *anypb.Any             `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamItem) Reset() {
+	*x = StreamItem{}
+	mi := &file_granary_v1_streams_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamItem) ProtoMessage() {}
+
+func (x *StreamItem) ProtoReflect() protoreflect.Message {
+	mi := &file_granary_v1_streams_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamItem.ProtoReflect.Descriptor instead.
+func (*StreamItem) Descriptor() ([]byte, []int) {
+	return file_granary_v1_streams_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StreamItem) GetToken() *StreamToken {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *StreamItem) GetEvent() *anypb.Any {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 var File_granary_v1_streams_proto protoreflect.FileDescriptor
 
 const file_granary_v1_streams_proto_rawDesc = "" +
 	"\n" +
 	"\x18granary/v1/streams.proto\x12\n" +
-	"granary.v1\x1a\x18granary/v1/options.proto\"?\n" +
+	"granary.v1\x1a\x19google/protobuf/any.proto\x1a\x18granary/v1/options.proto\"?\n" +
 	"\vStreamToken\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x1a\n" +
 	"\bsequence\x18\x02 \x01(\x04R\bsequence\"V\n" +
@@ -1010,14 +1129,24 @@ const file_granary_v1_streams_proto_rawDesc = "" +
 	"\x0fStreamDelivered\x12\x18\n" +
 	"\ahandled\x18\x01 \x01(\rR\ahandled\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage2\xef\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x80\x01\n" +
+	"\x11StreamTailRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12+\n" +
+	"\x04from\x18\x02 \x01(\v2\x17.granary.v1.StreamTokenR\x04from\x12&\n" +
+	"\x0ffrom_unix_nanos\x18\x03 \x01(\x03R\rfromUnixNanos\"g\n" +
+	"\n" +
+	"StreamItem\x12-\n" +
+	"\x05token\x18\x01 \x01(\v2\x17.granary.v1.StreamTokenR\x05token\x12*\n" +
+	"\x05event\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\x05event2\xef\x03\n" +
 	"\x06Stream\x12I\n" +
 	"\aPublish\x12\x19.granary.v1.StreamPublish\x1a\x1b.granary.v1.StreamPublished\"\x06\xd2\xda\x18\x02\x10\x01\x12L\n" +
 	"\tSubscribe\x12\x1b.granary.v1.StreamSubscribe\x1a\".granary.v1.StreamSubscriptionInfo\x12P\n" +
 	"\vUnsubscribe\x12!.granary.v1.StreamSubscriptionRef\x1a\x1e.granary.v1.StreamUnsubscribed\x12[\n" +
 	"\rSubscriptions\x12&.granary.v1.StreamSubscriptionsRequest\x1a\".granary.v1.StreamSubscriptionList\x12O\n" +
 	"\x06Unpark\x12!.granary.v1.StreamSubscriptionRef\x1a\".granary.v1.StreamSubscriptionInfo\x12D\n" +
-	"\aPending\x12\x19.granary.v1.StreamPending\x1a\x1e.granary.v1.StreamPendingReply\x1a\x06\xca\xda\x18\x02\b\x02B9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"
+	"\aPending\x12\x19.granary.v1.StreamPending\x1a\x1e.granary.v1.StreamPendingReply\x1a\x06\xca\xda\x18\x02\b\x022U\n" +
+	"\rStreamGateway\x12D\n" +
+	"\tSubscribe\x12\x1d.granary.v1.StreamTailRequest\x1a\x16.granary.v1.StreamItem0\x01B9Z7github.com/granaryio/granary/proto/granary/v1;granaryv1b\x06proto3"
 
 var (
 	file_granary_v1_streams_proto_rawDescOnce sync.Once
@@ -1031,7 +1160,7 @@ func file_granary_v1_streams_proto_rawDescGZIP() []byte {
 	return file_granary_v1_streams_proto_rawDescData
 }
 
-var file_granary_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_granary_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_granary_v1_streams_proto_goTypes = []any{
 	(*StreamToken)(nil),                // 0: granary.v1.StreamToken
 	(*StreamEvent)(nil),                // 1: granary.v1.StreamEvent
@@ -1048,6 +1177,9 @@ var file_granary_v1_streams_proto_goTypes = []any{
 	(*StreamPendingReply)(nil),         // 12: granary.v1.StreamPendingReply
 	(*StreamDelivery)(nil),             // 13: granary.v1.StreamDelivery
 	(*StreamDelivered)(nil),            // 14: granary.v1.StreamDelivered
+	(*StreamTailRequest)(nil),          // 15: granary.v1.StreamTailRequest
+	(*StreamItem)(nil),                 // 16: granary.v1.StreamItem
+	(*anypb.Any)(nil),                  // 17: google.protobuf.Any
 }
 var file_granary_v1_streams_proto_depIdxs = []int32{
 	0,  // 0: granary.v1.StreamEvent.token:type_name -> granary.v1.StreamToken
@@ -1057,23 +1189,28 @@ var file_granary_v1_streams_proto_depIdxs = []int32{
 	2,  // 4: granary.v1.StreamSubscriptionList.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
 	2,  // 5: granary.v1.StreamSubscriptionsState.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
 	1,  // 6: granary.v1.StreamDelivery.events:type_name -> granary.v1.StreamEvent
-	3,  // 7: granary.v1.Stream.Publish:input_type -> granary.v1.StreamPublish
-	5,  // 8: granary.v1.Stream.Subscribe:input_type -> granary.v1.StreamSubscribe
-	6,  // 9: granary.v1.Stream.Unsubscribe:input_type -> granary.v1.StreamSubscriptionRef
-	7,  // 10: granary.v1.Stream.Subscriptions:input_type -> granary.v1.StreamSubscriptionsRequest
-	6,  // 11: granary.v1.Stream.Unpark:input_type -> granary.v1.StreamSubscriptionRef
-	11, // 12: granary.v1.Stream.Pending:input_type -> granary.v1.StreamPending
-	4,  // 13: granary.v1.Stream.Publish:output_type -> granary.v1.StreamPublished
-	2,  // 14: granary.v1.Stream.Subscribe:output_type -> granary.v1.StreamSubscriptionInfo
-	9,  // 15: granary.v1.Stream.Unsubscribe:output_type -> granary.v1.StreamUnsubscribed
-	8,  // 16: granary.v1.Stream.Subscriptions:output_type -> granary.v1.StreamSubscriptionList
-	2,  // 17: granary.v1.Stream.Unpark:output_type -> granary.v1.StreamSubscriptionInfo
-	12, // 18: granary.v1.Stream.Pending:output_type -> granary.v1.StreamPendingReply
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	0,  // 7: granary.v1.StreamTailRequest.from:type_name -> granary.v1.StreamToken
+	0,  // 8: granary.v1.StreamItem.token:type_name -> granary.v1.StreamToken
+	17, // 9: granary.v1.StreamItem.event:type_name -> google.protobuf.Any
+	3,  // 10: granary.v1.Stream.Publish:input_type -> granary.v1.StreamPublish
+	5,  // 11: granary.v1.Stream.Subscribe:input_type -> granary.v1.StreamSubscribe
+	6,  // 12: granary.v1.Stream.Unsubscribe:input_type -> granary.v1.StreamSubscriptionRef
+	7,  // 13: granary.v1.Stream.Subscriptions:input_type -> granary.v1.StreamSubscriptionsRequest
+	6,  // 14: granary.v1.Stream.Unpark:input_type -> granary.v1.StreamSubscriptionRef
+	11, // 15: granary.v1.Stream.Pending:input_type -> granary.v1.StreamPending
+	15, // 16: granary.v1.StreamGateway.Subscribe:input_type -> granary.v1.StreamTailRequest
+	4,  // 17: granary.v1.Stream.Publish:output_type -> granary.v1.StreamPublished
+	2,  // 18: granary.v1.Stream.Subscribe:output_type -> granary.v1.StreamSubscriptionInfo
+	9,  // 19: granary.v1.Stream.Unsubscribe:output_type -> granary.v1.StreamUnsubscribed
+	8,  // 20: granary.v1.Stream.Subscriptions:output_type -> granary.v1.StreamSubscriptionList
+	2,  // 21: granary.v1.Stream.Unpark:output_type -> granary.v1.StreamSubscriptionInfo
+	12, // 22: granary.v1.Stream.Pending:output_type -> granary.v1.StreamPendingReply
+	16, // 23: granary.v1.StreamGateway.Subscribe:output_type -> granary.v1.StreamItem
+	17, // [17:24] is the sub-list for method output_type
+	10, // [10:17] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_granary_v1_streams_proto_init() }
@@ -1088,9 +1225,9 @@ func file_granary_v1_streams_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_granary_v1_streams_proto_rawDesc), len(file_granary_v1_streams_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_granary_v1_streams_proto_goTypes,
 		DependencyIndexes: file_granary_v1_streams_proto_depIdxs,

@@ -47,6 +47,9 @@ type Config struct {
 	ServerOptions        []grpc.ServerOption
 	Services             []*grain.ServiceDesc
 	Authenticator        auth.Authenticator
+	// StreamTail, when set, serves granary.v1.StreamGateway/Subscribe:
+	// the silo's durable streams.
+	StreamTail func(ctx context.Context, req *granaryv1.StreamTailRequest, start func(pos uint64) error, send func(*granaryv1.StreamItem) error) error
 }
 
 // Gateway is a silo's service to external clients.
@@ -163,6 +166,9 @@ func (g *Gateway) Serve(cl *cluster.Cluster, caller grain.Caller) error {
 	caller = shedCaller{Caller: caller, g: g}
 	if err := grpcapi.Register(srv, caller, descs, g.log); err != nil {
 		return fmt.Errorf("silo: gateway: %w", err)
+	}
+	if g.cfg.StreamTail != nil {
+		srv.RegisterService(g.streamService(), nil)
 	}
 	g.health = grpcapi.RegisterDiscovery(srv)
 	if err := g.Lis.Serve(g.tport); err != nil {

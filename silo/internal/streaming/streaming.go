@@ -209,6 +209,7 @@ type Streams struct {
 	sweepCancel context.CancelFunc
 
 	published, delivered, dropped, retried, parked, unparked atomic.Uint64
+	tails                                                    atomic.Int64
 
 	mu     sync.Mutex
 	active map[*stream]struct{} // the stream activations on this silo
