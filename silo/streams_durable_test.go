@@ -84,8 +84,8 @@ func TestDurableSubscriptionResumesFromItsCursorAfterARestart(t *testing.T) {
 // events whose publish returned, held up by a stuck subscriber when the
 // silo dies, reach the subscriber after the silo restarts, with nothing
 // more published: the partition's sweeper activates the stream, which
-// delivers from the subscription's cursor, in order. The event the lost
-// silo's handler held may come again.
+// delivers from the subscription's cursor, in order. Events handled since
+// the cursor was last saved may come again.
 func TestDurableStreamDeliversAcknowledgedEventsAfterItsActivationIsLost(t *testing.T) {
 	dir := t.TempDir()
 	rec := newStreamRecord()
@@ -117,10 +117,12 @@ func TestDurableStreamDeliversAcknowledgedEventsAfterItsActivationIsLost(t *test
 		heard = rec.of("r")
 		return heard[len(heard)-1].N == 19
 	})
+	// Cursors are saved every so often, so the restart may deliver again
+	// what was handled since the last save: any tick up to 6 first.
 	after := heard[6:]
 	first := after[0].N
-	if first != 5 && first != 6 {
-		t.Fatalf("after the restart r heard tick %d first, want 5 (again) or 6", first)
+	if first > 6 {
+		t.Fatalf("after the restart r heard tick %d first: ticks were skipped", first)
 	}
 	checkOnceInOrder(t, "r after the restart", after, first, 19)
 }

@@ -3,6 +3,7 @@ package streaming
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -63,7 +64,7 @@ func (t *stream) resume(ctx grain.Context) error {
 					return
 				}
 			}
-			sub.pos = c + 1
+			sub.pos, sub.saved = c+1, c+1
 		}
 	})
 	if err != nil {
@@ -222,16 +223,74 @@ func (t *stream) readLog(pos uint64) (evs []*granaryv1.StreamEvent, next uint64,
 	return evs, next, nil
 }
 
-// saveCursor records that sub handled the stream's events before pos.
-// A failure is logged: the events after the cursor saved last are
-// delivered again after a restart, as at-least-once allows.
-func (t *stream) saveCursor(sub *subscriber, pos uint64) {
-	ctx, cancel := context.WithTimeout(t.s.ctx, t.p.DeliverFor)
-	defer cancel()
-	if err := t.log.SaveCursor(ctx, t.part, sub.info.GetId(), pos-1); err != nil && t.s.ctx.Err() == nil {
-		t.s.cfg.Log.Warn("stream: saving a subscription's cursor failed; its events since the last saved may be delivered again",
-			zap.Stringer("stream", t.id), zap.String("subscription", sub.info.GetId()), zap.Uint64("offset", pos-1), zap.Error(err))
+// CursorInterval is how often a durable stream saves the cursors of the
+// subscribers that handled events since. Saving after every delivery
+// would cost a commit each; between saves, a restart delivers the events
+// since the last save again, as at-least-once allows.
+const CursorInterval = 100 * time.Millisecond
+
+// markHandled notes that a subscriber's cursor moved, and starts the
+// saver. mu held.
+func (t *stream) markHandled() {
+	if !t.saving && t.s.ctx.Err() == nil {
+		t.saving = true
+		go t.saveLoop()
 	}
+}
+
+// saveLoop saves the cursors that moved every CursorInterval, until none
+// moved in one.
+func (t *stream) saveLoop() {
+	for {
+		t.wait(CursorInterval)
+		ctx, cancel := context.WithTimeout(t.s.ctx, t.p.DeliverFor)
+		n := t.saveCursors(ctx)
+		cancel()
+		t.mu.Lock()
+		if n == 0 || t.s.ctx.Err() != nil {
+			t.saving = false
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+	}
+}
+
+// saveCursors saves, together, the cursors of the subscribers that
+// handled events since their last save, and says how many there were. A
+// failure is logged, and tried again at the next save.
+func (t *stream) saveCursors(ctx context.Context) int {
+	type save struct {
+		sub *subscriber
+		pos uint64
+	}
+	var saves []save
+	t.mu.Lock()
+	for _, sub := range t.subs {
+		if sub.pos > sub.saved && sub.pos > 0 {
+			saves = append(saves, save{sub, sub.pos})
+		}
+	}
+	t.mu.Unlock()
+	errs := make([]error, len(saves))
+	var wg sync.WaitGroup
+	for i, sv := range saves {
+		wg.Go(func() { errs[i] = t.log.SaveCursor(ctx, t.part, sv.sub.info.GetId(), sv.pos-1) })
+	}
+	wg.Wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, sv := range saves {
+		if errs[i] != nil {
+			if t.s.ctx.Err() == nil {
+				t.s.cfg.Log.Warn("stream: saving a subscription's cursor failed; its events since the last saved may be delivered again",
+					zap.Stringer("stream", t.id), zap.String("subscription", sv.sub.info.GetId()), zap.Uint64("offset", sv.pos-1), zap.Error(errs[i]))
+			}
+			continue
+		}
+		sv.sub.saved = max(sv.sub.saved, sv.pos)
+	}
+	return len(saves)
 }
 
 func (t *stream) Pending(ctx grain.Context, req *granaryv1.StreamPending) (*granaryv1.StreamPendingReply, error) {

@@ -42,6 +42,7 @@ type stream struct {
 	pending   []*appendWait
 	appending bool
 	last      uint64
+	saving    bool // a goroutine saves cursors (saveLoop)
 
 	mu      sync.Mutex
 	subs    []*subscriber // explicit in subscription order, then implicit
@@ -63,6 +64,8 @@ type subscriber struct {
 	// rather than from the log.
 	pos  uint64
 	live bool
+	// saved is the position of the cursor saved last.
+	saved uint64
 }
 
 func (t *stream) OnActivate(ctx grain.Context) error {
@@ -177,6 +180,9 @@ func (t *stream) OnDeactivate(ctx grain.Context, _ grain.DeactivationReason) err
 	}
 	dirty := t.dirty
 	t.mu.Unlock()
+	if t.durable {
+		ctx.Blocking(func() { t.saveCursors(ctx) })
+	}
 	if dirty {
 		return t.save(ctx)
 	}
@@ -283,7 +289,7 @@ func (t *stream) Subscribe(ctx grain.Context, req *granaryv1.StreamSubscribe) (*
 	}
 	t.mu.Lock()
 	sub := t.add(info)
-	sub.pos = pos
+	sub.pos, sub.saved = pos, pos
 	t.mu.Unlock()
 	if err := t.save(ctx); err != nil {
 		t.mu.Lock()
@@ -474,7 +480,6 @@ func (t *stream) deliver(sub *subscriber, typ string) {
 
 		handled, err := t.send(sub.target, req)
 		t.mu.Lock()
-		var saveAt uint64
 		if handled > 0 {
 			t.s.delivered.Add(uint64(handled))
 			sub.info.Handled = req.Events[handled-1].GetToken()
@@ -484,23 +489,17 @@ func (t *stream) deliver(sub *subscriber, typ string) {
 			}
 			if t.durable {
 				sub.pos = sub.info.Handled.GetSequence() + 1
-				saveAt = sub.pos
+				t.markHandled()
 			}
 			failures = 0
 		}
 		if err == nil {
 			t.mu.Unlock()
-			if saveAt != 0 {
-				t.saveCursor(sub, saveAt)
-			}
 			continue
 		}
 		failures++
 		if failures <= t.p.Retries {
 			t.mu.Unlock()
-			if saveAt != 0 {
-				t.saveCursor(sub, saveAt)
-			}
 			t.s.retried.Add(1)
 			t.wait(t.backoff(failures)) // if the silo closes, the loop's check ends it
 			continue
@@ -519,9 +518,6 @@ func (t *stream) deliver(sub *subscriber, typ string) {
 		}
 		t.dirty = true // stored at the next change, or at deactivation
 		t.mu.Unlock()
-		if saveAt != 0 {
-			t.saveCursor(sub, saveAt)
-		}
 		t.s.parked.Add(1)
 		t.s.cfg.Log.Warn("stream subscription parked: its deliveries kept failing",
 			zap.Stringer("stream", t.id), zap.String("subscription", sub.info.GetId()),
