@@ -264,6 +264,10 @@ func printStatus(out io.Writer, admin string, r adminapi.ClusterReport) error {
 	if len(limited) > 0 {
 		fmt.Fprintf(tw, "limited:\t%s\n", strings.Join(limited, ", "))
 	}
+	if st := r.Streams; st != nil {
+		fmt.Fprintf(tw, "streams:\t%d active, %d subscriptions, %d parked, %d events waiting, %s published/s\n",
+			st.Active, st.Subscriptions, st.Parked, st.Lag, rate(st.PublishRate))
+	}
 	if len(r.Unreachable) == 0 {
 		fmt.Fprintf(tw, "unreachable:\tnone\n")
 	}

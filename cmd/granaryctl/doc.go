@@ -37,8 +37,9 @@
 //
 //	status               the cluster in brief: the silo asked, silos by
 //	                     status, total activations, calls and errors per
-//	                     second, the silos shedding load, and the members
-//	                     that did not answer. json: the ClusterReport.
+//	                     second, the silos shedding load, the streams (when
+//	                     the silos run them), and the members that did not
+//	                     answer. json: the ClusterReport.
 //	silos                one row per silo: name, member, status (with
 //	                     ",shedding" while the silo sheds load), activations,
 //	                     queued turns, uptime, gateway and admin addresses;
@@ -55,6 +56,31 @@
 //	drain SILO           asks SILO (its name or member ID) to hand its grains
 //	                     over and leave the cluster, and prints which silo
 //	                     accepted. json: the DrainReply.
+//	streams list [--prefix P] [--parked] [--limit N]
+//	                     one row per stream active in the cluster, those
+//	                     that most need an operator first (parked
+//	                     subscriptions, then events waiting): the silo it
+//	                     is active on, its event type, subscriptions, parked
+//	                     ones and events waiting. --prefix keeps the streams
+//	                     whose PROVIDER/NAMESPACE/KEY starts with P, --parked
+//	                     those with a parked subscription; --limit (default
+//	                     100) bounds the list, with a warning on standard
+//	                     error when streams are left out. json: the
+//	                     StreamsReport.
+//	streams lag [--all] [--prefix P] [--parked] [--limit N]
+//	                     one row per subscription of those streams that is
+//	                     parked or has events waiting (--all: every one):
+//	                     stream, subscription ID, grain, handler, events
+//	                     waiting, status (parked since when, delivering or
+//	                     caught-up) and why it was parked. json: the
+//	                     StreamsReport.
+//	streams unpark STREAM SUBSCRIPTION
+//	                     resumes delivery to the parked subscription of
+//	                     STREAM (PROVIDER/NAMESPACE/KEY) whose ID is
+//	                     SUBSCRIPTION, wherever the stream is active. A
+//	                     memory stream's subscriber gets the events
+//	                     published from then on, a durable stream's resumes
+//	                     from its cursor. json: the Unparked reply.
 //	certs --out DIR [--silo NAME[,SAN...]]... [--client NAME]... [--ip IP]... [--localhost]
 //	                     writes a CA (ca.crt, ca.key; reused when DIR has
 //	                     both) and, signed by it, NAME.crt and NAME.key for
@@ -83,8 +109,8 @@
 //	   that cannot be read
 //
 // A silo with an admin token file answers 401 without the token; one
-// with no admin credentials configured refuses deactivate and drain with
-// 403, naming the settings that turn them on.
+// with no admin credentials configured refuses deactivate, drain and
+// streams unpark with 403, naming the settings that turn them on.
 //
 // Examples:
 //
@@ -92,6 +118,8 @@
 //	GRANARY_ADMIN=localhost:8081 granaryctl -o json silos
 //	granaryctl lookup bank.Account/alice
 //	granaryctl drain silo-2
+//	granaryctl streams lag --parked
+//	granaryctl streams unpark default/orders/eu 5b1e0f4c-8d2a-4f61-9a7e-3c0b1d2e4f60
 //	granaryctl certs --out ./certs --silo silo-0,silo-0.granary --client ops --localhost
 //	granaryctl --admin silo-0.granary:8080 --tls-ca certs/ca.crt --token-file ~/.granary-token drain silo-2
 package main

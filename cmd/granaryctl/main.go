@@ -129,6 +129,7 @@ in the directory and forwards requests to the silo concerned.`,
 		newLookupCmd(o),
 		newDeactivateCmd(o),
 		newDrainCmd(o),
+		newStreamsCmd(o),
 		newCertsCmd(),
 	)
 	return root

@@ -11,10 +11,11 @@ package admin
 //   - read: the JSON API's GETs and the event stream. Open while no admin
 //     credentials are configured (Config.Tokens nil and CertAdmins
 //     false); otherwise they need an admin's.
-//   - write: deactivate and drain, which change the cluster. With no
-//     admin credentials configured they are off (403 naming the settings
-//     that turn them on): a silo is never drainable by whoever reaches
-//     its port. Otherwise they need an admin's credentials (401 without).
+//   - write: deactivate, drain and unpark, which change the cluster.
+//     With no admin credentials configured they are off (403 naming the
+//     settings that turn them on): a silo is never drainable by whoever
+//     reaches its port. Otherwise they need an admin's credentials (401
+//     without).
 //
 // An admin's credentials are a bearer token that Config.Tokens knows
 // (compared only through TokenFile.Lookup, which hashes), or, with

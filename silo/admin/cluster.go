@@ -110,6 +110,7 @@ func mergeReports(out *adminapi.ClusterReport) {
 		}
 		out.Hot = append(out.Hot, sr.Hot...)
 		out.Errors = append(out.Errors, sr.Errors...)
+		mergeStreams(&out.Streams, sr.Streams)
 	}
 	for _, t := range types {
 		out.Types = append(out.Types, *t)

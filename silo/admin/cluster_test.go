@@ -22,6 +22,7 @@ import (
 	"github.com/granaryio/granary/silo/admin/adminapi"
 	"github.com/granaryio/granary/silo/membership"
 	"github.com/granaryio/granary/silo/metrics"
+	"github.com/granaryio/granary/silo/storage"
 	"google.golang.org/grpc/codes"
 )
 
@@ -43,6 +44,18 @@ type testCluster struct {
 	mu    sync.Mutex
 	nodes map[string]*node
 	order []string
+	store storage.Provider // the silos' shared store, made by sharedStore
+}
+
+// sharedStore returns the store the cluster's silos share, made at the
+// first call.
+func (c *testCluster) sharedStore() storage.Provider {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.store == nil {
+		c.store = storage.NewMemory(0)
+	}
+	return c.store
 }
 
 // node is one silo of a testCluster and its admin server.
@@ -68,6 +81,10 @@ type nodeOptions struct {
 	// serverTLS and peerTLS, when set, are the admin servers' TLS and
 	// PeerTLS, with CertAdmins.
 	serverTLS, peerTLS *tls.Config
+	// streams, when set, gives the silos the memory stream provider
+	// "default" with their subscriptions in a store they share, and the
+	// Listener type, whose handler does as streams says (streams_test.go).
+	streams *streamLog
 }
 
 // newTestCluster starts silos with the names given and waits until each
@@ -138,12 +155,19 @@ func (c *testCluster) start(name string, opts nodeOptions) *node {
 		return c.hub.Member(mc, on), nil
 	}
 	cfg.Cluster = &cc
+	if opts.streams != nil {
+		cfg.Storage = map[string]storage.Provider{grain.DefaultStorage: c.sharedStore()}
+		cfg.Streams = streamsConfig()
+	}
 	sl, err := silo.New(cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	n.sl = sl
 	registerProbe(c.t, sl, name)
+	if opts.streams != nil {
+		registerListener(c.t, sl, opts.streams)
+	}
 	if err := m.Attach(sl); err != nil {
 		c.t.Fatal(err)
 	}

@@ -104,13 +104,16 @@ func signIn(t *testing.T, tab context.Context, token string) {
 
 // TestDashboardInBrowser loads the dashboard of a three-silo cluster in
 // headless Chromium, signs in with the admin token when the page asks for
-// it, and waits until its silos table lists all three, then saves a
-// screenshot (to GRANARY_DASHBOARD_SCREENSHOT when set). The page must
-// write no error to its console but the refusals expected.
+// it, and waits until its silos table lists all three, and its streams
+// panel a stream with a parked subscription, marked, above the others;
+// then saves a screenshot (to GRANARY_DASHBOARD_SCREENSHOT when set). The
+// page must write no error to its console but the refusals expected.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	execPath := chromiumPath(t)
-	c := newTestClusterWith(t, nodeOptions{sampleInterval: 250 * time.Millisecond}, "a", "b", "c")
+	log := newStreamLog()
+	c := newTestClusterWith(t, nodeOptions{sampleInterval: 250 * time.Millisecond, streams: log}, "a", "b", "c")
+	parked := parkOnB(t, c, log)
 	stopLoad := startLoad(c)
 	defer stopLoad()
 
@@ -212,6 +215,35 @@ func TestDashboardInBrowser(t *testing.T) {
 	if len(cell) != 3 || cell[0] != "active|shedding load|limited to 40" || !strings.Contains(cell[1], "shed requests: 7") || !strings.Contains(cell[1], "refusals: 3") ||
 		!strings.Contains(cell[2], "at most 40 new requests at once") || !strings.Contains(cell[2], "refused at the limit: 5") {
 		t.Errorf("b's status cell holds badges and tooltips %q, want active, shedding load and limited to 40, the tooltips counting 7 shed and 3 refused, and 5 refused at the limit", cell)
+	}
+
+	// The streams panel: on-b first, its parked subscription marked with
+	// a badge and the reason, its other one delivering; then on-a; and the
+	// panel's facts count one parked subscription of two streams.
+	const streamsShown = `(() => {
+		const rows = Array.from(document.querySelectorAll('#streams tbody tr[data-subscription]'));
+		const parked = rows.filter(r => r.classList.contains('parked'));
+		if (document.getElementById('streams-panel').hidden || rows.length !== 3 || parked.length !== 1) return [];
+		const p = parked[0];
+		return [
+			rows.map(r => r.dataset.stream + ':' + r.querySelector('.badge').textContent).join(','),
+			p.dataset.subscription,
+			p.querySelector('.stream-status .message').textContent,
+			document.getElementById('streams-parked').textContent + '/' + document.getElementById('streams-active').textContent,
+		];
+	})()`
+	var shown []string
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](`(() => { const s = `+streamsShown+`; return s.length === 4; })()`,
+		chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))); err != nil {
+		shown, _ = chromedp.Run(tab, chromedp.Evaluate[[]string](streamsShown))
+		t.Fatalf("waiting for the streams panel to list three subscriptions, one parked (shown: %q): %v", shown, err)
+	}
+	if shown, err = chromedp.Run(tab, chromedp.Evaluate[[]string](streamsShown)); err != nil {
+		t.Fatal(err)
+	}
+	if len(shown) != 4 || shown[0] != "default/jobs/on-b:parked,default/jobs/on-b:caught up,default/jobs/on-a:caught up" || shown[1] != parked ||
+		!strings.Contains(shown[2], "bad-b refuses tick 0") || shown[3] != "1/2" {
+		t.Errorf("the streams panel shows %q; want on-b's parked subscription %s first, with its reason, then on-b's and on-a's caught up, and 1 parked of 2 streams", shown, parked)
 	}
 
 	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))

@@ -40,12 +40,12 @@
 //     everything else needs an admin's credentials (a bearer token of the
 //     token file, or a verified client certificate): 401 with
 //     WWW-Authenticate: Bearer without them. With neither set, reading is
-//     open and deactivate and drain are off: 403 naming admin.token_file
-//     and admin.tls. Each refusal is counted in Config.Rejections. A
-//     token removed from the token file is refused within the file's
-//     check interval, and ends an event stream it opened at the next
-//     event. Tokens are taken from the Authorization header only, never
-//     from a URL.
+//     open and deactivate, drain and unpark are off: 403 naming
+//     admin.token_file and admin.tls. Each refusal is counted in
+//     Config.Rejections. A token removed from the token file is refused
+//     within the file's check interval, and ends an event stream it
+//     opened at the next event. Tokens are taken from the Authorization
+//     header only, never from a URL.
 //   - With Config.TLS the server serves HTTPS only (h2 and http/1.1);
 //     with Config.PeerTLS it speaks https to the other silos. A request
 //     forwarded to another silo carries the caller's token.
@@ -56,6 +56,14 @@
 //   - Deactivate and drain requests that concern another silo are
 //     forwarded to its admin server; the answer says which silo acted.
 //     Config.Drain is called at most once, on the request's goroutine.
+//   - Streams (streams.go): the stream list asks every other live
+//     member's admin server for its own streams as the cluster report
+//     does, each within PeerTimeout, and merges them, those that most
+//     need an operator first (parked subscriptions, then events waiting),
+//     up to the query's limit. Unpark calls the stream's grain through
+//     the silo, wherever the stream is active; it needs no forwarding.
+//     Each silo's report sums up its streams, with the few that most
+//     need an operator, which the dashboard shows.
 //   - The event stream (adminapi.PathEvents) sends the cluster report at
 //     once and then every EventInterval, until the client goes away or
 //     the server stops.

@@ -24,10 +24,11 @@ type sampler struct {
 	done     chan struct{}
 	stopOnce sync.Once
 
-	// prevAt and prevTotals are the previous sample's time and counts:
-	// the sampler goroutine's alone.
-	prevAt     time.Time
-	prevTotals map[string]metrics.TypeCalls
+	// prevAt, prevTotals and prevStreams are the previous sample's time
+	// and counts: the sampler goroutine's alone.
+	prevAt      time.Time
+	prevTotals  map[string]metrics.TypeCalls
+	prevStreams silo.StreamStats
 
 	mu   sync.Mutex
 	last sample // guarded by mu
@@ -35,12 +36,17 @@ type sampler struct {
 
 // sample is what one sampling interval measured.
 type sample struct {
-	hot   []adminapi.HotGrain // Silo left empty
-	rates map[string]rate     // by grain type
+	hot     []adminapi.HotGrain // Silo left empty
+	rates   map[string]rate     // by grain type
+	streams streamRates
 }
 
 // rate is a grain type's calls and failed calls per second.
 type rate struct{ calls, errors float64 }
+
+// streamRates are the streams' events published, delivered and dropped
+// per second.
+type streamRates struct{ published, delivered, dropped float64 }
 
 // newSampler starts a sampler of sl. Its first interval begins now: the
 // calls counted so far are taken as the baseline.
@@ -52,6 +58,7 @@ func newSampler(sl *silo.Silo, m *metrics.Metrics, clock clockwork.Clock, interv
 	}
 	sl.HotGrains(HotLimit) // restarts the silo's per-activation counts
 	sp.prevTotals = sp.totals()
+	sp.prevStreams, _ = sl.StreamStats()
 	// The ticker is made before the goroutine starts, so that a test that
 	// advances a fake clock right after Attach reaches it.
 	tk := clock.NewTicker(interval)
@@ -93,9 +100,16 @@ func (sp *sampler) take() {
 			errors: float64(delta(t.Errors, prev.Errors)) / secs,
 		}
 	}
-	sp.prevAt, sp.prevTotals = now, totals
+	st, _ := sp.sl.StreamStats()
+	prev := sp.prevStreams
+	streams := streamRates{
+		published: float64(delta(st.Published, prev.Published)) / secs,
+		delivered: float64(delta(st.Delivered, prev.Delivered)) / secs,
+		dropped:   float64(delta(st.Dropped, prev.Dropped)) / secs,
+	}
+	sp.prevAt, sp.prevTotals, sp.prevStreams = now, totals, st
 	sp.mu.Lock()
-	sp.last = sample{hot: hot, rates: rates}
+	sp.last = sample{hot: hot, rates: rates, streams: streams}
 	sp.mu.Unlock()
 }
 
@@ -221,6 +235,7 @@ func (s *Server) siloReport(a *attachment) adminapi.SiloReport {
 			})
 		}
 	}
+	r.Streams = streamsSummary(a, self)
 	return r
 }
 

@@ -100,9 +100,9 @@ type Config struct {
 
 	// Tokens, when set, holds the admin tokens: a request bearing one
 	// ("Authorization: Bearer TOKEN") is an admin's. With Tokens set, the
-	// JSON API, the event stream and deactivate and drain all need an
-	// admin's credentials; the probes, /metrics and the dashboard's
-	// static files stay open. Every silo of a cluster should share one
+	// JSON API, the event stream and deactivate, drain and unpark all
+	// need an admin's credentials; the probes, /metrics and the
+	// dashboard's static files stay open. Every silo of a cluster should share one
 	// token file: a forwarded request carries the caller's token.
 	Tokens *auth.TokenFile
 
@@ -380,6 +380,9 @@ func (s *Server) routes() http.Handler {
 	handle(adminapi.PathLookup, accessRead, s.handleLookup)
 	handle(adminapi.PathDeactivate, accessWrite, s.handleDeactivate)
 	handle(adminapi.PathDrain, accessWrite, s.handleDrain)
+	handle(adminapi.PathStreams, accessRead, s.handleStreams)
+	handle(adminapi.PathSiloStreams, accessRead, s.handleSiloStreams)
+	handle(adminapi.PathUnpark, accessWrite, s.handleUnpark)
 	handle("/api/", accessRead, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codes.NotFound, "no API path %q", r.URL.Path)
 	})

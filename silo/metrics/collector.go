@@ -10,7 +10,11 @@ import (
 )
 
 // siloCollector exports one silo's counters, read at scrape time.
-type siloCollector struct{ s *silo.Silo }
+type siloCollector struct {
+	s *silo.Silo
+	// lagSeries bounds the series of granary_stream_subscription_lag.
+	lagSeries int
+}
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("granary_"+name, help, labels, nil)
@@ -111,6 +115,9 @@ func (c *siloCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range siloDescs {
 		ch <- d
 	}
+	for _, d := range streamDescs {
+		ch <- d
+	}
 }
 
 // emit sends metrics to a scrape.
@@ -187,6 +194,9 @@ func (c *siloCollector) Collect(ch chan<- prometheus.Metric) {
 		e.counter(stateFailures, p.WriteFailures, p.Provider, "write")
 		e.counter(stateFailures, p.ClearFailures, p.Provider, "clear")
 		e.counter(stateConflicts, p.Conflicts, p.Provider)
+	}
+	if st, ok := s.StreamStats(); ok {
+		collectStreams(e, st, s.Streams(), c.lagSeries)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package metrics exports a silo to Prometheus: the requests its grains
 // receive, counted and timed by an incoming filter, and the silo's own
 // counters (scheduler, directory, transport, cluster, persistent state,
-// reminders, overload protection), read at scrape time.
+// reminders, overload protection, streams), read at scrape time.
 //
 // Wiring:
 //
@@ -24,12 +24,34 @@
 // under a lock, for RecentErrors.
 //
 // Attach costs nothing between scrapes: its collector asks the silo for
-// Stats, TypeStats and StateStats when Prometheus scrapes. No family
-// carries a label naming the silo; the Prometheus server adds the
-// instance it scraped. Label values are bounded by what the silo hosts:
-// grain types, their methods, the 17 gRPC codes (a call that ends with a
-// code past Unauthenticated counts as Unknown), storage provider names.
-// Grain keys never become labels.
+// Stats, TypeStats, StateStats, StreamStats and Streams when Prometheus
+// scrapes. No family carries a label naming the silo; the Prometheus
+// server adds the instance it scraped. Label values are bounded by what
+// the silo hosts: grain types, their methods, the 17 gRPC codes (a call
+// that ends with a code past Unauthenticated counts as Unknown), storage
+// provider names. Grain keys never become labels, with one bounded
+// exception: granary_stream_subscription_lag{stream, subscription, grain}
+// names streams and subscribers, whose number grows with the
+// application's data, so a silo exports it for the Config.StreamLagSeries
+// subscriptions with the most events waiting only (20 by default), none
+// for a subscription with nothing waiting. That is what an alert on a
+// stuck subscriber needs, at a cost of at most that many series a silo;
+// granary_stream_pending_events is the silo's total, and the admin API
+// (granaryctl streams) lists every subscription.
+//
+// The stream families (a silo with Config.Streams):
+//
+//	granary_streams_active                       gauge: streams active on the silo
+//	granary_stream_subscriptions                 gauge: their subscriptions
+//	granary_stream_subscriptions_parked          gauge: of those, parked now
+//	granary_stream_pending_events                gauge: events waiting, over all subscriptions
+//	granary_stream_subscription_lag              gauge: events waiting for one subscription (bounded, above)
+//	granary_stream_events_published_total        counter: rate() is the publish rate
+//	granary_stream_events_delivered_total        counter: events handled, once per subscriber
+//	granary_stream_events_dropped_total          counter: events a subscriber lost (buffer full, parked, deactivation)
+//	granary_stream_deliveries_retried_total      counter
+//	granary_stream_subscriptions_parked_total    counter
+//	granary_stream_subscriptions_unparked_total  counter
 //
 // Every family is in the granary namespace. Counters (_total) count from
 // the silo's (or, for grain calls, the Metrics') start; gauges are levels
@@ -37,5 +59,6 @@
 // is sampled (see activation.TurnSampleEvery): its count is of samples,
 // not turns. The families of a silo alone leave out the cluster,
 // directory and transport; those of a silo without a reminder service
-// leave out the reminders.
+// leave out the reminders, and those of a silo without streams the
+// streams.
 package metrics

@@ -60,7 +60,7 @@ func (m *Metrics) Attach(s *silo.Silo) error {
 	if s == nil {
 		return errors.New("metrics: Attach: nil silo")
 	}
-	if err := m.cfg.Registerer.Register(&siloCollector{s: s}); err != nil {
+	if err := m.cfg.Registerer.Register(&siloCollector{s: s, lagSeries: m.cfg.StreamLagSeries}); err != nil {
 		return fmt.Errorf("metrics: registering the silo's metrics: %w", err)
 	}
 	return nil
@@ -87,6 +87,15 @@ type Config struct {
 	// oldest dropped first. Default 64; 1 to MaxRecentErrors.
 	RecentErrors int
 
+	// StreamLagSeries bounds the series of
+	// granary_stream_subscription_lag: a silo reports the lag of this many
+	// subscriptions at most, those with the most events waiting. Each
+	// series is labelled with a stream's name and a subscription's ID,
+	// which grow with the application's data, so they are not all
+	// exported: a silo may carry millions, and alerts need the worst
+	// ones. Default 20; 1 to MaxStreamLagSeries.
+	StreamLagSeries int
+
 	// Clock times the calls and stamps the recent errors. Tests pass a
 	// fake clock. Default: the real clock, read through the monotonic
 	// clock.
@@ -109,6 +118,10 @@ const (
 	MaxRecentErrors = 1 << 16
 	// MaxLatencyBuckets bounds len(Config.LatencyBuckets).
 	MaxLatencyBuckets = 64
+	// DefaultStreamLagSeries is the default of Config.StreamLagSeries.
+	DefaultStreamLagSeries = 20
+	// MaxStreamLagSeries bounds Config.StreamLagSeries.
+	MaxStreamLagSeries = 1000
 )
 
 // ConfigError names the field of a Config that is out of range.
@@ -127,6 +140,9 @@ func (c Config) withDefaults() (Config, bool) {
 	}
 	if c.RecentErrors == 0 {
 		c.RecentErrors = DefaultRecentErrors
+	}
+	if c.StreamLagSeries == 0 {
+		c.StreamLagSeries = DefaultStreamLagSeries
 	}
 	realClock := c.Clock == nil
 	if realClock {
@@ -148,6 +164,8 @@ func (c *Config) validate() error {
 		return bad("LatencyBuckets", "has %d bounds; want at most %d", len(c.LatencyBuckets), MaxLatencyBuckets)
 	case c.RecentErrors < 1 || c.RecentErrors > MaxRecentErrors:
 		return bad("RecentErrors", "%d must be 1 to %d", c.RecentErrors, MaxRecentErrors)
+	case c.StreamLagSeries < 1 || c.StreamLagSeries > MaxStreamLagSeries:
+		return bad("StreamLagSeries", "%d must be 1 to %d", c.StreamLagSeries, MaxStreamLagSeries)
 	}
 	prev := 0.0
 	for i, b := range c.LatencyBuckets {

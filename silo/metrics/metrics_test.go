@@ -45,6 +45,8 @@ func TestConfigErrorsNameField(t *testing.T) {
 		{"LatencyBuckets[0]", func(c *Config) { c.LatencyBuckets = []float64{1e12} }},
 		{"RecentErrors", func(c *Config) { c.RecentErrors = -1 }},
 		{"RecentErrors", func(c *Config) { c.RecentErrors = MaxRecentErrors + 1 }},
+		{"StreamLagSeries", func(c *Config) { c.StreamLagSeries = -1 }},
+		{"StreamLagSeries", func(c *Config) { c.StreamLagSeries = MaxStreamLagSeries + 1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.field, func(t *testing.T) {
@@ -67,8 +69,8 @@ func TestConfigErrorsNameField(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New with defaults: %v", err)
 	}
-	if !slices.Equal(m.cfg.LatencyBuckets, DefaultLatencyBuckets) || m.cfg.RecentErrors != DefaultRecentErrors || !m.realClock {
-		t.Errorf("defaults: buckets %v, recent errors %d, real clock %t", m.cfg.LatencyBuckets, m.cfg.RecentErrors, m.realClock)
+	if !slices.Equal(m.cfg.LatencyBuckets, DefaultLatencyBuckets) || m.cfg.RecentErrors != DefaultRecentErrors || m.cfg.StreamLagSeries != DefaultStreamLagSeries || !m.realClock {
+		t.Errorf("defaults: buckets %v, recent errors %d, stream lag series %d, real clock %t", m.cfg.LatencyBuckets, m.cfg.RecentErrors, m.cfg.StreamLagSeries, m.realClock)
 	}
 	if m.bounds[0] != 50_000 || m.bounds[len(m.bounds)-1] != 10e9 {
 		t.Errorf("bounds in ns = %v", m.bounds)

@@ -14,11 +14,15 @@
 //	POST /api/v1/deactivate?grain=T/K  Deactivation
 //	POST /api/v1/drain?silo=S          DrainReply
 //	GET  /api/v1/cluster/sse           ClusterReport as server-sent events
+//	GET  /api/v1/streams               StreamsReport: the cluster's streams (?prefix=P&parked=true&limit=N)
+//	GET  /api/v1/silo/streams          StreamsReport: this silo's streams (the same query)
+//	POST /api/v1/streams/unpark?stream=P/N/K&subscription=ID  Unparked
 //
 // /healthz, /readyz and /metrics are always open. When the silo has admin
 // credentials configured, the rest needs "Authorization: Bearer TOKEN" (or
 // an admin client certificate) and answers 401 Unauthenticated without;
-// with none configured, deactivate and drain answer 403 PermissionDenied.
+// with none configured, deactivate, drain and unpark answer 403
+// PermissionDenied.
 //
 // Every answer outside 2xx carries an Error body: the name of the gRPC code
 // that best describes the failure (InvalidArgument for a malformed grain

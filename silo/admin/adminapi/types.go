@@ -14,6 +14,10 @@ const (
 	PathDrain      = "/api/v1/drain"       // POST ?silo=NAME|MEMBER: DrainReply
 	PathDashboard  = "/"                   // GET: the dashboard page
 	PathEvents     = "/api/v1/cluster/sse" // GET: ClusterReport as server-sent events
+
+	PathStreams     = "/api/v1/streams"        // GET ?limit=N&parked=true&prefix=P: StreamsReport, every member asked
+	PathSiloStreams = "/api/v1/silo/streams"   // GET, the same query: StreamsReport of this silo's streams
+	PathUnpark      = "/api/v1/streams/unpark" // POST ?stream=P/N/K&subscription=ID: Unparked
 )
 
 // SiloReport is what one silo says of itself.
@@ -44,6 +48,9 @@ type SiloReport struct {
 	Hot []HotGrain `json:"hot"`
 	// Errors are the latest failed calls, the newest first.
 	Errors []CallError `json:"errors"`
+	// Streams sums up the streams active on the silo; nil for a silo that
+	// runs no streams, or whose version reports none.
+	Streams *StreamsSummary `json:"streams,omitempty"`
 }
 
 // Overload counts a silo's self-protection since it started. A silo
@@ -132,6 +139,9 @@ type ClusterReport struct {
 	Hot []HotGrain `json:"hot"`
 	// Errors merges the silos' latest errors, the newest first.
 	Errors []CallError `json:"errors"`
+	// Streams sums the silos' stream summaries; nil when none reported
+	// streams.
+	Streams *StreamsSummary `json:"streams,omitempty"`
 }
 
 // Unreachable is a member whose report could not be had.

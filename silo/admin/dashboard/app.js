@@ -210,6 +210,90 @@
     }), 'no recent errors');
   }
 
+  // parkedBadge marks a parked subscription, since when in the tooltip;
+  // the reason follows it in the cell.
+  function parkedBadge(sub) {
+    const b = el('span', 'badge badge-parked', 'parked');
+    b.title = 'delivery failed past the provider\'s retries and stopped until unparked' +
+      (sub.parked_at ? '\nsince ' + clock(sub.parked_at) : '');
+    return b;
+  }
+
+  // subscriptionStatus is the status cell of a subscription: parked with
+  // its reason, else delivering while events wait, else caught up.
+  function subscriptionStatus(sub) {
+    const td = el('td', 'stream-status');
+    if (sub.parked) {
+      td.appendChild(parkedBadge(sub));
+      if (sub.parked_reason) td.appendChild(el('span', 'message', ' ' + sub.parked_reason));
+    } else {
+      td.appendChild(el('span', sub.lag > 0 ? 'badge badge-delivering' : 'badge badge-caught-up',
+        sub.lag > 0 ? 'delivering' : 'caught up'));
+    }
+    return td;
+  }
+
+  // renderStreams shows the streams that most need an operator, one row
+  // a subscription, the stream's name and silo spanning its rows; the
+  // panel is hidden while no silo runs streams.
+  function renderStreams(report) {
+    const s = report.streams;
+    document.getElementById('streams-panel').hidden = !s;
+    if (!s) return;
+    document.getElementById('streams-active').textContent = String(s.active || 0);
+    document.getElementById('streams-subscriptions').textContent = String(s.subscriptions || 0);
+    const parked = document.getElementById('streams-parked');
+    parked.textContent = String(s.parked || 0);
+    parked.className = s.parked > 0 ? 'bad' : '';
+    document.getElementById('streams-lag').textContent = String(s.lag || 0);
+    document.getElementById('streams-published').textContent = rate(s.publish_rate);
+    document.getElementById('streams-delivered').textContent = rate(s.delivery_rate);
+    document.getElementById('streams-dropped').textContent = rate(s.drop_rate);
+
+    const rows = [];
+    for (const st of s.top || []) {
+      const subs = st.subscriptions || [];
+      const more = (st.subscription_count || 0) - subs.length;
+      const span = Math.max(1, subs.length + (more > 0 ? 1 : 0));
+      const name = cell(st.stream);
+      name.title = (st.type ? 'events: ' + st.type + '\n' : '') + 'last event: ' + (st.last || 'none');
+      const silo = cell(st.silo);
+      // The stream's cells span its subscriptions' rows, and take no
+      // parked row's colour.
+      for (const c of [name, silo]) {
+        c.rowSpan = span;
+        c.classList.add('spans');
+      }
+      const first = [name, silo];
+      if (subs.length === 0 && more <= 0) {
+        const none = el('td', 'empty', 'no subscriptions');
+        none.colSpan = 5;
+        const tr = row(first.concat([none]));
+        tr.dataset.stream = st.stream;
+        rows.push(tr);
+        continue;
+      }
+      subs.forEach(function (sub, i) {
+        const tr = row((i === 0 ? first : []).concat([
+          el('td', 'subscription', sub.id), cell(sub.grain), cell(sub.handler + (sub.implicit ? ' (implicit)' : '')),
+          cell(sub.lag, true), subscriptionStatus(sub),
+        ]));
+        tr.dataset.stream = st.stream;
+        tr.dataset.subscription = sub.id;
+        if (sub.parked) tr.classList.add('parked');
+        rows.push(tr);
+      });
+      if (more > 0) {
+        const td = el('td', 'empty', '+' + more + ' more subscription' + (more === 1 ? '' : 's') + ': granaryctl streams lag --prefix ' + st.stream);
+        td.colSpan = 5;
+        const tr = row(subs.length === 0 ? first.concat([td]) : [td]);
+        tr.dataset.stream = st.stream;
+        rows.push(tr);
+      }
+    }
+    fill('streams', rows, 'no active streams');
+  }
+
   function renderTotals(report) {
     let activations = 0;
     let calls = 0;
@@ -233,6 +317,7 @@
     renderSilos(report);
     renderTypes(report);
     renderHot(report);
+    renderStreams(report);
     renderErrors(report);
     showProblem('');
   }
