@@ -90,6 +90,7 @@ func (c Config) Silo(ctx context.Context, logger *zap.Logger) (cfg silo.Config, 
 	if c.remindersEnabled() {
 		cfg.Reminders = &silo.RemindersConfig{MinPeriod: c.Reminders.MinPeriod}
 	}
+	cfg.Streams = c.streams()
 	return cfg, closeStorage, nil
 }
 

@@ -1,9 +1,11 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -376,5 +378,46 @@ func TestOverloadDefaultsAreTheSilos(t *testing.T) {
 		t.Errorf("the host's defaults give close %v, queues %+v, shedding %+v, memory %+v;\nthe silo's are %v, %+v, %+v, %+v",
 			sc.CloseTimeout, sc.QueueLimits, sc.LoadShedding, sc.MemoryCollection,
 			def.CloseTimeout, def.QueueLimits, def.LoadShedding, def.MemoryCollection)
+	}
+}
+
+// TestStreamsSettingsReachTheSilo: the stream providers named in the
+// configuration become the silo's, the durable one with its retention,
+// and a bad setting is refused naming its field.
+func TestStreamsSettingsReachTheSilo(t *testing.T) {
+	c := loadOK(t, []string{"--storage.provider=memory", "--streams.memory_provider=default", "--streams.max_age=24h"},
+		map[string]string{"GRANARY_STREAMS_DURABLE_PROVIDER": "logged", "GRANARY_STREAMS_PARTITIONS": "8", "GRANARY_STREAMS_MAX_BYTES": "1048576"})
+	sc, closeStorage, err := c.Silo(context.Background(), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeStorage()
+	want := &silo.StreamsConfig{Providers: map[string]silo.StreamProviderConfig{
+		"default": {},
+		"logged":  {Kind: "durable", Partitions: 8, MaxAge: 24 * time.Hour, MaxBytes: 1 << 20},
+	}}
+	if !reflect.DeepEqual(sc.Streams, want) {
+		t.Fatalf("Streams %+v, want %+v", sc.Streams, want)
+	}
+	s, err := silo.New(sc)
+	if err != nil {
+		t.Fatalf("silo.New refuses what the host accepted: %v", err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"--streams.durable_provider=a/b"}, "streams.durable_provider"},
+		{[]string{"--streams.memory_provider=x", "--streams.durable_provider=x"}, "streams.durable_provider"},
+		{[]string{"--streams.memory_provider=x", "--streams.partitions=4"}, "streams.partitions"},
+		{[]string{"--streams.durable_provider=x", "--streams.max_age=-1s"}, "streams.max_age"},
+	} {
+		_, err := load(append([]string{"--storage.provider=memory"}, tc.args...), envOf(nil), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%v: %v, want an error naming %s", tc.args, err, tc.field)
+		}
 	}
 }

@@ -37,6 +37,7 @@ type Config struct {
 	Gateway          GatewayConfig          `yaml:"gateway"`
 	Storage          StorageConfig          `yaml:"storage"`
 	Reminders        RemindersConfig        `yaml:"reminders"`
+	Streams          StreamsConfig          `yaml:"streams"`
 	QueueLimits      QueueLimitsConfig      `yaml:"queue_limits"`
 	LoadShedding     LoadSheddingConfig     `yaml:"load_shedding"`
 	MemoryCollection MemoryCollectionConfig `yaml:"memory_collection"`
@@ -247,6 +248,27 @@ type RemindersConfig struct {
 	MinPeriod time.Duration `yaml:"min_period"`
 }
 
+// StreamsConfig turns on streams (package grain/streams): a memory
+// provider, a durable one, or both, under the names grains and clients
+// use. See silo.StreamsConfig and silo.StreamProviderConfig.
+type StreamsConfig struct {
+	// MemoryProvider names a memory provider: cluster-wide, at most once.
+	// Default "": none.
+	MemoryProvider string `yaml:"memory_provider"`
+	// DurableProvider names a durable provider, whose log is the default
+	// storage provider: at least once, rewindable, and what clients
+	// follow through the gateway. Default "": none.
+	DurableProvider string `yaml:"durable_provider"`
+	// Partitions is how many log partitions the durable provider spreads
+	// its streams over; fix it for the life of the log. 0: 16.
+	Partitions int `yaml:"partitions"`
+	// MaxAge and MaxBytes are the durable provider's retention: events
+	// older than MaxAge, and the oldest beyond MaxBytes of payload a
+	// partition, are dropped. 0: kept for ever.
+	MaxAge   time.Duration `yaml:"max_age"`
+	MaxBytes uint64        `yaml:"max_bytes"`
+}
+
 // QueueLimitsConfig bounds the requests queued at one activation (one
 // stateless worker set), from when a request reaches it until its turn
 // starts, and how long a request from outside the silo may wait for its
@@ -451,6 +473,7 @@ func (c Config) Validate() error {
 	if c.Reminders.MinPeriod < 0 {
 		v.bad("reminders.min_period", "%v must not be negative", c.Reminders.MinPeriod)
 	}
+	v.validateStreams()
 	v.validateOverload()
 	v.validateTracing()
 	return v.err()
@@ -765,4 +788,56 @@ func parsePort(p string) int {
 		return -1
 	}
 	return n
+}
+
+// validateStreams checks the stream providers' names and the durable
+// provider's settings.
+func (v *validator) validateStreams() {
+	sc := &v.c.Streams
+	for _, f := range []struct{ path, name string }{
+		{"streams.memory_provider", sc.MemoryProvider},
+		{"streams.durable_provider", sc.DurableProvider},
+	} {
+		if strings.Contains(f.name, "/") {
+			v.bad(f.path, "%q: a provider's name must not contain '/', which separates a stream's name", f.name)
+		}
+	}
+	if sc.MemoryProvider != "" && sc.MemoryProvider == sc.DurableProvider {
+		v.bad("streams.durable_provider", "%q names the memory provider too: give each its own name", sc.DurableProvider)
+	}
+	durable := sc.DurableProvider != ""
+	switch {
+	case sc.Partitions < 0 || sc.Partitions > 1<<16:
+		v.bad("streams.partitions", "%d: want 1 to 65536, or 0 for 16", sc.Partitions)
+	case sc.Partitions != 0 && !durable:
+		v.bad("streams.partitions", "is the durable provider's: set streams.durable_provider")
+	}
+	switch {
+	case sc.MaxAge < 0:
+		v.bad("streams.max_age", "%v must not be negative", sc.MaxAge)
+	case sc.MaxAge != 0 && !durable:
+		v.bad("streams.max_age", "is the durable provider's: set streams.durable_provider")
+	}
+	switch {
+	case sc.MaxBytes > math.MaxInt64:
+		v.bad("streams.max_bytes", "%d is too large", sc.MaxBytes)
+	case sc.MaxBytes != 0 && !durable:
+		v.bad("streams.max_bytes", "is the durable provider's: set streams.durable_provider")
+	}
+}
+
+// streams is the silo's stream configuration, nil for none.
+func (c *Config) streams() *silo.StreamsConfig {
+	sc := c.Streams
+	if sc.MemoryProvider == "" && sc.DurableProvider == "" {
+		return nil
+	}
+	out := &silo.StreamsConfig{Providers: map[string]silo.StreamProviderConfig{}}
+	if sc.MemoryProvider != "" {
+		out.Providers[sc.MemoryProvider] = silo.StreamProviderConfig{}
+	}
+	if sc.DurableProvider != "" {
+		out.Providers[sc.DurableProvider] = silo.StreamProviderConfig{Kind: "durable", Partitions: sc.Partitions, MaxAge: sc.MaxAge, MaxBytes: int64(sc.MaxBytes)}
+	}
+	return out
 }
