@@ -34,6 +34,17 @@ sent them, the google.rpc.Status details of the trailer
 grpc-status-details-bin, each decoded by its type (google.rpc.BadRequest,
 say) when a module under DIR defines it.
 
+A method that streams its replies (a durable stream's events, through
+granary.v1.StreamGateway/Subscribe) prints one line per reply as it
+comes, until the stream ends, the deadline passes, or --count replies
+came:
+
+    client.py --pb DIR --target 127.0.0.1:30000 --count 10 \\
+        granary.v1.StreamGateway/Subscribe '{"stream": "logged/greetings/Bob", "from": {"sequence": "1"}}'
+
+Each event comes as a google.protobuf.Any of the stream's own type, shown
+as JSON of that type when a module under DIR defines it.
+
 It prints one line per call: "METHOD: OK REPLY" or "METHOD: CODE: MESSAGE"
 followed by one "  detail TYPE JSON" line per detail; with --json, one JSON
 object instead, {"method", "key", "code", "reply"} or {"method", "key",
@@ -97,6 +108,8 @@ def check_args(args):
         check_metadata_value("--key", args.key)
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         raise SetupError(f"--timeout {args.timeout}: want a finite number of seconds above 0")
+    if args.count is not None and args.count <= 0:
+        raise SetupError(f"--count {args.count}: want a number of replies above 0")
 
 
 def load_modules(pb_dir):
@@ -243,26 +256,63 @@ def call(args):
     path = f"/{method.containing_service.full_name}/{method.name}"
     name = path[1:]
     out = {"method": name, "key": args.key}
+    if method.server_streaming:
+        with channel:
+            return stream(args, channel, path, request, request_class, reply_class, metadata, out)
+    if args.count is not None:
+        raise SetupError(f"--count: {name} answers once; --count is for methods that stream their replies")
     with channel:
         rpc = channel.unary_unary(path, request_serializer=request_class.SerializeToString,
                                   response_deserializer=reply_class.FromString)
         try:
             reply = rpc(request, metadata=metadata, timeout=args.timeout, wait_for_ready=args.wait)
         except grpc.RpcError as err:
-            out.update(code=err.code().name, message=err.details(), details=status_details(err))
-            if args.json:
-                print(json.dumps(out))
-            else:
-                print(f"{name}: {out['code']}: {out['message']}")
-                for d in out["details"]:
-                    fields = {k: v for k, v in d.items() if k != "@type"}
-                    print(f"  detail {d['@type'].rpartition('/')[2]} {json.dumps(fields)}")
+            print_failure(args, out, err)
             return 1
     out.update(code=grpc.StatusCode.OK.name, reply=json_format.MessageToDict(reply))
     if args.json:
         print(json.dumps(out))
     else:
         print(f"{name}: OK {json.dumps(out['reply'])}")
+    return 0
+
+
+def print_failure(args, out, err):
+    """Prints a failed call's outcome."""
+    out.update(code=err.code().name, message=err.details(), details=status_details(err))
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{out['method']}: {out['code']}: {out['message']}")
+        for d in out["details"]:
+            fields = {k: v for k, v in d.items() if k != "@type"}
+            print(f"  detail {d['@type'].rpartition('/')[2]} {json.dumps(fields)}")
+
+
+def stream(args, channel, path, request, request_class, reply_class, metadata, out):
+    """Makes a call whose replies stream, printing each as it comes.
+
+    Returns 0 once --count replies came, or when the server ends the
+    stream without an error; 1 when it fails (its deadline passing too).
+    """
+    rpc = channel.unary_stream(path, request_serializer=request_class.SerializeToString,
+                               response_deserializer=reply_class.FromString)
+    call = rpc(request, metadata=metadata, timeout=args.timeout, wait_for_ready=args.wait)
+    got = 0
+    try:
+        for reply in call:
+            got += 1
+            line = dict(out, code=grpc.StatusCode.OK.name, reply=json_format.MessageToDict(reply))
+            if args.json:
+                print(json.dumps(line), flush=True)
+            else:
+                print(f"{out['method']}: OK {json.dumps(line['reply'])}", flush=True)
+            if args.count is not None and got >= args.count:
+                call.cancel()
+                return 0
+    except grpc.RpcError as err:
+        print_failure(args, out, err)
+        return 1
     return 0
 
 
@@ -282,7 +332,10 @@ def main(argv):
                    help="the call's deadline (default %(default)s)")
     p.add_argument("--wait", action="store_true",
                    help="wait, within the deadline, for the gateway to accept connections")
-    p.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    p.add_argument("--json", action="store_true",
+                   help="print the outcome as one JSON object (one a reply, for a method that streams)")
+    p.add_argument("--count", type=int, metavar="N",
+                   help="for a method that streams its replies: stop after N of them")
     p.add_argument("method", metavar="METHOD", help="package.Service/Method, such as hello.Greeter/SayHello")
     p.add_argument("request", metavar="JSON", nargs="?", default="{}",
                    help="the request message in JSON (default {})")

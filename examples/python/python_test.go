@@ -28,6 +28,7 @@ import (
 	"github.com/granaryio/granary/internal/proctest"
 	hellopb "github.com/granaryio/granary/proto/examples/hello"
 	"github.com/granaryio/granary/security/certs"
+	"github.com/granaryio/granary/grain/streams"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/host"
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,6 +100,14 @@ func writePKI(t *testing.T) (caFile, certFile, keyFile string) {
 // returns the gateway's address. The silo stops when the test ends.
 func startSilo(t *testing.T, certFile, keyFile, tokenFile string) string {
 	t.Helper()
+	addr, _ := startStreamSilo(t, certFile, keyFile, tokenFile)
+	return addr
+}
+
+// startStreamSilo is startSilo, whose silo also runs the durable stream
+// provider "logged" (in its memory store), and which returns the silo.
+func startStreamSilo(t *testing.T, certFile, keyFile, tokenFile string) (string, *silo.Silo) {
+	t.Helper()
 	cfg := host.DefaultConfig()
 	cfg.Name = "python-test"
 	cfg.Log.Level = "error"
@@ -107,17 +116,18 @@ func startSilo(t *testing.T, certFile, keyFile, tokenFile string) string {
 	cfg.Gateway.TLS = host.TLSConfig{Mode: "tls", CertFile: certFile, KeyFile: keyFile}
 	cfg.Gateway.Auth.TokenFile = tokenFile
 	cfg.Storage.Provider = "memory"
+	cfg.Streams.DurableProvider = "logged"
 	cfg.Shutdown.Timeout = defaultTestTimeout / 2
 
 	ctx, stop := context.WithCancel(context.Background())
-	started := make(chan string, 1)
+	started := make(chan *silo.Silo, 1)
 	done := make(chan struct{})
 	var runErr error // set before done is closed
 	go func() {
 		defer close(done)
 		runErr = host.Run(ctx, cfg, greeter.Register, host.WithLogger(zap.NewNop()),
 			host.WithRegistry(prometheus.NewRegistry()),
-			host.WithStarted(func(s *silo.Silo) { started <- s.Info().GatewayAddr }))
+			host.WithStarted(func(s *silo.Silo) { started <- s }))
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -131,14 +141,14 @@ func startSilo(t *testing.T, certFile, keyFile, tokenFile string) string {
 		}
 	})
 	select {
-	case addr := <-started:
-		return addr
+	case s := <-started:
+		return s.Info().GatewayAddr, s
 	case <-done:
 		t.Fatalf("the silo's host returned before the silo started: %v", runErr)
 	case <-time.After(defaultTestTimeout):
 		t.Fatalf("the silo did not start within %v", defaultTestTimeout)
 	}
-	return ""
+	return "", nil
 }
 
 // outcome is what client.py --json prints about a call.
@@ -288,6 +298,65 @@ func TestPythonClient(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPythonClientFollowsADurableStream: client.py subscribes to a
+// durable stream through the gateway, rewound to its second event, and
+// prints each event as JSON of the stream's own type, in order, until
+// --count of them came.
+func TestPythonClientFollowsADurableStream(t *testing.T) {
+	tools := proctest.Python(t)
+	pb := generateStubs(t, tools)
+	caFile, certFile, keyFile := writePKI(t)
+	addr, s := startStreamSilo(t, certFile, keyFile, writeFile(t, "tokens", testToken+" "+testPrincipal+"\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	greetings := streams.Get[*hellopb.HelloReply](s, "logged", "greetings", "Bob")
+	var toks []streams.Token
+	for i := range 3 {
+		tok, err := greetings.Publish(ctx, &hellopb.HelloReply{Message: "Hello, Bob!", Count: int64(i + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, tok)
+	}
+	req := fmt.Sprintf(`{"stream": "logged/greetings/Bob", "from": {"sequence": "%d"}}`, toks[1].Sequence)
+	stdout, stderr, exit := execClient(t, tools.Python, "--pb", pb, "--target", addr, "--ca", caFile,
+		"--token-file", writeFile(t, "token", testToken+"\n"), "--count", "2", "granary.v1.StreamGateway/Subscribe", req)
+	if exit != 0 {
+		t.Fatalf("client.py exited %d\nstdout:\n%s\nstderr:\n%s", exit, stdout, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("client.py printed %d lines, want one for each of 2 events\n%s", len(lines), stdout)
+	}
+	for i, line := range lines {
+		var o outcome
+		if err := json.Unmarshal([]byte(line), &o); err != nil {
+			t.Fatalf("line %d, %s, is not an outcome: %v", i, line, err)
+		}
+		var item struct {
+			Token struct {
+				Sequence string `json:"sequence"`
+			} `json:"token"`
+			Event json.RawMessage `json:"event"`
+		}
+		if err := json.Unmarshal(o.Reply, &item); err != nil {
+			t.Fatalf("line %d's reply %s: %v", i, o.Reply, err)
+		}
+		a := &anypb.Any{}
+		if err := protojson.Unmarshal(item.Event, a); err != nil {
+			t.Fatalf("line %d's event %s is not typed JSON: %v", i, item.Event, err)
+		}
+		got, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &hellopb.HelloReply{Message: "Hello, Bob!", Count: int64(i + 2)}
+		if !proto.Equal(got, want) || item.Token.Sequence != fmt.Sprint(toks[i+1].Sequence) {
+			t.Errorf("event %d: %v with token %s; want %v with token %d", i, got, item.Token.Sequence, want, toks[i+1].Sequence)
+		}
 	}
 }
 
