@@ -25,10 +25,10 @@ import (
 	"time"
 
 	"github.com/granaryio/granary/examples/python/greeter"
+	"github.com/granaryio/granary/grain/streams"
 	"github.com/granaryio/granary/internal/proctest"
 	hellopb "github.com/granaryio/granary/proto/examples/hello"
 	"github.com/granaryio/granary/security/certs"
-	"github.com/granaryio/granary/grain/streams"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/host"
 	"github.com/prometheus/client_golang/prometheus"
