@@ -6,6 +6,22 @@
 // system picks; the two silos of Remote gossip with
 // membership.DefaultLocalConfig, the profile for silos on one host.
 // Nothing else is tuned.
+//
+// The stream scenarios (Stream) turn streams on: one memory stream
+// provider with its defaults (StreamProviderConfig{}: a buffer of 1024
+// events a subscriber, deliveries of up to 64), the stream's events
+// benchpb.Events. A subscriber is a pinger that subscribes the handler
+// countEvents, registered with the type (streams.WithHandlers), when it
+// is asked to (Subscribe); the handler counts into the harness's tally.
+// The publisher publishes through the typed handle, streams.Get on the
+// publisher's silo, one Publish at a time. The stream's activation is
+// placed as any grain is, beside the silo that first calls it: setup
+// publishes one event, before anyone subscribes, from the publisher's
+// silo, as a stream whose publisher starts first is placed. The two silos
+// of the cross-silo stream keep the subscriptions in one in-memory store
+// that both share (StreamsConfig.Storage), as a cluster's silos must share
+// theirs; the publisher's silo hosts no pingers, so the subscribers live
+// on the other and every delivery crosses between them.
 package granarysys
 
 import (
@@ -19,9 +35,11 @@ import (
 	"github.com/granaryio/granary/bench/scenario"
 	"github.com/granaryio/granary/client"
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/grain/streams"
 	benchpb "github.com/granaryio/granary/proto/bench"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/membership"
+	"github.com/granaryio/granary/silo/storage"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -45,6 +63,10 @@ type env struct {
 	// Loop before the call that starts the loop, read by that call alone.
 	relay *scenario.Recorder
 	late  *scenario.SyncRecorder
+	// tally counts the events the stream subscribers handle; gaps counts
+	// the events they found missing, dropped by the memory provider.
+	tally *scenario.Tally
+	gaps  atomic.Int64
 }
 
 // pinger is the benchmark grain.
@@ -53,6 +75,10 @@ type pinger struct {
 	env *env
 	// due is when the timer's next tick is due.
 	due time.Time
+	// events counts the stream events this pinger handled, once it
+	// handled one; last is the sequence of the last.
+	events *scenario.Counter
+	last   uint64
 }
 
 var empty = &emptypb.Empty{}
@@ -109,6 +135,40 @@ func (g *pinger) StartTimer(ctx grain.Context, req *benchpb.TimerRequest) (*empt
 	return empty, err
 }
 
+// The stream scenarios' stream: provider, namespace and key.
+const (
+	streamProvider  = "memory"
+	streamNamespace = "bench"
+	streamKey       = "events"
+)
+
+// countEvents is the stream handler of the subscribers: it counts each
+// event the pinger handles into the harness's tally, and the events
+// missing before it, which the publisher reports.
+var countEvents = streams.NewHandler("count", func(g *pinger, ctx grain.Context, ev streams.Event[*benchpb.Event]) error {
+	if g.events == nil {
+		if g.events = g.env.tally.Counter(ctx.ID().Key); g.events == nil {
+			return fmt.Errorf("granarysys: %s is not a subscriber of the tally", ctx.ID())
+		}
+	} else if seq := ev.Token.Sequence; seq > g.last+1 {
+		g.env.gaps.Add(int64(seq - g.last - 1))
+	}
+	g.last = ev.Token.Sequence
+	g.events.Count()
+	return nil
+})
+
+// events returns the handle of the stream events named key, through c.
+func events(c grain.Caller, key string) streams.Stream[*benchpb.Event] {
+	return streams.Get[*benchpb.Event](c, streamProvider, streamNamespace, key)
+}
+
+// Subscribe subscribes countEvents to the stream the request names.
+func (g *pinger) Subscribe(ctx grain.Context, req *benchpb.SubscribeRequest) (*emptypb.Empty, error) {
+	_, err := events(ctx.Caller(), req.Stream).Subscribe(ctx, countEvents)
+	return empty, err
+}
+
 // startSilo starts a silo of cfg hosting pingers that share e.
 func startSilo(ctx context.Context, cfg silo.Config, e *env) (*silo.Silo, error) {
 	s, err := silo.New(cfg)
@@ -116,7 +176,8 @@ func startSilo(ctx context.Context, cfg silo.Config, e *env) (*silo.Silo, error)
 		return nil, err
 	}
 	if e != nil {
-		if err := benchpb.RegisterPingerGrain(s, func(grain.ID) benchpb.PingerGrain { return &pinger{env: e} }); err != nil {
+		if err := benchpb.RegisterPingerGrain(s, func(grain.ID) benchpb.PingerGrain { return &pinger{env: e} },
+			streams.WithHandlers(countEvents)); err != nil {
 			return nil, err
 		}
 	}
@@ -338,6 +399,94 @@ func (System) Activations(ctx context.Context) (scenario.Caller, error) {
 		return nil, err
 	}
 	return activations{s: s, Closer: s}, nil
+}
+
+// withStreams turns on the stream scenarios' memory provider, with the
+// subscriptions kept in subs when it is not nil.
+func withStreams(cfg silo.Config, subs storage.Provider) silo.Config {
+	cfg.Streams = &silo.StreamsConfig{Providers: map[string]silo.StreamProviderConfig{streamProvider: {}}}
+	if subs != nil {
+		cfg.Storage = map[string]storage.Provider{"subscriptions": subs}
+		cfg.Streams.Storage = "subscriptions"
+	}
+	return cfg
+}
+
+// publisher publishes the stream's events, one at a time.
+type publisher struct {
+	e      *env
+	stream streams.Stream[*benchpb.Event]
+	io.Closer
+}
+
+// Publish publishes event n, or fails once a subscriber found an event
+// missing: the harness would wait for it in vain.
+func (p publisher) Publish(ctx context.Context, n int64) error {
+	if gaps := p.e.gaps.Load(); gaps > 0 {
+		return fmt.Errorf("granarysys: the memory stream dropped %d events: a subscriber fell a buffer behind", gaps)
+	}
+	_, err := p.stream.Publish(ctx, &benchpb.Event{N: n})
+	return err
+}
+
+// Stream starts a silo, or with remote a publisher's silo and a
+// subscribers' silo, and subscribes the tally's subscribers to a stream
+// activated on the publisher's silo.
+func (System) Stream(ctx context.Context, tally *scenario.Tally, remote bool) (scenario.Publisher, error) {
+	e := &env{tally: tally}
+	var pub, sub *silo.Silo
+	var c io.Closer
+	if !remote {
+		s, err := startSilo(ctx, withStreams(silo.DefaultConfig(), nil), e)
+		if err != nil {
+			return nil, err
+		}
+		pub, sub, c = s, s, s
+	} else {
+		subs := storage.NewMemory(0)
+		var err error
+		if pub, err = startSilo(ctx, withStreams(clusterConfig("publisher", nil), subs), nil); err != nil {
+			return nil, err
+		}
+		gossip, _ := pub.ClusterAddrs()
+		if sub, err = startSilo(ctx, withStreams(clusterConfig("subscribers", []string{gossip}), subs), e); err != nil {
+			_ = pub.Close()
+			return nil, err
+		}
+		c = closers{sub, pub}
+	}
+	p := publisher{e: e, stream: events(pub, streamKey), Closer: c}
+	if err := subscribe(ctx, p, sub, tally); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// subscribe activates the stream beside its publisher with a first
+// event, which has no subscriber yet, then subscribes each of the
+// tally's subscribers, pingers reached through the subscribers' silo. A
+// silo that has only just joined may not yet see where the stream is, so
+// the first subscription is tried until it goes through.
+func subscribe(ctx context.Context, p publisher, sub *silo.Silo, tally *scenario.Tally) error {
+	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	if err := p.Publish(ctx, -1); err != nil {
+		return fmt.Errorf("activating the stream: %w", err)
+	}
+	req := &benchpb.SubscribeRequest{Stream: streamKey}
+	for i := range tally.Subscribers() {
+		for {
+			_, err := benchpb.NewPingerRef(sub, tally.Name(i)).Subscribe(ctx, req)
+			if err == nil {
+				break
+			}
+			if i > 0 || grain.Sleep(ctx, 10*time.Millisecond) != nil {
+				return fmt.Errorf("subscribing %s: %w", tally.Name(i), err)
+			}
+		}
+	}
+	return nil
 }
 
 // timerStarters is how many goroutines start the timers.

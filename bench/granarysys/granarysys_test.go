@@ -2,6 +2,7 @@ package granarysys
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/granaryio/granary/bench/scenario"
@@ -40,6 +41,18 @@ func TestScenarios(t *testing.T) {
 				// 200 timers at 100 ms over 300 ms tick about 600 times.
 				if rs[0].Ops < int64(cfg.Timers) {
 					t.Errorf("%d ticks in %v, want at least %d", rs[0].Ops, cfg.TimerWindow, cfg.Timers)
+				}
+			case scenario.StreamLocal, scenario.StreamCrossSilo, scenario.StreamFanout:
+				subs := 1
+				if name == scenario.StreamFanout {
+					subs = cfg.StreamSubscribers
+				}
+				r := rs[0]
+				if want := fmt.Sprint("subscribers=", subs); len(rs) != 1 || r.Variant != want {
+					t.Errorf("variants %+v, want %s", rs, want)
+				}
+				if r.Ops%int64(subs) != 0 || r.Extra[scenario.ExtraEventsPerSec] != r.OpsPerSec/float64(subs) {
+					t.Errorf("ops %d, events/s %v: want every event handled by each of %d subscribers", r.Ops, r.Extra[scenario.ExtraEventsPerSec], subs)
 				}
 			case scenario.CrossSiloPing, scenario.ClientPing:
 				if len(rs) != 2 || rs[0].Variant != scenario.Sequential || rs[1].Variant != "callers=8" {

@@ -36,6 +36,8 @@ func RegisterFlags(fs *flag.FlagSet) *Options {
 	fs.IntVar(&o.Activations, "activations", o.Activations, "grains to create (activations)")
 	fs.IntVar(&o.ActivationCallers, "activation-callers", o.ActivationCallers, "goroutines creating them (activations)")
 	fs.DurationVar(&o.ActivationLimit, "activation-limit", o.ActivationLimit, "longest time spent creating them (activations)")
+	fs.IntVar(&o.StreamSubscribers, "stream-subscribers", o.StreamSubscribers, "grains subscribed to the stream (stream-fanout)")
+	fs.IntVar(&o.StreamWindow, "stream-window", o.StreamWindow, "events a stream's publisher may be ahead of its slowest subscriber (stream-*)")
 	fs.IntVar(&o.Timers, "timers", o.Timers, "timers to run (timers)")
 	fs.DurationVar(&o.TimerPeriod, "timer-period", o.TimerPeriod, "their period (timers)")
 	fs.DurationVar(&o.TimerWindow, "timer-window", o.TimerWindow, "how long their CPU and lateness are measured (timers)")

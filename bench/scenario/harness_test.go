@@ -307,6 +307,73 @@ func (ft *fakeTimers) Close() error {
 	return nil
 }
 
+// fakePublisher is a Publisher whose subscribers handle events on a
+// goroutine of their own that catches up only every so often (time.Sleep
+// lasts a quarter of a millisecond or more), so that a publisher runs
+// into its window and a harness that did not wait for the subscribers
+// would see fewer events handled than published.
+type fakePublisher struct {
+	tally     *Tally
+	window    int64
+	published atomic.Int64
+	done      chan struct{}
+	wg        sync.WaitGroup
+	badSeq    atomic.Bool
+	// overWindow: a publish came while the publisher was a window or more
+	// ahead of the slowest subscriber.
+	overWindow atomic.Bool
+	// At Close: what had been published, and the least handled.
+	publishedAtClose, leastAtClose atomic.Int64
+	closes                         atomic.Int64
+}
+
+func newFakePublisher(tally *Tally, window int) *fakePublisher {
+	p := &fakePublisher{tally: tally, window: int64(window), done: make(chan struct{})}
+	p.wg.Go(p.deliver)
+	return p
+}
+
+// deliver hands every subscriber, one after another, the events
+// published since the last time, counting each.
+func (p *fakePublisher) deliver() {
+	for {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		upTo := p.published.Load()
+		for i := range p.tally.Subscribers() {
+			c := p.tally.Counter(p.tally.Name(i))
+			for c.Load() < upTo {
+				c.Count()
+			}
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+func (p *fakePublisher) Publish(_ context.Context, n int64) error {
+	if n != p.published.Load() {
+		p.badSeq.Store(true)
+	}
+	if n-p.tally.Least() >= p.window {
+		p.overWindow.Store(true)
+	}
+	p.published.Store(n + 1)
+	runtime.Gosched()
+	return nil
+}
+
+func (p *fakePublisher) Close() error {
+	p.publishedAtClose.Store(p.published.Load())
+	p.leastAtClose.Store(p.tally.Least())
+	p.closes.Add(1)
+	close(p.done)
+	p.wg.Wait()
+	return nil
+}
+
 // fakeSystem is a System made of the fakes above. The methods named in
 // unsupported return ErrUnsupported.
 type fakeSystem struct {
@@ -329,6 +396,11 @@ type fakeSystem struct {
 	timers                                         *fakeTimers
 	timerN                                         int
 	timerPeriod                                    time.Duration
+	publisher                                      *fakePublisher
+	streamSubscribers                              int
+	streamRemote                                   bool
+	// streamWindow is the window the fake publisher checks.
+	streamWindow int
 }
 
 var _ System = (*fakeSystem)(nil)
@@ -413,6 +485,19 @@ func (f *fakeSystem) Activations(context.Context) (Caller, error) {
 	return f.activator, nil
 }
 
+func (f *fakeSystem) Stream(_ context.Context, tally *Tally, remote bool) (Publisher, error) {
+	method := "StreamLocal"
+	if remote {
+		method = "StreamRemote"
+	}
+	if err := f.setup(method); err != nil {
+		return nil, err
+	}
+	f.streamSubscribers, f.streamRemote = tally.Subscribers(), remote
+	f.publisher = newFakePublisher(tally, f.streamWindow)
+	return f.publisher, nil
+}
+
 func (f *fakeSystem) Timers(_ context.Context, n int, period time.Duration, late *SyncRecorder) (io.Closer, error) {
 	if err := f.setup("Timers"); err != nil {
 		return nil, err
@@ -435,6 +520,8 @@ func tinyConfig() Config {
 		Activations:       500,
 		ActivationCallers: 4,
 		ActivationLimit:   10 * time.Second,
+		StreamSubscribers: 6,
+		StreamWindow:      8,
 		Timers:            3,
 		TimerPeriod:       5 * time.Millisecond,
 		TimerWindow:       40 * time.Millisecond,
@@ -462,15 +549,18 @@ func sumOps(rs []Result) int64 {
 func TestRunVariants(t *testing.T) {
 	cfg := tinyConfig()
 	want := map[string][]string{
-		Ping:           {Sequential},
-		ConcurrentPing: {"callers=3"},
-		Tell:           {"callers=2"},
-		Fanout:         {Sequential},
-		GrainToGrain:   {Sequential},
-		CrossSiloPing:  {Sequential, "callers=3"},
-		ClientPing:     {Sequential, "callers=3"},
-		Activations:    {"callers=4"},
-		Timers:         {"3 timers, period 5ms"},
+		Ping:            {Sequential},
+		ConcurrentPing:  {"callers=3"},
+		Tell:            {"callers=2"},
+		Fanout:          {Sequential},
+		GrainToGrain:    {Sequential},
+		CrossSiloPing:   {Sequential, "callers=3"},
+		ClientPing:      {Sequential, "callers=3"},
+		StreamLocal:     {"subscribers=1"},
+		StreamCrossSilo: {"subscribers=1"},
+		StreamFanout:    {"subscribers=6"},
+		Activations:     {"callers=4"},
+		Timers:          {"3 timers, period 5ms"},
 	}
 	if len(want) != len(Names()) {
 		t.Fatalf("test covers %d scenarios, Names has %d", len(want), len(Names()))
@@ -684,6 +774,108 @@ func TestRunTellSettles(t *testing.T) {
 	})
 }
 
+// TestRunStream checks that the stream scenarios stop the clock only once
+// every subscriber has handled every event, count an op for each event
+// each subscriber handled, and keep the publisher within its window of
+// the slowest subscriber. The fake's subscribers lag behind.
+func TestRunStream(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		subscribers int
+		remote      bool
+	}{
+		{StreamLocal, 1, false},
+		{StreamCrossSilo, 1, true},
+		{StreamFanout, tinyConfig().StreamSubscribers, false},
+	} {
+		for _, warmup := range []time.Duration{0, 20 * time.Millisecond} {
+			t.Run(fmt.Sprint(tc.name, "/warmup=", warmup), func(t *testing.T) {
+				cfg := tinyConfig()
+				cfg.Warmup = warmup
+				sys := newFakeSystem("fake", nil)
+				sys.streamWindow = cfg.StreamWindow
+				rs, err := Run(context.Background(), sys, tc.name, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, r := sys.publisher, rs[0]
+				if sys.streamSubscribers != tc.subscribers || sys.streamRemote != tc.remote {
+					t.Errorf("Stream set up with %d subscribers, remote %v; want %d, %v", sys.streamSubscribers, sys.streamRemote, tc.subscribers, tc.remote)
+				}
+				published := p.publishedAtClose.Load()
+				if published == 0 {
+					t.Fatal("nothing published")
+				}
+				if least := p.leastAtClose.Load(); least < published {
+					t.Errorf("closed with the slowest subscriber at %d of %d events: the harness did not wait for every subscriber", least, published)
+				}
+				all := published * int64(tc.subscribers)
+				if warmup == 0 && r.Ops != all {
+					t.Errorf("ops %d, want the %d events × %d subscribers", r.Ops, published, tc.subscribers)
+				}
+				if warmup > 0 && (r.Ops <= 0 || r.Ops >= all || r.Ops%int64(tc.subscribers) != 0) {
+					t.Errorf("ops %d of %d deliveries, want some, a multiple of %d, but not the warm-up's", r.Ops, all, tc.subscribers)
+				}
+				if got, want := r.Extra[ExtraEventsPerSec], r.OpsPerSec/float64(tc.subscribers); got != want {
+					t.Errorf("%s %v, want ops/s over the subscribers = %v", ExtraEventsPerSec, got, want)
+				}
+				if got, want := r.P50, int64(0); got <= want {
+					t.Errorf("p50 %d, want the publisher's latency", got)
+				}
+				if p.badSeq.Load() {
+					t.Error("the publisher's events were not numbered 0, 1, 2, ... across warm-up and measurement")
+				}
+				if p.overWindow.Load() {
+					t.Errorf("a publish came %d or more events ahead of the slowest subscriber", cfg.StreamWindow)
+				}
+				if p.closes.Load() != 1 {
+					t.Errorf("Publisher closed %d times, want once", p.closes.Load())
+				}
+			})
+		}
+	}
+}
+
+// TestTallyAwait checks that a publisher waiting on a Tally wakes when the
+// slowest of many subscribers, counting concurrently, reaches its target,
+// and gives up, saying how far they got, when they never do.
+func TestTallyAwait(t *testing.T) {
+	const subscribers, events = 8, 20000
+	tally := NewTally(subscribers)
+	if tally.Subscribers() != subscribers || tally.Name(3) != "s3" || tally.Counter("s3") == nil || tally.Counter("x") != nil {
+		t.Fatalf("tally of %d: names and counters wrong", tally.Subscribers())
+	}
+	var wg sync.WaitGroup
+	for i := range subscribers {
+		c := tally.Counter(tally.Name(i))
+		wg.Go(func() {
+			for range events {
+				c.Count()
+			}
+		})
+	}
+	ctx := context.Background()
+	for target := int64(1000); target <= events; target += 1000 {
+		least, err := tally.await(ctx, target, time.Minute)
+		if err != nil || least < target {
+			t.Fatalf("await(%d) = %d, %v", target, least, err)
+		}
+	}
+	wg.Wait()
+	if tally.Least() != events || tally.Total() != subscribers*events {
+		t.Fatalf("least %d, total %d; want %d and %d", tally.Least(), tally.Total(), events, subscribers*events)
+	}
+	_, err := tally.await(ctx, events+1, 30*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("handled %d of %d events", events, events+1)) {
+		t.Errorf("await past every event: %v, want it to give up saying how far the subscribers got", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := tally.await(cctx, events+1, time.Minute); !errors.Is(err, context.Canceled) {
+		t.Errorf("await with an ended context: %v, want context.Canceled", err)
+	}
+}
+
 func TestRunGrainToGrain(t *testing.T) {
 	cfg := tinyConfig()
 	sys := newFakeSystem("fake", nil)
@@ -823,6 +1015,9 @@ func TestRunUnsupported(t *testing.T) {
 		{GrainToGrain, "GrainToGrain"},
 		{CrossSiloPing, "Remote"},
 		{ClientPing, "Gateway"},
+		{StreamLocal, "StreamLocal"},
+		{StreamCrossSilo, "StreamRemote"},
+		{StreamFanout, "StreamLocal"},
 		{Activations, "Activations"},
 		{Timers, "Timers"},
 		{Timers, "Local"}, // the idle node Timers measures first
@@ -913,6 +1108,8 @@ func TestConfigValidate(t *testing.T) {
 		{"Activations", func(c *Config) { c.Activations = 0 }},
 		{"ActivationCallers", func(c *Config) { c.ActivationCallers = 0 }},
 		{"ActivationLimit", func(c *Config) { c.ActivationLimit = 0 }},
+		{"StreamSubscribers", func(c *Config) { c.StreamSubscribers = 0 }},
+		{"StreamWindow", func(c *Config) { c.StreamWindow = -1 }},
 		{"Timers", func(c *Config) { c.Timers = 0 }},
 		{"TimerPeriod", func(c *Config) { c.TimerPeriod = 0 }},
 		{"TimerWindow", func(c *Config) { c.TimerWindow = 0 }},

@@ -378,13 +378,14 @@ func TestRegisterFlags(t *testing.T) {
 	}
 	err := fs.Parse([]string{"-scenario", "ping,tell", "-rounds", "3", "-duration", "50ms", "-warmup", "0s",
 		"-callers", "7", "-senders", "2", "-tell-grains", "9", "-fanout", "11", "-activations", "100",
-		"-activation-callers", "5", "-activation-limit", "1s", "-timers", "13", "-timer-period", "20ms", "-timer-window", "40ms"})
+		"-activation-callers", "5", "-activation-limit", "1s", "-stream-subscribers", "17", "-stream-window", "64", "-timers", "13", "-timer-period", "20ms", "-timer-window", "40ms"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Options{Names: "ping,tell", Rounds: 3, Config: Config{
 		Duration: 50 * time.Millisecond, Warmup: 0, Callers: 7, Senders: 2, TellGrains: 9, FanoutWidth: 11,
 		Activations: 100, ActivationCallers: 5, ActivationLimit: time.Second,
+		StreamSubscribers: 17, StreamWindow: 64,
 		Timers: 13, TimerPeriod: 20 * time.Millisecond, TimerWindow: 40 * time.Millisecond,
 	}}
 	if *o != want {

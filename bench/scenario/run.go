@@ -53,6 +53,10 @@ const (
 	ExtraHeapBytes = "heap_bytes"
 	// ExtraBytesPerActivation: ExtraHeapBytes per activation.
 	ExtraBytesPerActivation = "bytes_per_activation"
+	// ExtraEventsPerSec: for the stream scenarios, the events published
+	// and handled by every subscriber a second: ops/s over the
+	// subscribers.
+	ExtraEventsPerSec = "events_per_sec"
 	// ExtraTimers: for Timers, how many ran.
 	ExtraTimers = "timers"
 	// ExtraCPUPercent: for Timers, the CPU the timers cost, in percent of
@@ -71,6 +75,9 @@ const (
 
 // concurrentVariant names the variant with n callers.
 func concurrentVariant(n int) string { return "callers=" + strconv.Itoa(n) }
+
+// subscribersVariant names the variant of a stream with n subscribers.
+func subscribersVariant(n int) string { return "subscribers=" + strconv.Itoa(n) }
 
 // Run runs one scenario on sys and returns its results, one per variant.
 // An unsupported scenario returns ErrUnsupported.
@@ -97,6 +104,12 @@ func Run(ctx context.Context, sys System, name string, cfg Config) ([]Result, er
 		rs, err = runTell(ctx, sys, cfg)
 	case GrainToGrain:
 		rs, err = runGrainToGrain(ctx, sys, cfg)
+	case StreamLocal:
+		rs, err = runStream(ctx, sys, cfg, 1, false)
+	case StreamCrossSilo:
+		rs, err = runStream(ctx, sys, cfg, 1, true)
+	case StreamFanout:
+		rs, err = runStream(ctx, sys, cfg, cfg.StreamSubscribers, false)
 	case Activations:
 		rs, err = runActivations(ctx, sys, cfg)
 	case Timers:
@@ -223,6 +236,63 @@ func waitUntil(ctx context.Context, limit time.Duration, cond func() bool, state
 		time.Sleep(backoff)
 	}
 	return nil
+}
+
+// runStream measures a stream's deliveries, end to end. One publisher
+// publishes as fast as its publishes are acknowledged, but never more
+// than StreamWindow events ahead of the slowest subscriber (then it waits
+// until that one is half a window behind); the clock stops when every
+// subscriber has handled every event published. An op is one event
+// handled by one subscriber: events times subscribers. The latency is
+// the publisher's, from one publish's return to the next's, so the waits
+// for the window count in it.
+func runStream(ctx context.Context, sys System, cfg Config, subscribers int, remote bool) (rs []Result, err error) {
+	tally := NewTally(subscribers)
+	p, err := sys.Stream(ctx, tally, remote)
+	if err != nil {
+		return nil, err
+	}
+	defer closeInto(p, &err)
+	// published is how many events the publisher published, over the
+	// warm-up and the measurement alike, as the subscribers' counts run
+	// on from one to the other.
+	var published atomic.Int64
+	window := int64(cfg.StreamWindow)
+	w := func(ctx context.Context, _ int, rec *Recorder, stop *atomic.Bool) (int64, error) {
+		next := published.Load()
+		first := next
+		deliveries := func() int64 { return (next - first) * int64(subscribers) }
+		least := tally.Least()
+		prev := time.Now()
+		for !stop.Load() {
+			if next-least >= window {
+				var err error
+				if least, err = tally.await(ctx, next-window/2, settleTimeout); err != nil {
+					return deliveries(), err
+				}
+			}
+			if err := p.Publish(ctx, next); err != nil {
+				return deliveries(), err
+			}
+			next++
+			published.Store(next)
+			now := time.Now()
+			rec.Record(now.Sub(prev))
+			prev = now
+		}
+		return deliveries(), nil
+	}
+	settle := func(ctx context.Context) error {
+		_, err := tally.await(ctx, published.Load(), settleTimeout)
+		return err
+	}
+	win, err := warmThenMeasure(ctx, cfg, 1, w, settle)
+	if err != nil {
+		return nil, err
+	}
+	r := win.result(subscribersVariant(subscribers))
+	r.Extra = map[string]float64{ExtraEventsPerSec: r.OpsPerSec / float64(subscribers)}
+	return []Result{r}, nil
 }
 
 // loopBatch is how many calls one Loop makes: enough that the outside

@@ -39,6 +39,17 @@ const (
 	// ClientPing is request/response from an external client through a
 	// node's gateway, over loopback: one caller, then many.
 	ClientPing = "client-ping"
+	// StreamLocal is one publisher publishing to one stream with one
+	// subscriber grain, all on one node; an op is an event handled by the
+	// subscriber.
+	StreamLocal = "stream-local"
+	// StreamCrossSilo is StreamLocal over two nodes on loopback: the
+	// publisher and the stream on one, the subscriber on the other.
+	StreamCrossSilo = "stream-cross-silo"
+	// StreamFanout is one publisher publishing to one stream with
+	// StreamSubscribers subscriber grains, all on one node; an op is one
+	// event handled by one subscriber.
+	StreamFanout = "stream-fanout"
 	// Activations is the rate at which calls to new grains create them,
 	// and the memory an idle activation keeps.
 	Activations = "activations"
@@ -51,8 +62,13 @@ const (
 func Names() []string {
 	// Activations runs last: it leaves the most memory behind, and some
 	// systems free it only long after they are closed.
-	return []string{Ping, ConcurrentPing, Tell, Fanout, GrainToGrain, CrossSiloPing, ClientPing, Timers, Activations}
+	return []string{Ping, ConcurrentPing, Tell, Fanout, GrainToGrain, CrossSiloPing, ClientPing,
+		StreamLocal, StreamCrossSilo, StreamFanout, Timers, Activations}
 }
+
+// StreamNames lists the stream scenarios, in the order they run: the
+// figures of docs/benchmarks.md's section on streams.
+func StreamNames() []string { return []string{StreamLocal, StreamCrossSilo, StreamFanout} }
 
 // ErrUnsupported is what a System returns for a scenario it has no
 // feature for (a framework without a gateway for external clients, say).
@@ -96,6 +112,17 @@ type System interface {
 	// stay in memory until Close. (Activations.)
 	Activations(ctx context.Context) (Caller, error)
 
+	// Stream starts a stream, its publisher, and tally.Subscribers()
+	// grains subscribed to it, and returns once every subscription is in
+	// place. Subscriber i is the grain named tally.Name(i), and counts
+	// each event it handles into tally.Counter of its name. With remote,
+	// two nodes: the publisher and the stream on one (the stream placed
+	// beside its publisher, as the system places it by itself or, when it
+	// places by hash alone, named so that it lands there), the subscribers
+	// on the other, so that each event crosses between them once.
+	// (StreamLocal, StreamCrossSilo, StreamFanout.)
+	Stream(ctx context.Context, tally *Tally, remote bool) (Publisher, error)
+
 	// Timers starts one node and n grains on it, each with a timer of the
 	// given period, whose first tick is due one period after it starts.
 	// Every tick records its lateness in late: how long after it was due
@@ -133,6 +160,16 @@ type Looper interface {
 	io.Closer
 }
 
+// A Publisher publishes to the stream of a workload a System set up. It
+// has one caller at a time.
+type Publisher interface {
+	// Publish publishes event n, the publisher's n-th (from 0), with the
+	// system's own publish call, and returns when the system acknowledged
+	// it: the stream has it, in its order, for every subscriber.
+	Publish(ctx context.Context, n int64) error
+	io.Closer
+}
+
 // Config sets how long and how hard the scenarios run.
 type Config struct {
 	// Duration is how long each measurement runs.
@@ -155,6 +192,17 @@ type Config struct {
 	// ActivationLimit bounds the time spent creating them: a slow system
 	// stops short and is measured at the count it reached.
 	ActivationLimit time.Duration
+	// StreamSubscribers is how many grains subscribe to StreamFanout's
+	// stream.
+	StreamSubscribers int
+	// StreamWindow bounds the events a stream's publisher is ahead of its
+	// slowest subscriber: a publisher that many events ahead waits. A
+	// memory stream keeps what waits for a subscriber in memory, bounded
+	// (Granary drops past its buffer, 1024 events a subscriber by default,
+	// which holds a delivery in flight too) or not (a mailbox), so a
+	// publisher of the suite paces itself, as one of a real memory stream
+	// must.
+	StreamWindow int
 	// Timers is how many timers the Timers scenario runs, and
 	// TimerPeriod their period.
 	Timers      int
@@ -176,6 +224,8 @@ func DefaultConfig() Config {
 		Activations:       1_000_000,
 		ActivationCallers: 64,
 		ActivationLimit:   20 * time.Second,
+		StreamSubscribers: 100,
+		StreamWindow:      512,
 		Timers:            100_000,
 		TimerPeriod:       time.Second,
 		TimerWindow:       5 * time.Second,
@@ -197,6 +247,8 @@ func (c Config) Validate() error {
 		{"Activations", c.Activations > 0},
 		{"ActivationCallers", c.ActivationCallers > 0},
 		{"ActivationLimit", c.ActivationLimit > 0},
+		{"StreamSubscribers", c.StreamSubscribers > 0},
+		{"StreamWindow", c.StreamWindow > 0},
 		{"Timers", c.Timers > 0},
 		{"TimerPeriod", c.TimerPeriod > 0},
 		{"TimerWindow", c.TimerWindow > 0},
@@ -222,6 +274,8 @@ func SmokeConfig() Config {
 		Activations:       2000,
 		ActivationCallers: 4,
 		ActivationLimit:   30 * time.Second,
+		StreamSubscribers: 10,
+		StreamWindow:      100,
 		Timers:            200,
 		TimerPeriod:       100 * time.Millisecond,
 		TimerWindow:       300 * time.Millisecond,

@@ -5,7 +5,8 @@
 // source: bench/bench.proto
 
 // The benchmark suite's grain: the same small grain serves every scenario
-// of bench/, so the scenarios differ only in how it is called.
+// of bench/, so the scenarios differ only in how it is called. The stream
+// scenarios publish Events.
 
 package benchpb
 
@@ -265,6 +266,98 @@ func (x *TimerRequest) GetPeriodNanos() int64 {
 	return 0
 }
 
+// SubscribeRequest names a stream to subscribe to.
+type SubscribeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stream's key; the provider and namespace are the suite's.
+	Stream        string `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeRequest) Reset() {
+	*x = SubscribeRequest{}
+	mi := &file_bench_bench_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeRequest) ProtoMessage() {}
+
+func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bench_bench_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
+func (*SubscribeRequest) Descriptor() ([]byte, []int) {
+	return file_bench_bench_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SubscribeRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+// Event is one event of a stream.
+type Event struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The publisher's number for it: 0, 1, 2, ... in the order published.
+	N             int64 `protobuf:"varint,1,opt,name=n,proto3" json:"n,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_bench_bench_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_bench_bench_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_bench_bench_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Event) GetN() int64 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
 var File_bench_bench_proto protoreflect.FileDescriptor
 
 const file_bench_bench_proto_rawDesc = "" +
@@ -280,14 +373,19 @@ const file_bench_bench_proto_rawDesc = "" +
 	"\x02to\x18\x01 \x01(\tR\x02to\x12\f\n" +
 	"\x01n\x18\x02 \x01(\x03R\x01n\"1\n" +
 	"\fTimerRequest\x12!\n" +
-	"\fperiod_nanos\x18\x01 \x01(\x03R\vperiodNanos2\x8f\x02\n" +
+	"\fperiod_nanos\x18\x01 \x01(\x03R\vperiodNanos\"*\n" +
+	"\x10SubscribeRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\"\x15\n" +
+	"\x05Event\x12\f\n" +
+	"\x01n\x18\x01 \x01(\x03R\x01n2\xcd\x02\n" +
 	"\x06Pinger\x12,\n" +
 	"\x04Ping\x12\x12.bench.PingRequest\x1a\x10.bench.PingReply\x12:\n" +
 	"\x04Tell\x12\x12.bench.PingRequest\x1a\x16.google.protobuf.Empty\"\x06\xd2\xda\x18\x02\b\x01\x120\n" +
 	"\x06Fanout\x12\x14.bench.FanoutRequest\x1a\x10.bench.PingReply\x12.\n" +
 	"\x05Relay\x12\x13.bench.RelayRequest\x1a\x10.bench.PingReply\x129\n" +
 	"\n" +
-	"StartTimer\x12\x13.bench.TimerRequest\x1a\x16.google.protobuf.EmptyB2Z0github.com/granaryio/granary/proto/bench;benchpbb\x06proto3"
+	"StartTimer\x12\x13.bench.TimerRequest\x1a\x16.google.protobuf.Empty\x12<\n" +
+	"\tSubscribe\x12\x17.bench.SubscribeRequest\x1a\x16.google.protobuf.EmptyB2Z0github.com/granaryio/granary/proto/bench;benchpbb\x06proto3"
 
 var (
 	file_bench_bench_proto_rawDescOnce sync.Once
@@ -301,14 +399,16 @@ func file_bench_bench_proto_rawDescGZIP() []byte {
 	return file_bench_bench_proto_rawDescData
 }
 
-var file_bench_bench_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_bench_bench_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_bench_bench_proto_goTypes = []any{
-	(*PingRequest)(nil),   // 0: bench.PingRequest
-	(*PingReply)(nil),     // 1: bench.PingReply
-	(*FanoutRequest)(nil), // 2: bench.FanoutRequest
-	(*RelayRequest)(nil),  // 3: bench.RelayRequest
-	(*TimerRequest)(nil),  // 4: bench.TimerRequest
-	(*emptypb.Empty)(nil), // 5: google.protobuf.Empty
+	(*PingRequest)(nil),      // 0: bench.PingRequest
+	(*PingReply)(nil),        // 1: bench.PingReply
+	(*FanoutRequest)(nil),    // 2: bench.FanoutRequest
+	(*RelayRequest)(nil),     // 3: bench.RelayRequest
+	(*TimerRequest)(nil),     // 4: bench.TimerRequest
+	(*SubscribeRequest)(nil), // 5: bench.SubscribeRequest
+	(*Event)(nil),            // 6: bench.Event
+	(*emptypb.Empty)(nil),    // 7: google.protobuf.Empty
 }
 var file_bench_bench_proto_depIdxs = []int32{
 	0, // 0: bench.Pinger.Ping:input_type -> bench.PingRequest
@@ -316,13 +416,15 @@ var file_bench_bench_proto_depIdxs = []int32{
 	2, // 2: bench.Pinger.Fanout:input_type -> bench.FanoutRequest
 	3, // 3: bench.Pinger.Relay:input_type -> bench.RelayRequest
 	4, // 4: bench.Pinger.StartTimer:input_type -> bench.TimerRequest
-	1, // 5: bench.Pinger.Ping:output_type -> bench.PingReply
-	5, // 6: bench.Pinger.Tell:output_type -> google.protobuf.Empty
-	1, // 7: bench.Pinger.Fanout:output_type -> bench.PingReply
-	1, // 8: bench.Pinger.Relay:output_type -> bench.PingReply
-	5, // 9: bench.Pinger.StartTimer:output_type -> google.protobuf.Empty
-	5, // [5:10] is the sub-list for method output_type
-	0, // [0:5] is the sub-list for method input_type
+	5, // 5: bench.Pinger.Subscribe:input_type -> bench.SubscribeRequest
+	1, // 6: bench.Pinger.Ping:output_type -> bench.PingReply
+	7, // 7: bench.Pinger.Tell:output_type -> google.protobuf.Empty
+	1, // 8: bench.Pinger.Fanout:output_type -> bench.PingReply
+	1, // 9: bench.Pinger.Relay:output_type -> bench.PingReply
+	7, // 10: bench.Pinger.StartTimer:output_type -> google.protobuf.Empty
+	7, // 11: bench.Pinger.Subscribe:output_type -> google.protobuf.Empty
+	6, // [6:12] is the sub-list for method output_type
+	0, // [0:6] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -339,7 +441,7 @@ func file_bench_bench_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bench_bench_proto_rawDesc), len(file_bench_bench_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

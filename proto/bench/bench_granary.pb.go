@@ -43,6 +43,10 @@ type PingerGrain interface {
 	// StartTimer starts a timer on this pinger that ticks at the request's
 	// period until the pinger is deactivated.
 	StartTimer(ctx grain.Context, req *TimerRequest) (*emptypb.Empty, error)
+
+	// Subscribe subscribes this pinger to the stream the request names; it
+	// counts the events it handles.
+	Subscribe(ctx grain.Context, req *SubscribeRequest) (*emptypb.Empty, error)
 }
 
 // UnimplementedPingerGrain can be embedded in an implementation of
@@ -73,6 +77,11 @@ func (UnimplementedPingerGrain) Relay(grain.Context, *RelayRequest) (*PingReply,
 // StartTimer fails with codes.Unimplemented.
 func (UnimplementedPingerGrain) StartTimer(grain.Context, *TimerRequest) (*emptypb.Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "granary: method StartTimer of bench.Pinger is not implemented")
+}
+
+// Subscribe fails with codes.Unimplemented.
+func (UnimplementedPingerGrain) Subscribe(grain.Context, *SubscribeRequest) (*emptypb.Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "granary: method Subscribe of bench.Pinger is not implemented")
 }
 
 // PingerRef refers to one grain of type bench.Pinger. A call through it
@@ -205,6 +214,26 @@ func (r PingerRef) StartTimerAsync(ctx context.Context, req *TimerRequest, opts 
 	return grain.NewFuture[*emptypb.Empty](r.c.InvokeAsync(ctx, r.id, &Pinger_ServiceDesc.Methods[4], req, opts...))
 }
 
+// Subscribe subscribes this pinger to the stream the request names; it
+// counts the events it handles.
+//
+// Subscribe calls bench.Pinger.Subscribe on r's grain and waits for the
+// reply. req belongs to the callee once passed: do not change it afterwards.
+func (r PingerRef) Subscribe(ctx context.Context, req *SubscribeRequest, opts ...grain.CallOption) (*emptypb.Empty, error) {
+	out, err := r.c.Invoke(ctx, r.id, &Pinger_ServiceDesc.Methods[5], req, opts...)
+	if err != nil || out == nil {
+		return nil, err
+	}
+	return out.(*emptypb.Empty), nil
+}
+
+// SubscribeAsync starts bench.Pinger.Subscribe on r's grain and returns at
+// once; the Future delivers the reply. req belongs to the callee once passed:
+// do not change it afterwards.
+func (r PingerRef) SubscribeAsync(ctx context.Context, req *SubscribeRequest, opts ...grain.CallOption) grain.Future[*emptypb.Empty] {
+	return grain.NewFuture[*emptypb.Empty](r.c.InvokeAsync(ctx, r.id, &Pinger_ServiceDesc.Methods[5], req, opts...))
+}
+
 func _Pinger_Ping_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
 	resp, err := impl.(PingerGrain).Ping(ctx, req.(*PingRequest))
 	if err != nil || resp == nil {
@@ -239,6 +268,14 @@ func _Pinger_Relay_Handler(impl any, ctx grain.Context, req proto.Message) (prot
 
 func _Pinger_StartTimer_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
 	resp, err := impl.(PingerGrain).StartTimer(ctx, req.(*TimerRequest))
+	if err != nil || resp == nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+func _Pinger_Subscribe_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
+	resp, err := impl.(PingerGrain).Subscribe(ctx, req.(*SubscribeRequest))
 	if err != nil || resp == nil {
 		return nil, err
 	}
@@ -290,6 +327,14 @@ var Pinger_ServiceDesc = grain.ServiceDesc{
 			Index:       4,
 			Handler:     _Pinger_StartTimer_Handler,
 			NewRequest:  func() proto.Message { return new(TimerRequest) },
+			NewResponse: func() proto.Message { return new(emptypb.Empty) },
+		},
+		{
+			Name:        "Subscribe",
+			FullName:    "/bench.Pinger/Subscribe",
+			Index:       5,
+			Handler:     _Pinger_Subscribe_Handler,
+			NewRequest:  func() proto.Message { return new(SubscribeRequest) },
 			NewResponse: func() proto.Message { return new(emptypb.Empty) },
 		},
 	},

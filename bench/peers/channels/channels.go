@@ -31,8 +31,15 @@
 //     the next due time (the previous due time plus the period; the first
 //     due a period after the grain started), the plain Go way to run a
 //     periodic task that wants to know how late it is.
-//   - Remote and Gateway are unsupported: there is no network in a
-//     channel baseline.
+//   - Stream: a subscriber is a goroutine counting the events that come on
+//     its own channel, buffered to 1024 events (as Tell's grains); the
+//     publisher sends each event, a fresh *benchpb.Event shared by all,
+//     to every subscriber's channel in turn, waiting while one is full,
+//     and returns when all have it. There is no stream in between: the
+//     publisher's loop is the stream, and a full channel holds it back
+//     as Tell's do.
+//   - Remote, Gateway and the cross-node stream are unsupported: there is
+//     no network in a channel baseline.
 //
 // There is no framework, hence nothing else to set: the Go runtime runs
 // with its defaults. Every blocking send also watches a done channel of
@@ -495,6 +502,60 @@ func (a *activator) Call(ctx context.Context, i int) error {
 }
 
 func (a *activator) Close() error { return a.n.Close() }
+
+// streamCapacity is how many events a subscriber's channel holds.
+const streamCapacity = 1024
+
+// publisher sends each event to every subscriber's channel.
+type publisher struct {
+	n    *node
+	subs []chan *benchpb.Event
+}
+
+// Stream starts the tally's subscribers, each a goroutine counting the
+// events on its channel. A cross-node stream is unsupported.
+func (System) Stream(_ context.Context, tally *scenario.Tally, remote bool) (scenario.Publisher, error) {
+	if remote {
+		return nil, scenario.ErrUnsupported
+	}
+	p := &publisher{n: newNode(), subs: make([]chan *benchpb.Event, tally.Subscribers())}
+	p.n.mu.Lock()
+	defer p.n.mu.Unlock()
+	for i := range p.subs {
+		in := make(chan *benchpb.Event, streamCapacity)
+		p.subs[i] = in
+		events := tally.Counter(tally.Name(i))
+		p.n.goLocked(func() {
+			for {
+				select {
+				case <-in:
+					events.Count()
+				case <-p.n.done:
+					return
+				}
+			}
+		})
+	}
+	return p, nil
+}
+
+// Publish sends event n to every subscriber, in turn, waiting while a
+// subscriber's channel is full.
+func (p *publisher) Publish(ctx context.Context, n int64) error {
+	ev := &benchpb.Event{N: n}
+	for _, in := range p.subs {
+		select {
+		case in <- ev:
+		case <-p.n.done:
+			return errClosed
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (p *publisher) Close() error { return p.n.Close() }
 
 // Timers starts n grains, each a goroutine looping on its own time.Timer.
 // Every timer is armed before Timers returns.

@@ -10,11 +10,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-// unsupported are the scenarios the baseline has no feature for: both
+// unsupported are the scenarios the baseline has no feature for: all
 // need a network.
 var unsupported = map[string]bool{
-	scenario.CrossSiloPing: true,
-	scenario.ClientPing:    true,
+	scenario.CrossSiloPing:   true,
+	scenario.ClientPing:      true,
+	scenario.StreamCrossSilo: true,
 }
 
 // TestScenarios runs every scenario once with a tiny configuration: the

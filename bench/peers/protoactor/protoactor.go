@@ -63,6 +63,17 @@
 //   - GrainToGrain: the calling grain makes cluster.Request calls to the
 //     other from inside its receive, blocking itself while each is in
 //     flight, as any synchronous call from a grain does.
+//   - Stream (stream.go): protoactor's cluster pub-sub, as its own pub-sub
+//     fixture (cluster_test_tool) uses it. Subscribers are grains of a
+//     kind of their own, subscribed by cluster identity
+//     (SubscribeByClusterIdentity); the publisher is the member's
+//     cluster.Publisher, publishing one event a call (Publish, which waits
+//     for the topic actor's answer). The topic kind is the one protoactor
+//     registers on every member, with its default settings. With two
+//     members, the subscribers' kind is on one only and the topic is named
+//     so that the hash places it on the other, the publisher's. Its
+//     BatchingProducer, which gathers the publishes queued meanwhile into
+//     one batch, is not used: Granary's streams publish one event a call.
 //   - Timers: each grain starts protoactor's timer scheduler
 //     (scheduler.TimerScheduler.SendRepeatedly, first tick a period after
 //     it starts). That scheduler arms the next tick one period after it
@@ -116,13 +127,9 @@ const clusterName = "bench"
 // first call to go through.
 const setupTimeout = time.Minute
 
-// startMember starts a cluster member on agent. It hosts the Pinger kind,
-// its grains sharing e, unless e is nil.
-func startMember(agent *test.InMemAgent, e *env) (c *cluster.Cluster, err error) {
-	var kinds []*cluster.Kind
-	if e != nil {
-		kinds = append(kinds, pingerKind(e))
-	}
+// startMember starts a cluster member on agent, hosting kinds (and the
+// pub-sub topic kind, which protoactor adds to every member).
+func startMember(agent *test.InMemAgent, kinds ...*cluster.Kind) (c *cluster.Cluster, err error) {
 	cfg := cluster.Configure(clusterName, newAgentProvider(agent), lookup(disthash.New()),
 		remote.Configure("127.0.0.1", 0), cluster.WithKinds(kinds...))
 	c = cluster.New(actor.NewActorSystem(actor.WithLoggerFactory(discardLog)), cfg)
@@ -175,7 +182,7 @@ type node struct {
 // startNode starts a lone member hosting the kind.
 func startNode() (*node, error) {
 	e := &env{}
-	c, err := startMember(test.NewInMemAgent(), e)
+	c, err := startMember(test.NewInMemAgent(), pingerKind(e))
 	if err != nil {
 		return nil, err
 	}
@@ -228,11 +235,11 @@ func (System) Local(context.Context) (scenario.Caller, error) {
 // the caller none, and the calls go from the caller.
 func (System) Remote(ctx context.Context) (scenario.Caller, error) {
 	agent := test.NewInMemAgent()
-	caller, err := startMember(agent, nil)
+	caller, err := startMember(agent)
 	if err != nil {
 		return nil, err
 	}
-	callee, err := startMember(agent, &env{})
+	callee, err := startMember(agent, pingerKind(&env{}))
 	if err != nil {
 		_ = shutdown(caller)
 		return nil, err

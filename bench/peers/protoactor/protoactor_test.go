@@ -33,7 +33,7 @@ func TestScenarios(t *testing.T) {
 	sys := New()
 	for _, name := range scenario.Names() {
 		t.Run(name, func(t *testing.T) {
-			if name == scenario.CrossSiloPing && raceEnabled {
+			if (name == scenario.CrossSiloPing || name == scenario.StreamCrossSilo) && raceEnabled {
 				// protoactor's remote.Start calls grpclog.SetLoggerV2, which
 				// gRPC requires be called before any other gRPC function,
 				// each time a member starts; with two members in one

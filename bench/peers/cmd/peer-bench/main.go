@@ -4,6 +4,10 @@
 //
 //	cd bench/peers && go run ./cmd/peer-bench -scenario ping,cross-silo-ping
 //	cd bench/peers && go run ./cmd/peer-bench -rounds 3 -docs ../../docs/benchmarks.md
+//
+// With -docs it rewrites each comparison of docs/benchmarks.md whose
+// scenarios all ran: the streams' (bench:streams markers) and the rest's
+// (bench:peers).
 package main
 
 import (
@@ -40,7 +44,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("peer-bench", flag.ContinueOnError)
 	opts := scenario.RegisterFlags(fs)
 	systems := fs.String("systems", strings.Join(names, ","), "systems to run, comma-separated; "+base+" must be one")
-	docs := fs.String("docs", "", "rewrite the comparison tables of this Markdown `file` (between its bench:peers markers)")
+	docs := fs.String("docs", "", "rewrite the comparison tables of this Markdown `file` (between its bench:peers and bench:streams markers) whose scenarios all ran")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,8 +78,62 @@ func run(args []string) error {
 	if *docs == "" {
 		return nil
 	}
-	if len(scenarios) != len(scenario.Names()) || len(chosen) != len(all) {
-		return errors.New("-docs needs every scenario and every system: leave -scenario and -systems at their defaults")
+	if len(chosen) != len(all) {
+		return errors.New("-docs needs every system: leave -systems at its default")
 	}
-	return scenario.Replace(*docs, "peers", scenario.PeerDocs(results, base, peers, opts))
+	wrote := false
+	for _, sec := range sections() {
+		if !containsAll(scenarios, sec.scenarios) {
+			continue
+		}
+		if err := scenario.Replace(*docs, sec.marker, scenario.PeerDocs(only(results, sec.scenarios), base, peers, opts)); err != nil {
+			return err
+		}
+		wrote = true
+	}
+	if !wrote {
+		return errors.New("-docs needs every scenario of a comparison: leave -scenario at all, or name every stream scenario (" +
+			strings.Join(scenario.StreamNames(), ",") + ")")
+	}
+	return nil
+}
+
+// A section is one comparison of docs/benchmarks.md: its markers' name and
+// the scenarios whose results it shows.
+type section struct {
+	marker    string
+	scenarios []string
+}
+
+// sections are the comparisons: the streams in a section of their own, the
+// other scenarios in the first.
+func sections() []section {
+	var others []string
+	for _, n := range scenario.Names() {
+		if !slices.Contains(scenario.StreamNames(), n) {
+			others = append(others, n)
+		}
+	}
+	return []section{{"peers", others}, {"streams", scenario.StreamNames()}}
+}
+
+// containsAll reports whether have has every name of want.
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// only returns the results of the scenarios named, in their order in rs.
+func only(rs []scenario.Result, names []string) []scenario.Result {
+	var out []scenario.Result
+	for _, r := range rs {
+		if slices.Contains(names, r.Scenario) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
