@@ -531,9 +531,10 @@ func (t *stream) deliver(sub *subscriber, typ string) {
 // events are delivered again, and a handler may see one twice (the token
 // tells).
 func (t *stream) send(target grain.ID, req *granaryv1.StreamDelivery) (handled int, err error) {
-	ctx, cancel := context.WithTimeout(t.s.ctx, t.p.DeliverFor)
-	defer cancel()
-	out, err := t.s.cfg.Caller.Invoke(ctx, target, t.s.cfg.Deliver, req)
+	// The runtime's timeout, not a context's: no timer and no child of a
+	// context that every delivery goroutine shares. A closing silo fails
+	// the call itself.
+	out, err := t.s.cfg.Caller.Invoke(context.Background(), target, t.s.cfg.Deliver, req, grain.WithTimeout(t.p.DeliverFor))
 	if err != nil {
 		return 0, err
 	}
