@@ -35,9 +35,10 @@ func (l *counter) Subscribe(ctx grain.Context, op *probe.ListenOp) (*probe.Liste
 }
 
 // benchStream publishes b.N events to one stream of provider pc from
-// publishers goroutines, one event each at a time, and reports events
-// handled by the one subscriber a second, publish to handling.
-func benchStream(b *testing.B, pc StreamProviderConfig, publishers int, tweaks ...func(*Config)) {
+// publishers goroutines, batch events a call each at a time (Publish for
+// 1, PublishBatch for more), and reports events handled by the one
+// subscriber a second, publish to handling.
+func benchStream(b *testing.B, pc StreamProviderConfig, publishers, batch int, tweaks ...func(*Config)) {
 	c := &counter{done: make(chan struct{})}
 	c.want.Store(int64(b.N))
 	cfg := DefaultConfig()
@@ -69,8 +70,24 @@ func benchStream(b *testing.B, pc StreamProviderConfig, publishers int, tweaks .
 	var wg sync.WaitGroup
 	for range publishers {
 		wg.Go(func() {
-			for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
-				if _, err := st.Publish(ctx, &probe.Tick{N: n}); err != nil {
+			var msgs []*probe.Tick
+			for {
+				last := next.Add(int64(batch))
+				first := last - int64(batch) + 1
+				if first > int64(b.N) {
+					return
+				}
+				msgs = msgs[:0]
+				for n := first; n <= min(last, int64(b.N)); n++ {
+					msgs = append(msgs, &probe.Tick{N: n})
+				}
+				var err error
+				if batch == 1 {
+					_, err = st.Publish(ctx, msgs[0])
+				} else {
+					_, err = st.PublishBatch(ctx, msgs)
+				}
+				if err != nil {
 					b.Error(err)
 					return
 				}
@@ -87,7 +104,7 @@ func benchStream(b *testing.B, pc StreamProviderConfig, publishers int, tweaks .
 // on the same silo, 4 publishers; a buffer as large as the run, so that
 // every event is delivered.
 func BenchmarkStreamMemory(b *testing.B) {
-	benchStream(b, StreamProviderConfig{Buffer: 1 << 24}, 4) // no drops: all delivered
+	benchStream(b, StreamProviderConfig{Buffer: 1 << 24}, 4, 1) // no drops: all delivered
 }
 
 // BenchmarkStreamDurable: the durable provider on the embedded store, one
@@ -95,5 +112,12 @@ func BenchmarkStreamMemory(b *testing.B) {
 // boltstore's BenchmarkStreamLogAppend's largest case, its ceiling).
 func BenchmarkStreamDurable(b *testing.B) {
 	dir := b.TempDir()
-	benchStream(b, StreamProviderConfig{Kind: "durable"}, 1024, func(cfg *Config) { cfg.DataDir = dir })
+	benchStream(b, StreamProviderConfig{Kind: "durable"}, 1024, 1, func(cfg *Config) { cfg.DataDir = dir })
+}
+
+// BenchmarkStreamDurableBatch: BenchmarkStreamDurable with 64 publishers
+// publishing batches of 64 events (PublishBatch).
+func BenchmarkStreamDurableBatch(b *testing.B) {
+	dir := b.TempDir()
+	benchStream(b, StreamProviderConfig{Kind: "durable"}, 64, 64, func(cfg *Config) { cfg.DataDir = dir })
 }

@@ -223,3 +223,48 @@ func TestParkedDurableSubscriptionResumesFromItsCursor(t *testing.T) {
 	}
 	checkOnceInOrder(t, "bad", waitHeard(t, rec, "bad", 10), 0, 9)
 }
+
+// TestBatchPublishesArriveInOrderWithConsecutiveTokens: a batch is
+// published together, in order, on memory and durable streams alike, and
+// its events reach the subscriber in order between the events published
+// before and after it.
+func TestBatchPublishesArriveInOrderWithConsecutiveTokens(t *testing.T) {
+	for _, kind := range []string{"memory", "durable"} {
+		t.Run(kind, func(t *testing.T) {
+			rec := newStreamRecord()
+			var s *Silo
+			if kind == "durable" {
+				s = durableSilo(t, rec, t.TempDir(), StreamProviderConfig{})
+			} else {
+				s = streamSilo(t, rec, StreamProviderConfig{})
+			}
+			o := op("batches", "b1")
+			ctx := testCtx(t)
+			if _, err := probe.NewListenerRef(s, "r").Subscribe(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+			before, err := ticks(s, o).Publish(ctx, &probe.Tick{N: 0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch := []*probe.Tick{{N: 1}, {N: 2}, {N: 3}}
+			toks, err := ticks(s, o).PublishBatch(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, tok := range toks {
+				if tok.Sequence != before.Sequence+uint64(i)+1 || tok.Epoch != before.Epoch {
+					t.Fatalf("the batch's event %d has token %v after %v: want the next in order", i, tok, before)
+				}
+			}
+			one, err := ticks(s, o).PublishBatch(ctx, []*probe.Tick{{N: 4}})
+			if err != nil || len(one) != 1 || one[0].Sequence != toks[2].Sequence+1 {
+				t.Fatalf("a batch of one: %v, %v; want the token after %v", one, err, toks[2])
+			}
+			if _, err := ticks(s, o).Publish(ctx, &probe.Tick{N: 5}); err != nil {
+				t.Fatal(err)
+			}
+			checkOnceInOrder(t, "r", waitHeard(t, rec, "r", 6), 0, 5)
+		})
+	}
+}

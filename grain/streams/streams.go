@@ -257,6 +257,41 @@ func (s Stream[T]) Publish(ctx context.Context, msg T) (Token, error) {
 	return tokenOf(r.GetToken()), nil
 }
 
+// PublishBatch publishes msgs together, in order, and returns their
+// tokens once the stream has them all: one call, and for a durable
+// stream one append, where Publish would take one each. The batch is
+// published whole or, if it fails, not at all as far as the caller is
+// told (a durable stream's batch whose outcome is unknown may have been
+// appended).
+func (s Stream[T]) PublishBatch(ctx context.Context, msgs []T) ([]Token, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	req := &granaryv1.StreamPublish{Type: string(s.typ), Batch: make([][]byte, len(msgs))}
+	for i, m := range msgs {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "granary: stream %s: event %d of the batch does not encode: %v", s.id, i, err)
+		}
+		req.Batch[i] = b
+	}
+	r, err := s.ref.Publish(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.GetTokens()) != len(msgs) {
+		return nil, status.Errorf(codes.Internal, "granary: stream %s answered a batch of %d with %d tokens", s.id, len(msgs), len(r.GetTokens()))
+	}
+	out := make([]Token, len(msgs))
+	for i, t := range r.GetTokens() {
+		out[i] = tokenOf(t)
+	}
+	return out, nil
+}
+
 // Subscription is one subscription of a grain to a stream.
 type Subscription struct {
 	// ID is unique in the cluster.

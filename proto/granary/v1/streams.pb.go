@@ -255,13 +255,16 @@ func (x *StreamSubscriptionInfo) GetHandled() *StreamToken {
 	return nil
 }
 
-// StreamPublish publishes one event.
+// StreamPublish publishes one event, or a batch of them.
 type StreamPublish struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The full name of the event's message type; every event of a stream
+	// The full name of the events' message type; every event of a stream
 	// has the type of its first.
-	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Payload       []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Type    string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Payload []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// A batch: these events, in order, published together, instead of
+	// payload's one (which must then be empty).
+	Batch         [][]byte `protobuf:"bytes,3,rep,name=batch,proto3" json:"batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -310,10 +313,19 @@ func (x *StreamPublish) GetPayload() []byte {
 	return nil
 }
 
-// StreamPublished gives the published event's token.
+func (x *StreamPublish) GetBatch() [][]byte {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+// StreamPublished gives the published events' tokens: token for the
+// first, tokens for each of a batch.
 type StreamPublished struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         *StreamToken           `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Tokens        []*StreamToken         `protobuf:"bytes,2,rep,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +363,13 @@ func (*StreamPublished) Descriptor() ([]byte, []int) {
 func (x *StreamPublished) GetToken() *StreamToken {
 	if x != nil {
 		return x.Token
+	}
+	return nil
+}
+
+func (x *StreamPublished) GetTokens() []*StreamToken {
+	if x != nil {
+		return x.Tokens
 	}
 	return nil
 }
@@ -1089,12 +1108,14 @@ const file_granary_v1_streams_proto_rawDesc = "" +
 	"\x06parked\x18\x05 \x01(\bR\x06parked\x12#\n" +
 	"\rparked_reason\x18\x06 \x01(\tR\fparkedReason\x12*\n" +
 	"\x11parked_unix_nanos\x18\a \x01(\x03R\x0fparkedUnixNanos\x121\n" +
-	"\ahandled\x18\b \x01(\v2\x17.granary.v1.StreamTokenR\ahandled\"=\n" +
+	"\ahandled\x18\b \x01(\v2\x17.granary.v1.StreamTokenR\ahandled\"S\n" +
 	"\rStreamPublish\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"@\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x14\n" +
+	"\x05batch\x18\x03 \x03(\fR\x05batch\"q\n" +
 	"\x0fStreamPublished\x12-\n" +
-	"\x05token\x18\x01 \x01(\v2\x17.granary.v1.StreamTokenR\x05token\"\xaa\x01\n" +
+	"\x05token\x18\x01 \x01(\v2\x17.granary.v1.StreamTokenR\x05token\x12/\n" +
+	"\x06tokens\x18\x02 \x03(\v2\x17.granary.v1.StreamTokenR\x06tokens\"\xaa\x01\n" +
 	"\x0fStreamSubscribe\x12\x14\n" +
 	"\x05grain\x18\x01 \x01(\tR\x05grain\x12\x18\n" +
 	"\ahandler\x18\x02 \x01(\tR\ahandler\x12\x12\n" +
@@ -1185,32 +1206,33 @@ var file_granary_v1_streams_proto_depIdxs = []int32{
 	0,  // 0: granary.v1.StreamEvent.token:type_name -> granary.v1.StreamToken
 	0,  // 1: granary.v1.StreamSubscriptionInfo.handled:type_name -> granary.v1.StreamToken
 	0,  // 2: granary.v1.StreamPublished.token:type_name -> granary.v1.StreamToken
-	0,  // 3: granary.v1.StreamSubscribe.from:type_name -> granary.v1.StreamToken
-	2,  // 4: granary.v1.StreamSubscriptionList.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
-	2,  // 5: granary.v1.StreamSubscriptionsState.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
-	1,  // 6: granary.v1.StreamDelivery.events:type_name -> granary.v1.StreamEvent
-	0,  // 7: granary.v1.StreamTailRequest.from:type_name -> granary.v1.StreamToken
-	0,  // 8: granary.v1.StreamItem.token:type_name -> granary.v1.StreamToken
-	17, // 9: granary.v1.StreamItem.event:type_name -> google.protobuf.Any
-	3,  // 10: granary.v1.Stream.Publish:input_type -> granary.v1.StreamPublish
-	5,  // 11: granary.v1.Stream.Subscribe:input_type -> granary.v1.StreamSubscribe
-	6,  // 12: granary.v1.Stream.Unsubscribe:input_type -> granary.v1.StreamSubscriptionRef
-	7,  // 13: granary.v1.Stream.Subscriptions:input_type -> granary.v1.StreamSubscriptionsRequest
-	6,  // 14: granary.v1.Stream.Unpark:input_type -> granary.v1.StreamSubscriptionRef
-	11, // 15: granary.v1.Stream.Pending:input_type -> granary.v1.StreamPending
-	15, // 16: granary.v1.StreamGateway.Subscribe:input_type -> granary.v1.StreamTailRequest
-	4,  // 17: granary.v1.Stream.Publish:output_type -> granary.v1.StreamPublished
-	2,  // 18: granary.v1.Stream.Subscribe:output_type -> granary.v1.StreamSubscriptionInfo
-	9,  // 19: granary.v1.Stream.Unsubscribe:output_type -> granary.v1.StreamUnsubscribed
-	8,  // 20: granary.v1.Stream.Subscriptions:output_type -> granary.v1.StreamSubscriptionList
-	2,  // 21: granary.v1.Stream.Unpark:output_type -> granary.v1.StreamSubscriptionInfo
-	12, // 22: granary.v1.Stream.Pending:output_type -> granary.v1.StreamPendingReply
-	16, // 23: granary.v1.StreamGateway.Subscribe:output_type -> granary.v1.StreamItem
-	17, // [17:24] is the sub-list for method output_type
-	10, // [10:17] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	0,  // 3: granary.v1.StreamPublished.tokens:type_name -> granary.v1.StreamToken
+	0,  // 4: granary.v1.StreamSubscribe.from:type_name -> granary.v1.StreamToken
+	2,  // 5: granary.v1.StreamSubscriptionList.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
+	2,  // 6: granary.v1.StreamSubscriptionsState.subscriptions:type_name -> granary.v1.StreamSubscriptionInfo
+	1,  // 7: granary.v1.StreamDelivery.events:type_name -> granary.v1.StreamEvent
+	0,  // 8: granary.v1.StreamTailRequest.from:type_name -> granary.v1.StreamToken
+	0,  // 9: granary.v1.StreamItem.token:type_name -> granary.v1.StreamToken
+	17, // 10: granary.v1.StreamItem.event:type_name -> google.protobuf.Any
+	3,  // 11: granary.v1.Stream.Publish:input_type -> granary.v1.StreamPublish
+	5,  // 12: granary.v1.Stream.Subscribe:input_type -> granary.v1.StreamSubscribe
+	6,  // 13: granary.v1.Stream.Unsubscribe:input_type -> granary.v1.StreamSubscriptionRef
+	7,  // 14: granary.v1.Stream.Subscriptions:input_type -> granary.v1.StreamSubscriptionsRequest
+	6,  // 15: granary.v1.Stream.Unpark:input_type -> granary.v1.StreamSubscriptionRef
+	11, // 16: granary.v1.Stream.Pending:input_type -> granary.v1.StreamPending
+	15, // 17: granary.v1.StreamGateway.Subscribe:input_type -> granary.v1.StreamTailRequest
+	4,  // 18: granary.v1.Stream.Publish:output_type -> granary.v1.StreamPublished
+	2,  // 19: granary.v1.Stream.Subscribe:output_type -> granary.v1.StreamSubscriptionInfo
+	9,  // 20: granary.v1.Stream.Unsubscribe:output_type -> granary.v1.StreamUnsubscribed
+	8,  // 21: granary.v1.Stream.Subscriptions:output_type -> granary.v1.StreamSubscriptionList
+	2,  // 22: granary.v1.Stream.Unpark:output_type -> granary.v1.StreamSubscriptionInfo
+	12, // 23: granary.v1.Stream.Pending:output_type -> granary.v1.StreamPendingReply
+	16, // 24: granary.v1.StreamGateway.Subscribe:output_type -> granary.v1.StreamItem
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_granary_v1_streams_proto_init() }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/granaryio/granary/grain"
+	"github.com/granaryio/granary/grain/streams"
 	"github.com/granaryio/granary/internal/hashmix"
 	granaryv1 "github.com/granaryio/granary/proto/granary/v1"
 	"github.com/granaryio/granary/silo/storage"
@@ -32,11 +33,11 @@ func partitionOf(provider, streamKey string, partitions int) storage.StreamParti
 
 // recordKey is the stream's name in its log records: what follows the
 // provider, which the partition names.
-func (t *stream) recordKey() string { return t.id.Namespace + "/" + t.id.Key }
+func recordKey(id streams.ID) string { return id.Namespace + "/" + id.Key }
 
-// appendWait is a publish waiting for its append.
+// appendWait is a publish waiting for its append: one event, or a batch.
 type appendWait struct {
-	rec  storage.StreamRecord
+	recs []storage.StreamRecord
 	done chan struct{}
 	err  error // set before done closes
 }
@@ -111,11 +112,15 @@ func (t *stream) firstPosition(ctx context.Context, req *granaryv1.StreamSubscri
 	return min(max(pos, oldest, 1), next), nil
 }
 
-// publishDurable appends the event and waits until it is durable. The
-// appends of publishes that come meanwhile go together, in the order they
-// came, in the next batch (appendLoop).
-func (t *stream) publishDurable(ctx grain.Context, payload []byte) (*granaryv1.StreamPublished, error) {
-	w := &appendWait{rec: storage.StreamRecord{Stream: t.recordKey(), Type: t.typ, Payload: payload}, done: make(chan struct{})}
+// publishDurable appends the events of one publish (one, or a batch) and
+// waits until they are durable. The appends of publishes that come
+// meanwhile go together, in the order they came, in the next batch
+// (appendLoop). A batch's reply lists each event's token.
+func (t *stream) publishDurable(ctx grain.Context, payloads [][]byte, batch bool) (*granaryv1.StreamPublished, error) {
+	w := &appendWait{recs: make([]storage.StreamRecord, len(payloads)), done: make(chan struct{})}
+	for i, p := range payloads {
+		w.recs[i] = storage.StreamRecord{Stream: t.key, Type: t.typ, Payload: p}
+	}
 	t.pending = append(t.pending, w)
 	if !t.appending {
 		t.appending = true
@@ -138,8 +143,14 @@ func (t *stream) publishDurable(ctx grain.Context, payload []byte) (*granaryv1.S
 	if w.err != nil {
 		return nil, storeError(t, "appending to its log", w.err)
 	}
-	t.s.published.Add(1)
-	return &granaryv1.StreamPublished{Token: &granaryv1.StreamToken{Sequence: w.rec.Offset}}, nil
+	t.s.published.Add(uint64(len(w.recs)))
+	out := &granaryv1.StreamPublished{Token: &granaryv1.StreamToken{Sequence: w.recs[0].Offset}}
+	if batch {
+		for _, r := range w.recs {
+			out.Tokens = append(out.Tokens, &granaryv1.StreamToken{Sequence: r.Offset})
+		}
+	}
+	return out, nil
 }
 
 // appendLoop appends the waiting publishes, a batch at a time, and hands
@@ -156,18 +167,22 @@ func (t *stream) appendLoop() {
 			return
 		}
 		t.mu.Unlock()
-		recs := make([]storage.StreamRecord, len(batch))
-		for i, w := range batch {
-			recs[i] = w.rec
+		var recs []storage.StreamRecord
+		for _, w := range batch {
+			recs = append(recs, w.recs...)
 		}
 		ctx, cancel := context.WithTimeout(t.s.ctx, t.p.DeliverFor)
 		err := t.log.Append(ctx, t.part, recs)
 		cancel()
 		t.mu.Lock()
 		if err == nil {
-			for i := range recs {
-				batch[i].rec.Offset = recs[i].Offset
-				t.offer(&granaryv1.StreamEvent{Token: &granaryv1.StreamToken{Sequence: recs[i].Offset}, Payload: recs[i].Payload})
+			i := 0
+			for _, w := range batch {
+				for j := range w.recs {
+					w.recs[j].Offset = recs[i].Offset
+					t.offer(&granaryv1.StreamEvent{Token: &granaryv1.StreamToken{Sequence: recs[i].Offset}, Payload: recs[i].Payload})
+					i++
+				}
 			}
 		}
 		t.mu.Unlock()
@@ -209,7 +224,7 @@ func (t *stream) readLog(pos uint64) (evs []*granaryv1.StreamEvent, next uint64,
 		return nil, pos, err
 	}
 	next = pos
-	key := t.recordKey()
+	key := t.key
 	for _, r := range recs {
 		next = r.Offset + 1
 		if r.Stream != key {

@@ -37,6 +37,7 @@ type stream struct {
 	// highest offset this activation appended. mu guards pending,
 	// appending and last.
 	durable   bool
+	key       string // recordKey
 	log       storage.StreamLog
 	part      storage.StreamPartition
 	pending   []*appendWait
@@ -75,7 +76,8 @@ func (t *stream) OnActivate(ctx grain.Context) error {
 	}
 	t.id, t.p, t.self = id, p, ctx.ID()
 	if t.durable = p.Kind == KindDurable; t.durable {
-		t.log, t.part = p.Log, partitionOf(id.Provider, t.recordKey(), p.Partitions)
+		t.key = recordKey(id)
+		t.log, t.part = p.Log, partitionOf(id.Provider, t.key, p.Partitions)
 	}
 	t.epoch = uint64(t.s.cfg.Clock.Now().UnixNano())
 	t.state = t.s.spec.Of(ctx)
@@ -209,13 +211,38 @@ func (t *stream) Publish(ctx grain.Context, req *granaryv1.StreamPublish) (*gran
 		t.mu.Unlock()
 		return nil, err
 	}
-	if t.durable {
-		return t.publishDurable(ctx, req.GetPayload()) // unlocks mu
+	payloads := req.GetBatch()
+	switch {
+	case len(payloads) == 0:
+		payloads = [][]byte{req.GetPayload()}
+	case len(req.GetPayload()) != 0:
+		t.mu.Unlock()
+		return nil, status.Errorf(codes.InvalidArgument, "granary: stream %s: a publish carries an event or a batch, not both", t.id)
 	}
-	t.seq++
-	tok := &granaryv1.StreamToken{Epoch: t.epoch, Sequence: t.seq}
-	ev := &granaryv1.StreamEvent{Token: tok, Payload: req.GetPayload()}
-	t.s.published.Add(1)
+	if t.durable {
+		return t.publishDurable(ctx, payloads, len(req.GetBatch()) != 0) // unlocks mu
+	}
+	out := &granaryv1.StreamPublished{}
+	for _, p := range payloads {
+		t.seq++
+		tok := &granaryv1.StreamToken{Epoch: t.epoch, Sequence: t.seq}
+		t.offerMemory(&granaryv1.StreamEvent{Token: tok, Payload: p})
+		if out.Token == nil {
+			out.Token = tok
+		}
+		if len(req.GetBatch()) != 0 {
+			out.Tokens = append(out.Tokens, tok)
+		}
+	}
+	t.s.published.Add(uint64(len(payloads)))
+	t.mu.Unlock()
+	return out, nil
+}
+
+// offerMemory queues a memory stream's event for every subscriber; one
+// whose buffer is full, or that is parked, misses it. mu held.
+func (t *stream) offerMemory(ev *granaryv1.StreamEvent) {
+	tok := ev.GetToken()
 	for _, sub := range t.subs {
 		if sub.info.GetParked() {
 			t.s.dropped.Add(1)
@@ -230,8 +257,6 @@ func (t *stream) Publish(ctx grain.Context, req *granaryv1.StreamPublish) (*gran
 		sub.queue = append(sub.queue, ev)
 		t.start(sub)
 	}
-	t.mu.Unlock()
-	return &granaryv1.StreamPublished{Token: tok}, nil
 }
 
 // start starts sub's delivery goroutine unless one runs. mu held.
