@@ -34,9 +34,10 @@ type StreamsConfig struct {
 type StreamProviderConfig struct {
 	// Kind is "memory" (the default) or "durable".
 	//
-	// A memory provider is cluster-wide and at most once: a stream's
-	// events are kept by its activation only, until every subscriber has
-	// them, and cannot be rewound to.
+	// A memory provider is cluster-wide and keeps a stream's events in
+	// its activation only, until every subscriber has them: what a
+	// subscriber's full buffer or the loss of the stream's silo drops is
+	// gone, and nothing can be rewound to.
 	//
 	// A durable provider appends each event to a log before Publish
 	// returns, and keeps a cursor per subscription, saved once its

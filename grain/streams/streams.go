@@ -30,8 +30,7 @@
 // Each event reaches a subscriber as a turn of the subscriber grain, under
 // the type's usual admission rules; a burst may run as one turn, one
 // handler call after another. A subscriber gets a stream's events in the
-// order the stream numbered them, each once while the stream's activation
-// lives. Every event carries a Token. A handler that returns an error gets
+// order the stream numbered them. Every event carries a Token. A handler that returns an error gets
 // the event again, after a back-off, and the events after it wait; past the
 // provider's retries the subscription is parked: delivery to it stops until
 // it is unparked, and it is listed, logged and counted as parked.
@@ -39,18 +38,22 @@
 // Each subscriber has a bounded buffer of its own, so a slow one does not
 // slow the publisher or the other subscribers.
 //
-// A memory provider keeps events in the stream's activation only, and
-// delivers at most once: an event that finds a subscriber's buffer full
-// is dropped for that subscriber (the gap shows in the tokens), and so
-// are the events queued when the stream's silo dies.
+// A memory provider keeps events in the stream's activation only: an
+// event that finds a subscriber's buffer full is dropped for that
+// subscriber (the gap shows in the tokens), and so are the events queued
+// when the stream's silo dies.
 //
 // A durable provider logs each event before Publish returns, and keeps a
 // cursor per subscription, saved once its subscriber handled the events:
 // every event whose publish returned reaches every subscriber at least
 // once, whatever silo dies, in order. A subscriber behind its buffer reads
 // from the log instead, and a subscription may start at an earlier event
-// (FromToken, FromTime). After a failure a handler may get an event again:
-// compare its Token with the last one handled.
+// (FromToken, FromTime).
+//
+// With either provider a handler may get an event again: after a delivery
+// whose outcome the stream cannot know (it timed out, or the subscriber's
+// silo died), and for a durable stream, after a restart, the events since
+// its cursor was last saved. Compare the Token with the last one handled.
 //
 // This package imports grain, internal/grainrt and the wire types only.
 package streams
@@ -240,8 +243,8 @@ func (s Stream[T]) check() error {
 }
 
 // Publish sends msg to the stream's subscribers and returns its token once
-// the stream has it. From then on the provider's guarantee holds: at most
-// once for the memory provider.
+// the stream has it: queued for every subscriber by a memory provider,
+// logged by a durable one. From then on the provider's guarantee holds.
 func (s Stream[T]) Publish(ctx context.Context, msg T) (Token, error) {
 	if err := s.check(); err != nil {
 		return Token{}, err

@@ -252,7 +252,8 @@ type RemindersConfig struct {
 // provider, a durable one, or both, under the names grains and clients
 // use. See silo.StreamsConfig and silo.StreamProviderConfig.
 type StreamsConfig struct {
-	// MemoryProvider names a memory provider: cluster-wide, at most once.
+	// MemoryProvider names a memory provider: cluster-wide, its events in
+	// memory only, so it may lose them.
 	// Default "": none.
 	MemoryProvider string `yaml:"memory_provider"`
 	// DurableProvider names a durable provider, whose log is the default

@@ -136,7 +136,7 @@ var fields = []*field{
 		func(c *Config) **bool { return &c.Reminders.Enabled }),
 	duration("reminders.min_period", "the shortest reminder period (0: 1m)",
 		func(c *Config) *time.Duration { return &c.Reminders.MinPeriod }),
-	text("streams.memory_provider", "name", "the name of a memory stream provider: at most once (default: none)",
+	text("streams.memory_provider", "name", "the name of a memory stream provider, which may lose events (default: none)",
 		func(c *Config) *string { return &c.Streams.MemoryProvider }),
 	text("streams.durable_provider", "name", "the name of a durable stream provider, logged in the default storage provider: at least once, rewindable, followed by clients (default: none)",
 		func(c *Config) *string { return &c.Streams.DurableProvider }),
