@@ -1,36 +1,33 @@
 // Command chat is a chat service on a Granary cluster, in one binary with
 // two modes. "chat silo" runs one silo of the cluster, which hosts the
-// chat rooms: each room is a Room grain, keyed by its name, and lives on
-// whichever silo it was activated on. "chat client" is a member of one
-// room: it connects through the silos' gateways, makes an observer that
-// the room calls with every post, and posts each line typed on its
-// standard input.
+// chat rooms: each room is a durable stream of posts, which a Room grain
+// checks and publishes. "chat client" is a member of one room: it
+// connects through the silos' gateways, follows the room's stream, from
+// an hour back by default so that it sees what was said before it came,
+// and posts each line typed on its standard input.
 //
-// Two silos and two members on one machine, each in its own terminal:
+// One silo and two members, each in its own terminal:
 //
 //	go build -o chat ./examples/chat
 //	./chat silo -name a -gossip 127.0.0.1:7946 -grpc 127.0.0.1:7947 -gateway 127.0.0.1:30000
-//	./chat silo -name b -gossip 127.0.0.1:7956 -grpc 127.0.0.1:7957 -gateway 127.0.0.1:30010 -seeds 127.0.0.1:7946
 //	./chat client -gateways 127.0.0.1:30000 -room lobby -name alice
-//	./chat client -gateways 127.0.0.1:30010 -room lobby -name bob
+//	./chat client -gateways 127.0.0.1:30000 -room lobby -name bob
 //
 // Type a line in either client and both show it, as
 //
 //	[lobby] alice: hello
 //
-// numbered by the room, so that every member shows the posts in one
-// order. A member that joins sees the room's last 20 posts. Each room
-// runs on one silo, whichever gateways its members connect through, and
-// reaches a member's observer through the member's home gateway, which
-// the client picks among the live ones. Ctrl-D (the end of standard
-// input) or Ctrl-C leaves the room and exits.
+// in the room's one order. A silo alone keeps the rooms in memory, for as
+// long as it runs. The silos of a cluster share the rooms' log in
+// PostgreSQL (-postgres on each), so a room's posts outlive any silo:
 //
-// Rooms keep everything in memory. A member renews its membership every
-// 10 s and a room forgets a member after 30 s without one, so a member
-// that vanished drops out, and a room that activated again after its silo
-// died, empty and under a new epoch, has its members back within 10 s.
-// Ctrl-C stops a silo gracefully: it leaves the cluster and hands its
-// clients over; a second Ctrl-C exits at once.
+//	./chat silo -name a -gossip 127.0.0.1:7946 -grpc 127.0.0.1:7947 -gateway 127.0.0.1:30000 -postgres postgres://...
+//	./chat silo -name b -gossip 127.0.0.1:7956 -grpc 127.0.0.1:7957 -gateway 127.0.0.1:30010 -postgres postgres://... -seeds 127.0.0.1:7946
+//
+// A client that loses its gateway goes on through another, from the post
+// after the last it showed. Ctrl-D (the end of standard input) or Ctrl-C
+// leaves the room and exits. Ctrl-C stops a silo gracefully: it leaves
+// the cluster and hands its clients over; a second Ctrl-C exits at once.
 //
 // A silo prints machine-readable lines on stdout, for scripts and the
 // tests, and logs to stderr:
@@ -40,7 +37,7 @@
 //
 // A client prints the posts, and
 //
-//	joined room=<room> name=<name> home=<member ID>
+//	joined room=<room> name=<name>
 //	left room=<room>
 //
 // Port 0 in an address picks a free port, which the ready line names.
@@ -60,8 +57,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/granaryio/granary/grain"
 	"github.com/granaryio/granary/silo"
 	"github.com/granaryio/granary/silo/membership"
+	"github.com/granaryio/granary/silo/storage"
+	"github.com/granaryio/granary/silo/storage/pgstore"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -73,8 +73,8 @@ const stopTimeout = 10 * time.Second
 
 // usage is the program's synopsis, for a command line without a mode.
 const usage = `usage:
-  chat silo [-name n] [-gossip host:port] [-grpc host:port] [-gateway host:port] [-seeds a,b] [-cluster id] [-profile lan|local]
-  chat client [-gateways a,b] [-room r] -name n [-rejoin 10s]
+  chat silo [-name n] [-gossip host:port] [-grpc host:port] [-gateway host:port] [-postgres dsn [-seeds a,b]] [-cluster id] [-profile lan|local]
+  chat client [-gateways a,b] [-room r] -name n [-history 1h]
 "chat silo -h" and "chat client -h" describe the flags.
 `
 
@@ -140,6 +140,10 @@ type siloOptions struct {
 	gateway string   // host:port the gateway for clients listens on
 	seeds   []string // gossip addresses to join through
 	profile string   // failure-detection profile: "lan" or "local"
+	// postgres names the database that keeps the rooms' log and
+	// subscriptions, shared by the cluster's silos; "" keeps them in
+	// this silo's memory.
+	postgres string
 }
 
 // parseSiloFlags reads the flags of chat silo. Usage and flag errors go
@@ -156,6 +160,7 @@ func parseSiloFlags(args []string, stderr io.Writer) (siloOptions, error) {
 	fs.StringVar(&o.gateway, "gateway", "127.0.0.1:30000", "`host:port` of the gateway clients connect to")
 	fs.StringVar(&seeds, "seeds", "", "comma-separated gossip `addresses` of silos to join through; none founds a cluster")
 	fs.StringVar(&o.profile, "profile", "lan", "failure-detection `profile`: lan (dead in ~2.5 s) or local (~1 s, loopback tests)")
+	fs.StringVar(&o.postgres, "postgres", "", "the PostgreSQL `database` (a URL or key=value words) that keeps the rooms, shared by the cluster's silos; none keeps them in this silo's memory")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return siloOptions{}, err
@@ -166,6 +171,9 @@ func parseSiloFlags(args []string, stderr io.Writer) (siloOptions, error) {
 		return siloOptions{}, badFlags("unexpected arguments %q", fs.Args())
 	}
 	o.seeds = splitList(seeds)
+	if len(o.seeds) > 0 && o.postgres == "" {
+		return siloOptions{}, badFlags("-seeds: a silo that joins others needs -postgres, the database they share the rooms in")
+	}
 	return o, nil
 }
 
@@ -179,7 +187,7 @@ func parseClientFlags(args []string, stderr io.Writer) (clientOptions, error) {
 	fs.StringVar(&gateways, "gateways", "127.0.0.1:30000", "comma-separated gateway `addresses` to learn the cluster from")
 	fs.StringVar(&o.room, "room", "lobby", "the `room` to join")
 	fs.StringVar(&o.name, "name", "", "your display `name` (required; at most 64 bytes)")
-	fs.DurationVar(&o.rejoin, "rejoin", rejoinInterval, "how often to renew the membership; under the rooms' 30 s expiry")
+	fs.DurationVar(&o.history, "history", defaultHistory, "show the room's posts of this long ago on, then new ones")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return clientOptions{}, err
@@ -194,8 +202,8 @@ func parseClientFlags(args []string, stderr io.Writer) (clientOptions, error) {
 		return clientOptions{}, badFlags("-gateways: name at least one gateway")
 	case o.room == "":
 		return clientOptions{}, badFlags("-room: must not be empty")
-	case o.rejoin <= 0 || o.rejoin >= subscriptionExpiry:
-		return clientOptions{}, badFlags("-rejoin %v: must be positive and under %v", o.rejoin, subscriptionExpiry)
+	case o.history < 0:
+		return clientOptions{}, badFlags("-history %v: must not be negative", o.history)
 	}
 	if err := checkName(o.name); err != nil {
 		return clientOptions{}, badFlags("-name %q: must not be empty, nor longer than %d bytes", o.name, maxNameBytes)
@@ -227,6 +235,12 @@ func runSilo(ctx context.Context, o siloOptions, stdout, stderr io.Writer) error
 	defer func() { _ = logger.Sync() }() // syncing stderr may fail; nothing to do about it
 	cfg.Logger = logger
 
+	store, err := openStore(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer store.close()
+	cfg.Storage = map[string]storage.Provider{grain.DefaultStorage: store.p}
 	s, err := silo.New(cfg)
 	if err != nil {
 		return err
@@ -288,7 +302,29 @@ func siloConfig(o siloOptions) (silo.Config, error) {
 	cfg.Name = o.name
 	cfg.Cluster = &cc
 	cfg.Gateway = &gc
+	// The rooms are the durable provider's streams, whose log is the
+	// default storage provider (openStore).
+	cfg.Streams = &silo.StreamsConfig{Providers: map[string]silo.StreamProviderConfig{streamProvider: {Kind: "durable"}}}
 	return cfg, nil
+}
+
+// store is the silo's storage provider, and how to close it.
+type store struct {
+	p     storage.Provider
+	close func()
+}
+
+// openStore opens the database o names, with the cluster ID as its
+// service ID, or makes a memory store for a silo alone.
+func openStore(ctx context.Context, o siloOptions) (store, error) {
+	if o.postgres == "" {
+		return store{p: storage.NewMemory(0), close: func() {}}, nil
+	}
+	pg, err := pgstore.Open(ctx, pgstore.Config{DSN: o.postgres, ServiceID: o.cluster})
+	if err != nil {
+		return store{}, fmt.Errorf("opening the database (-postgres): %w", err)
+	}
+	return store{p: pg, close: pg.Close}, nil
 }
 
 // splitPort splits a listen address, defaulting the host to every

@@ -79,16 +79,13 @@ func TestRunInProcess(t *testing.T) {
 		var stdin *io.PipeReader
 		stdin, m.stdin = io.Pipe()
 		m.out, m.done = proctest.NewOutput(), make(chan struct{})
-		// Renewals are rarer than a post's bound (postTimeout), so a post
-		// that came only with a renewal's recent posts, not through the
-		// observer, fails the test.
-		o := clientOptions{gateways: []string{gateway}, room: "lobby", name: m.name, rejoin: testRejoin}
+		o := clientOptions{gateways: []string{gateway}, room: "lobby", name: m.name, history: time.Hour}
 		go func() {
 			defer close(m.done)
 			m.err = runClient(ctx, o, stdin, m.out, logs)
 		}()
 		t.Cleanup(func() { _ = m.stdin.Close(); <-m.done })
-		if _, _, err := m.out.WaitLine(ctx, m.done, "joined room=lobby name="+m.name+" ", 0); err != nil {
+		if _, _, err := m.out.WaitLine(ctx, m.done, "joined room=lobby name="+m.name, 0); err != nil {
 			t.Fatalf("%s: %v (run: %v)", m.name, err, m.err)
 		}
 	}
@@ -156,12 +153,13 @@ func TestFlags(t *testing.T) {
 			}
 			return nil
 		}},
-		{name: "silo seeds", mode: "silo", args: []string{"-seeds", " 10.0.0.1:7946,,10.0.0.2:7946 "}, check: func(o siloOptions, _ clientOptions) error {
-			if len(o.seeds) != 2 || o.seeds[0] != "10.0.0.1:7946" || o.seeds[1] != "10.0.0.2:7946" {
-				return fmt.Errorf("seeds %q", o.seeds)
+		{name: "silo seeds", mode: "silo", args: []string{"-postgres", "postgres://db", "-seeds", " 10.0.0.1:7946,,10.0.0.2:7946 "}, check: func(o siloOptions, _ clientOptions) error {
+			if len(o.seeds) != 2 || o.seeds[0] != "10.0.0.1:7946" || o.seeds[1] != "10.0.0.2:7946" || o.postgres != "postgres://db" {
+				return fmt.Errorf("seeds %q, postgres %q", o.seeds, o.postgres)
 			}
 			return nil
 		}},
+		{name: "silo seeds without postgres", mode: "silo", args: []string{"-seeds", "10.0.0.1:7946"}, wantErr: "-postgres"},
 		{name: "silo config", mode: "silo", args: []string{"-gossip", ":7000", "-gateway", "127.0.0.1:0", "-profile", "local"}, check: func(o siloOptions, _ clientOptions) error {
 			cfg, err := siloConfig(o)
 			if err != nil {
@@ -173,6 +171,9 @@ func TestFlags(t *testing.T) {
 			if cfg.Gateway == nil || cfg.Gateway.Listen != "127.0.0.1:0" {
 				return fmt.Errorf("gateway %+v", cfg.Gateway)
 			}
+			if p, ok := cfg.Streams.Providers[streamProvider]; !ok || p.Kind != "durable" {
+				return fmt.Errorf("streams %+v: want the durable provider %q", cfg.Streams, streamProvider)
+			}
 			return nil
 		}},
 		{name: "silo stray argument", mode: "silo", args: []string{"extra"}, wantErr: "unexpected arguments"},
@@ -181,7 +182,7 @@ func TestFlags(t *testing.T) {
 		{name: "silo port out of range", mode: "silo", args: []string{"-grpc", "127.0.0.1:70000"}, wantErr: "-grpc"},
 		{name: "silo unknown flag", mode: "silo", args: []string{"-room", "x"}, wantErr: "flag provided but not defined"},
 		{name: "client", mode: "client", args: []string{"-gateways", "a:1, b:2", "-room", "r", "-name", "alice"}, check: func(_ siloOptions, o clientOptions) error {
-			if len(o.gateways) != 2 || o.gateways[0] != "a:1" || o.gateways[1] != "b:2" || o.room != "r" || o.name != "alice" || o.rejoin != rejoinInterval {
+			if len(o.gateways) != 2 || o.gateways[0] != "a:1" || o.gateways[1] != "b:2" || o.room != "r" || o.name != "alice" || o.history != defaultHistory {
 				return fmt.Errorf("options %+v", o)
 			}
 			return nil
@@ -190,7 +191,7 @@ func TestFlags(t *testing.T) {
 		{name: "client name too long", mode: "client", args: []string{"-name", strings.Repeat("n", maxNameBytes+1)}, wantErr: "-name"},
 		{name: "client without gateways", mode: "client", args: []string{"-name", "a", "-gateways", " , "}, wantErr: "-gateways"},
 		{name: "client empty room", mode: "client", args: []string{"-name", "a", "-room", ""}, wantErr: "-room"},
-		{name: "client rejoin past expiry", mode: "client", args: []string{"-name", "a", "-rejoin", "30s"}, wantErr: "-rejoin 30s"},
+		{name: "client negative history", mode: "client", args: []string{"-name", "a", "-history", "-1s"}, wantErr: "-history -1s"},
 		{name: "client stray argument", mode: "client", args: []string{"-name", "a", "extra"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {

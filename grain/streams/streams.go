@@ -6,7 +6,7 @@
 // a namespace and a key, and carries one proto message type: the type of
 // its first event or subscription. Get returns a typed handle:
 //
-//	posts := streams.Get[*chatpb.Post](ctx.Caller(), "default", "chat", room)
+//	posts := streams.Get[*chatpb.Post](ctx.Caller(), "chat", "rooms", room)
 //	tok, err := posts.Publish(ctx, &chatpb.Post{Text: "hi"})
 //
 // # Receiving

@@ -4,13 +4,13 @@
 // 	protoc        (unknown)
 // source: examples/chat/chat.proto
 
-// The chat example: chat rooms as grains, and the people in them as
-// observers. A room lives in the cluster, wherever its activation is; a
-// member's client makes a RoomObserver, joins the room with its ID, and
-// the room calls every member's observer with each post. Nothing is
-// stored: a room keeps its members and its last posts in memory, and a
-// room that activates again (its silo died, or it sat idle too long)
-// starts empty, which members notice because its epoch changed.
+// The chat example: chat rooms as durable streams. Each room is the stream
+// "chat/rooms/<room>" of Posts. A member posts through the room's Room
+// grain, which checks the post and publishes it; members follow the
+// room's stream through the gateways, from a while back, so that a member
+// who comes in sees what was said before, and every member sees the posts
+// in the stream's one order. The stream's log keeps the posts, in the
+// embedded store or PostgreSQL, whatever silo dies.
 
 package chatpb
 
@@ -18,7 +18,6 @@ import (
 	_ "github.com/granaryio/granary/proto/granary/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	emptypb "google.golang.org/protobuf/types/known/emptypb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -30,163 +29,6 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
-
-// JoinRequest asks to join a room.
-type JoinRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The ID of the member's RoomObserver, as grain.ID.String writes it.
-	Observer string `protobuf:"bytes,1,opt,name=observer,proto3" json:"observer,omitempty"`
-	// The member's display name, for the room's log; at most 64 bytes.
-	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *JoinRequest) Reset() {
-	*x = JoinRequest{}
-	mi := &file_examples_chat_chat_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *JoinRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*JoinRequest) ProtoMessage() {}
-
-func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_examples_chat_chat_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
-func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_examples_chat_chat_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *JoinRequest) GetObserver() string {
-	if x != nil {
-		return x.Observer
-	}
-	return ""
-}
-
-func (x *JoinRequest) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-// JoinReply is the state of the room a member joined.
-type JoinReply struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The room's last posts, at most 20, oldest first. Their seqs follow
-	// each other without gaps, the last being the room's newest.
-	Recent []*Post `protobuf:"bytes,1,rep,name=recent,proto3" json:"recent,omitempty"`
-	// The epoch of the room's activation: see Post.epoch.
-	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *JoinReply) Reset() {
-	*x = JoinReply{}
-	mi := &file_examples_chat_chat_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *JoinReply) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*JoinReply) ProtoMessage() {}
-
-func (x *JoinReply) ProtoReflect() protoreflect.Message {
-	mi := &file_examples_chat_chat_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
-func (*JoinReply) Descriptor() ([]byte, []int) {
-	return file_examples_chat_chat_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *JoinReply) GetRecent() []*Post {
-	if x != nil {
-		return x.Recent
-	}
-	return nil
-}
-
-func (x *JoinReply) GetEpoch() uint64 {
-	if x != nil {
-		return x.Epoch
-	}
-	return 0
-}
-
-// LeaveRequest asks to leave a room.
-type LeaveRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The ID of the member's RoomObserver, as given to Join.
-	Observer      string `protobuf:"bytes,1,opt,name=observer,proto3" json:"observer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *LeaveRequest) Reset() {
-	*x = LeaveRequest{}
-	mi := &file_examples_chat_chat_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *LeaveRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*LeaveRequest) ProtoMessage() {}
-
-func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_examples_chat_chat_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
-func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_examples_chat_chat_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *LeaveRequest) GetObserver() string {
-	if x != nil {
-		return x.Observer
-	}
-	return ""
-}
 
 // PostRequest is a message for a room.
 type PostRequest struct {
@@ -201,7 +43,7 @@ type PostRequest struct {
 
 func (x *PostRequest) Reset() {
 	*x = PostRequest{}
-	mi := &file_examples_chat_chat_proto_msgTypes[3]
+	mi := &file_examples_chat_chat_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -213,7 +55,7 @@ func (x *PostRequest) String() string {
 func (*PostRequest) ProtoMessage() {}
 
 func (x *PostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_examples_chat_chat_proto_msgTypes[3]
+	mi := &file_examples_chat_chat_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -226,7 +68,7 @@ func (x *PostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostRequest.ProtoReflect.Descriptor instead.
 func (*PostRequest) Descriptor() ([]byte, []int) {
-	return file_examples_chat_chat_proto_rawDescGZIP(), []int{3}
+	return file_examples_chat_chat_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *PostRequest) GetName() string {
@@ -246,18 +88,16 @@ func (x *PostRequest) GetText() string {
 // PostReply is how the room took a post.
 type PostReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The number the room gave the post.
-	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	// How many members the room sent the post to, the author's own
-	// observer included when it is a member.
-	Recipients    uint32 `protobuf:"varint,2,opt,name=recipients,proto3" json:"recipients,omitempty"`
+	// The post's number in the room's stream (its token's sequence): later
+	// posts have greater numbers.
+	Seq           uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PostReply) Reset() {
 	*x = PostReply{}
-	mi := &file_examples_chat_chat_proto_msgTypes[4]
+	mi := &file_examples_chat_chat_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +109,7 @@ func (x *PostReply) String() string {
 func (*PostReply) ProtoMessage() {}
 
 func (x *PostReply) ProtoReflect() protoreflect.Message {
-	mi := &file_examples_chat_chat_proto_msgTypes[4]
+	mi := &file_examples_chat_chat_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +122,7 @@ func (x *PostReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PostReply.ProtoReflect.Descriptor instead.
 func (*PostReply) Descriptor() ([]byte, []int) {
-	return file_examples_chat_chat_proto_rawDescGZIP(), []int{4}
+	return file_examples_chat_chat_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *PostReply) GetSeq() uint64 {
@@ -292,38 +132,25 @@ func (x *PostReply) GetSeq() uint64 {
 	return 0
 }
 
-func (x *PostReply) GetRecipients() uint32 {
-	if x != nil {
-		return x.Recipients
-	}
-	return 0
-}
-
-// Post is a message as a room took it.
+// Post is a message as the room published it: the events of a room's
+// stream.
 type Post struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The room's name.
 	Room string `protobuf:"bytes,1,opt,name=room,proto3" json:"room,omitempty"`
-	// The post's number in its room: 1 for the first post of the room's
-	// activation, and one more for each post after it.
-	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	// The author's display name.
 	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// The message.
 	Text string `protobuf:"bytes,4,opt,name=text,proto3" json:"text,omitempty"`
 	// When the room took the post, in milliseconds since the Unix epoch.
-	UnixMillis int64 `protobuf:"varint,5,opt,name=unix_millis,json=unixMillis,proto3" json:"unix_millis,omitempty"`
-	// The room's epoch: a random number, never zero, drawn when the room
-	// activated. Seqs count afresh in each epoch, so two posts with the same
-	// seq are the same post only if their epochs are equal.
-	Epoch         uint64 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	UnixMillis    int64 `protobuf:"varint,5,opt,name=unix_millis,json=unixMillis,proto3" json:"unix_millis,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Post) Reset() {
 	*x = Post{}
-	mi := &file_examples_chat_chat_proto_msgTypes[5]
+	mi := &file_examples_chat_chat_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +162,7 @@ func (x *Post) String() string {
 func (*Post) ProtoMessage() {}
 
 func (x *Post) ProtoReflect() protoreflect.Message {
-	mi := &file_examples_chat_chat_proto_msgTypes[5]
+	mi := &file_examples_chat_chat_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +175,7 @@ func (x *Post) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Post.ProtoReflect.Descriptor instead.
 func (*Post) Descriptor() ([]byte, []int) {
-	return file_examples_chat_chat_proto_rawDescGZIP(), []int{5}
+	return file_examples_chat_chat_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Post) GetRoom() string {
@@ -356,13 +183,6 @@ func (x *Post) GetRoom() string {
 		return x.Room
 	}
 	return ""
-}
-
-func (x *Post) GetSeq() uint64 {
-	if x != nil {
-		return x.Seq
-	}
-	return 0
 }
 
 func (x *Post) GetName() string {
@@ -386,50 +206,24 @@ func (x *Post) GetUnixMillis() int64 {
 	return 0
 }
 
-func (x *Post) GetEpoch() uint64 {
-	if x != nil {
-		return x.Epoch
-	}
-	return 0
-}
-
 var File_examples_chat_chat_proto protoreflect.FileDescriptor
 
 const file_examples_chat_chat_proto_rawDesc = "" +
 	"\n" +
-	"\x18examples/chat/chat.proto\x12\x04chat\x1a\x1bgoogle/protobuf/empty.proto\x1a\x18granary/v1/options.proto\"=\n" +
-	"\vJoinRequest\x12\x1a\n" +
-	"\bobserver\x18\x01 \x01(\tR\bobserver\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"E\n" +
-	"\tJoinReply\x12\"\n" +
-	"\x06recent\x18\x01 \x03(\v2\n" +
-	".chat.PostR\x06recent\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"*\n" +
-	"\fLeaveRequest\x12\x1a\n" +
-	"\bobserver\x18\x01 \x01(\tR\bobserver\"5\n" +
+	"\x18examples/chat/chat.proto\x12\x04chat\x1a\x18granary/v1/options.proto\"5\n" +
 	"\vPostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"=\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\x1d\n" +
 	"\tPostReply\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1e\n" +
-	"\n" +
-	"recipients\x18\x02 \x01(\rR\n" +
-	"recipients\"\x8b\x01\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\"o\n" +
 	"\x04Post\x12\x12\n" +
-	"\x04room\x18\x01 \x01(\tR\x04room\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x12\n" +
+	"\x04room\x18\x01 \x01(\tR\x04room\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
 	"\x04text\x18\x04 \x01(\tR\x04text\x12\x1f\n" +
 	"\vunix_millis\x18\x05 \x01(\x03R\n" +
-	"unixMillis\x12\x14\n" +
-	"\x05epoch\x18\x06 \x01(\x04R\x05epoch2\x9b\x01\n" +
+	"unixMillisJ\x04\b\x02\x10\x03J\x04\b\x06\x10\a2:\n" +
 	"\x04Room\x12*\n" +
-	"\x04Join\x12\x11.chat.JoinRequest\x1a\x0f.chat.JoinReply\x123\n" +
-	"\x05Leave\x12\x12.chat.LeaveRequest\x1a\x16.google.protobuf.Empty\x12*\n" +
-	"\x04Post\x12\x11.chat.PostRequest\x1a\x0f.chat.PostReply\x1a\x06\xca\xda\x18\x020\x012L\n" +
-	"\fRoomObserver\x124\n" +
-	"\x06Posted\x12\n" +
-	".chat.Post\x1a\x16.google.protobuf.Empty\"\x06\xd2\xda\x18\x02\b\x01\x1a\x06\xca\xda\x18\x02@\x01B9Z7github.com/granaryio/granary/proto/examples/chat;chatpbb\x06proto3"
+	"\x04Post\x12\x11.chat.PostRequest\x1a\x0f.chat.PostReply\x1a\x06\xca\xda\x18\x020\x01B9Z7github.com/granaryio/granary/proto/examples/chat;chatpbb\x06proto3"
 
 var (
 	file_examples_chat_chat_proto_rawDescOnce sync.Once
@@ -443,31 +237,20 @@ func file_examples_chat_chat_proto_rawDescGZIP() []byte {
 	return file_examples_chat_chat_proto_rawDescData
 }
 
-var file_examples_chat_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_examples_chat_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_examples_chat_chat_proto_goTypes = []any{
-	(*JoinRequest)(nil),   // 0: chat.JoinRequest
-	(*JoinReply)(nil),     // 1: chat.JoinReply
-	(*LeaveRequest)(nil),  // 2: chat.LeaveRequest
-	(*PostRequest)(nil),   // 3: chat.PostRequest
-	(*PostReply)(nil),     // 4: chat.PostReply
-	(*Post)(nil),          // 5: chat.Post
-	(*emptypb.Empty)(nil), // 6: google.protobuf.Empty
+	(*PostRequest)(nil), // 0: chat.PostRequest
+	(*PostReply)(nil),   // 1: chat.PostReply
+	(*Post)(nil),        // 2: chat.Post
 }
 var file_examples_chat_chat_proto_depIdxs = []int32{
-	5, // 0: chat.JoinReply.recent:type_name -> chat.Post
-	0, // 1: chat.Room.Join:input_type -> chat.JoinRequest
-	2, // 2: chat.Room.Leave:input_type -> chat.LeaveRequest
-	3, // 3: chat.Room.Post:input_type -> chat.PostRequest
-	5, // 4: chat.RoomObserver.Posted:input_type -> chat.Post
-	1, // 5: chat.Room.Join:output_type -> chat.JoinReply
-	6, // 6: chat.Room.Leave:output_type -> google.protobuf.Empty
-	4, // 7: chat.Room.Post:output_type -> chat.PostReply
-	6, // 8: chat.RoomObserver.Posted:output_type -> google.protobuf.Empty
-	5, // [5:9] is the sub-list for method output_type
-	1, // [1:5] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0, // 0: chat.Room.Post:input_type -> chat.PostRequest
+	1, // 1: chat.Room.Post:output_type -> chat.PostReply
+	1, // [1:2] is the sub-list for method output_type
+	0, // [0:1] is the sub-list for method input_type
+	0, // [0:0] is the sub-list for extension type_name
+	0, // [0:0] is the sub-list for extension extendee
+	0, // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_examples_chat_chat_proto_init() }
@@ -481,9 +264,9 @@ func file_examples_chat_chat_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_examples_chat_chat_proto_rawDesc), len(file_examples_chat_chat_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   3,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   1,
 		},
 		GoTypes:           file_examples_chat_chat_proto_goTypes,
 		DependencyIndexes: file_examples_chat_chat_proto_depIdxs,

@@ -11,7 +11,6 @@ import (
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
 	proto "google.golang.org/protobuf/proto"
-	emptypb "google.golang.org/protobuf/types/known/emptypb"
 )
 
 // RoomGrainType is the grain type of chat.Room: the Type of the grain IDs of
@@ -23,28 +22,11 @@ const RoomGrainType = "chat.Room"
 // they return. Embed UnimplementedRoomGrain to fail the methods not written
 // yet with codes.Unimplemented.
 //
-// Room is a chat room, keyed by its name. Its members are observers that
-// joined within the subscription expiry (30 s in the example): a member
-// joins again before that to stay, so that a room that activated afresh
-// gets its members back within one renewal. A post goes to every member,
-// numbered in the order the room took it.
+// Room is a chat room, keyed by its name.
 type RoomGrain interface {
-	// Join makes the observer a member of the room, or renews its
-	// membership, and returns the room's recent posts so that a newcomer
-	// sees what was said before it came. Fails with INVALID_ARGUMENT when
-	// the observer is not the ID of a RoomObserver or the name is empty or
-	// too long.
-	Join(ctx grain.Context, req *JoinRequest) (*JoinReply, error)
-
-	// Leave ends the observer's membership at once, rather than at its
-	// expiry. Leaving a room one is not in is not an error.
-	Leave(ctx grain.Context, req *LeaveRequest) (*emptypb.Empty, error)
-
-	// Post numbers a message, keeps it among the recent posts and sends it
-	// to every member one way: Post does not wait for the members, and a
-	// member that does not get it (its client is gone or moving between
-	// gateways) finds it among the recent posts at its next Join. Fails with
-	// INVALID_ARGUMENT when the name or text is empty or too long.
+	// Post checks a message, stamps it and publishes it to the room's
+	// stream, and returns its number there. Fails with INVALID_ARGUMENT when
+	// the name or text is empty or too long.
 	Post(ctx grain.Context, req *PostRequest) (*PostReply, error)
 }
 
@@ -52,16 +34,6 @@ type RoomGrain interface {
 // each of its methods fails with codes.Unimplemented, so a grain compiles and
 // registers before all its methods are written.
 type UnimplementedRoomGrain struct{}
-
-// Join fails with codes.Unimplemented.
-func (UnimplementedRoomGrain) Join(grain.Context, *JoinRequest) (*JoinReply, error) {
-	return nil, status.Error(codes.Unimplemented, "granary: method Join of chat.Room is not implemented")
-}
-
-// Leave fails with codes.Unimplemented.
-func (UnimplementedRoomGrain) Leave(grain.Context, *LeaveRequest) (*emptypb.Empty, error) {
-	return nil, status.Error(codes.Unimplemented, "granary: method Leave of chat.Room is not implemented")
-}
 
 // Post fails with codes.Unimplemented.
 func (UnimplementedRoomGrain) Post(grain.Context, *PostRequest) (*PostReply, error) {
@@ -99,59 +71,14 @@ func (r RoomRef) ID() grain.ID {
 	return r.id
 }
 
-// Join makes the observer a member of the room, or renews its
-// membership, and returns the room's recent posts so that a newcomer
-// sees what was said before it came. Fails with INVALID_ARGUMENT when
-// the observer is not the ID of a RoomObserver or the name is empty or
-// too long.
-//
-// Join calls chat.Room.Join on r's grain and waits for the reply. req belongs
-// to the callee once passed: do not change it afterwards.
-func (r RoomRef) Join(ctx context.Context, req *JoinRequest, opts ...grain.CallOption) (*JoinReply, error) {
-	out, err := r.c.Invoke(ctx, r.id, &Room_ServiceDesc.Methods[0], req, opts...)
-	if err != nil || out == nil {
-		return nil, err
-	}
-	return out.(*JoinReply), nil
-}
-
-// JoinAsync starts chat.Room.Join on r's grain and returns at once; the
-// Future delivers the reply. req belongs to the callee once passed: do not
-// change it afterwards.
-func (r RoomRef) JoinAsync(ctx context.Context, req *JoinRequest, opts ...grain.CallOption) grain.Future[*JoinReply] {
-	return grain.NewFuture[*JoinReply](r.c.InvokeAsync(ctx, r.id, &Room_ServiceDesc.Methods[0], req, opts...))
-}
-
-// Leave ends the observer's membership at once, rather than at its
-// expiry. Leaving a room one is not in is not an error.
-//
-// Leave calls chat.Room.Leave on r's grain and waits for the reply. req
-// belongs to the callee once passed: do not change it afterwards.
-func (r RoomRef) Leave(ctx context.Context, req *LeaveRequest, opts ...grain.CallOption) (*emptypb.Empty, error) {
-	out, err := r.c.Invoke(ctx, r.id, &Room_ServiceDesc.Methods[1], req, opts...)
-	if err != nil || out == nil {
-		return nil, err
-	}
-	return out.(*emptypb.Empty), nil
-}
-
-// LeaveAsync starts chat.Room.Leave on r's grain and returns at once; the
-// Future delivers the reply. req belongs to the callee once passed: do not
-// change it afterwards.
-func (r RoomRef) LeaveAsync(ctx context.Context, req *LeaveRequest, opts ...grain.CallOption) grain.Future[*emptypb.Empty] {
-	return grain.NewFuture[*emptypb.Empty](r.c.InvokeAsync(ctx, r.id, &Room_ServiceDesc.Methods[1], req, opts...))
-}
-
-// Post numbers a message, keeps it among the recent posts and sends it
-// to every member one way: Post does not wait for the members, and a
-// member that does not get it (its client is gone or moving between
-// gateways) finds it among the recent posts at its next Join. Fails with
-// INVALID_ARGUMENT when the name or text is empty or too long.
+// Post checks a message, stamps it and publishes it to the room's
+// stream, and returns its number there. Fails with INVALID_ARGUMENT when
+// the name or text is empty or too long.
 //
 // Post calls chat.Room.Post on r's grain and waits for the reply. req belongs
 // to the callee once passed: do not change it afterwards.
 func (r RoomRef) Post(ctx context.Context, req *PostRequest, opts ...grain.CallOption) (*PostReply, error) {
-	out, err := r.c.Invoke(ctx, r.id, &Room_ServiceDesc.Methods[2], req, opts...)
+	out, err := r.c.Invoke(ctx, r.id, &Room_ServiceDesc.Methods[0], req, opts...)
 	if err != nil || out == nil {
 		return nil, err
 	}
@@ -162,23 +89,7 @@ func (r RoomRef) Post(ctx context.Context, req *PostRequest, opts ...grain.CallO
 // Future delivers the reply. req belongs to the callee once passed: do not
 // change it afterwards.
 func (r RoomRef) PostAsync(ctx context.Context, req *PostRequest, opts ...grain.CallOption) grain.Future[*PostReply] {
-	return grain.NewFuture[*PostReply](r.c.InvokeAsync(ctx, r.id, &Room_ServiceDesc.Methods[2], req, opts...))
-}
-
-func _Room_Join_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
-	resp, err := impl.(RoomGrain).Join(ctx, req.(*JoinRequest))
-	if err != nil || resp == nil {
-		return nil, err
-	}
-	return resp, nil
-}
-
-func _Room_Leave_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
-	resp, err := impl.(RoomGrain).Leave(ctx, req.(*LeaveRequest))
-	if err != nil || resp == nil {
-		return nil, err
-	}
-	return resp, nil
+	return grain.NewFuture[*PostReply](r.c.InvokeAsync(ctx, r.id, &Room_ServiceDesc.Methods[0], req, opts...))
 }
 
 func _Room_Post_Handler(impl any, ctx grain.Context, req proto.Message) (proto.Message, error) {
@@ -196,25 +107,9 @@ var Room_ServiceDesc = grain.ServiceDesc{
 	Type: RoomGrainType,
 	Methods: []grain.MethodDesc{
 		{
-			Name:        "Join",
-			FullName:    "/chat.Room/Join",
-			Index:       0,
-			Handler:     _Room_Join_Handler,
-			NewRequest:  func() proto.Message { return new(JoinRequest) },
-			NewResponse: func() proto.Message { return new(JoinReply) },
-		},
-		{
-			Name:        "Leave",
-			FullName:    "/chat.Room/Leave",
-			Index:       1,
-			Handler:     _Room_Leave_Handler,
-			NewRequest:  func() proto.Message { return new(LeaveRequest) },
-			NewResponse: func() proto.Message { return new(emptypb.Empty) },
-		},
-		{
 			Name:        "Post",
 			FullName:    "/chat.Room/Post",
-			Index:       2,
+			Index:       0,
 			Handler:     _Room_Post_Handler,
 			NewRequest:  func() proto.Message { return new(PostRequest) },
 			NewResponse: func() proto.Message { return new(PostReply) },
@@ -228,125 +123,4 @@ var Room_ServiceDesc = grain.ServiceDesc{
 // the options that the proto sets for the type.
 func RegisterRoomGrain(r grain.Registrar, factory func(id grain.ID) RoomGrain, opts ...grain.RegisterOption) error {
 	return r.RegisterGrain(&Room_ServiceDesc, func(id grain.ID) any { return factory(id) }, opts...)
-}
-
-// RoomObserverObserverType is the observer type of chat.RoomObserver: the
-// Type of the IDs of its observers.
-const RoomObserverObserverType = "chat.RoomObserver"
-
-// RoomObserver is implemented by the observers of type chat.RoomObserver:
-// objects outside the cluster that grains call. CreateRoomObserver makes one
-// callable through an ObserverHost, such as a client. Its methods run in the
-// host's process; the calls to one observer run one at a time, in the order
-// they arrive. Embed UnimplementedRoomObserver to fail the methods not
-// written yet with codes.Unimplemented.
-//
-// RoomObserver is a member of a room, in the member's client: the room
-// calls it with each post.
-type RoomObserver interface {
-	// Posted delivers a post, one way. Posts arrive in the order the room
-	// numbered them, unless one was lost on the way: a member orders them by
-	// seq and fills gaps from the recent posts of its next Join.
-	Posted(ctx context.Context, req *Post) (*emptypb.Empty, error)
-}
-
-// UnimplementedRoomObserver can be embedded in an implementation of
-// RoomObserver: each of its methods fails with codes.Unimplemented, so an
-// observer compiles before all its methods are written.
-type UnimplementedRoomObserver struct{}
-
-// Posted fails with codes.Unimplemented.
-func (UnimplementedRoomObserver) Posted(context.Context, *Post) (*emptypb.Empty, error) {
-	return nil, status.Error(codes.Unimplemented, "granary: method Posted of chat.RoomObserver is not implemented")
-}
-
-// RoomObserverRef refers to one observer of type chat.RoomObserver: an object
-// that an ObserverHost made with CreateRoomObserver. A call through it
-// reaches the observer in the host's process, and fails with NotFound (or
-// Unavailable, while the cluster cannot tell) once the observer is gone. A
-// reference is a small value that may be copied freely; it may be used
-// wherever the Caller it was made with may be used. A grain makes one with
-// RoomObserverRefFromID from the observer's ID and its Context's Caller; the
-// zero RoomObserverRef refers to no observer.
-type RoomObserverRef struct {
-	c  grain.Caller
-	id grain.ID
-}
-
-// RoomObserverRefFromID returns a reference, calling through c, to the
-// observer id. It panics if id is not of type RoomObserverObserverType: calls
-// through such a reference would reach the wrong type.
-func RoomObserverRefFromID(c grain.Caller, id grain.ID) RoomObserverRef {
-	if id.Type != RoomObserverObserverType {
-		panic("granary: RoomObserverRefFromID of observer " + id.String() + ", which is not of type " + RoomObserverObserverType)
-	}
-	return RoomObserverRef{c: c, id: id}
-}
-
-// ID returns the identity of the observer that r refers to.
-func (r RoomObserverRef) ID() grain.ID {
-	return r.id
-}
-
-// Posted delivers a post, one way. Posts arrive in the order the room
-// numbered them, unless one was lost on the way: a member orders them by
-// seq and fills gaps from the recent posts of its next Join.
-//
-// Posted sends chat.RoomObserver.Posted to r's observer one way: it returns
-// once the call is queued, with a nil reply and no word of the outcome. req
-// belongs to the callee once passed: do not change it afterwards.
-func (r RoomObserverRef) Posted(ctx context.Context, req *Post, opts ...grain.CallOption) (*emptypb.Empty, error) {
-	out, err := r.c.Invoke(ctx, r.id, &RoomObserver_ServiceDesc.Methods[0], req, opts...)
-	if err != nil || out == nil {
-		return nil, err
-	}
-	return out.(*emptypb.Empty), nil
-}
-
-// PostedAsync starts chat.RoomObserver.Posted on r's observer and returns at
-// once; the Future delivers the reply. req belongs to the callee once passed:
-// do not change it afterwards.
-func (r RoomObserverRef) PostedAsync(ctx context.Context, req *Post, opts ...grain.CallOption) grain.Future[*emptypb.Empty] {
-	return grain.NewFuture[*emptypb.Empty](r.c.InvokeAsync(ctx, r.id, &RoomObserver_ServiceDesc.Methods[0], req, opts...))
-}
-
-func _RoomObserver_Posted_Observer(impl any, ctx context.Context, req proto.Message) (proto.Message, error) {
-	resp, err := impl.(RoomObserver).Posted(ctx, req.(*Post))
-	if err != nil || resp == nil {
-		return nil, err
-	}
-	return resp, nil
-}
-
-// RoomObserver_ServiceDesc describes the observer type chat.RoomObserver: its
-// dispatch table. CreateRoomObserver hands it to an ObserverHost; the runtime
-// reads it and never changes it.
-var RoomObserver_ServiceDesc = grain.ServiceDesc{
-	Type: RoomObserverObserverType,
-	Methods: []grain.MethodDesc{
-		{
-			Name:        "Posted",
-			FullName:    "/chat.RoomObserver/Posted",
-			Index:       0,
-			Observe:     _RoomObserver_Posted_Observer,
-			NewRequest:  func() proto.Message { return new(Post) },
-			NewResponse: func() proto.Message { return new(emptypb.Empty) },
-			OneWay:      true,
-		},
-	},
-	File:     "examples/chat/chat.proto",
-	Observer: true,
-}
-
-// CreateRoomObserver makes impl an observer of type chat.RoomObserver that
-// grains can call, hosted by h, and returns a reference to it that calls
-// through h. Give the reference's ID to the grains that should call it
-// (ID.String in a request field); h.DeleteObserver with that ID ends the
-// observer.
-func CreateRoomObserver(h grain.ObserverHost, impl RoomObserver) (RoomObserverRef, error) {
-	id, err := h.CreateObserver(&RoomObserver_ServiceDesc, impl)
-	if err != nil {
-		return RoomObserverRef{}, err
-	}
-	return RoomObserverRef{c: h, id: id}, nil
 }
