@@ -24,6 +24,13 @@
 //	./chat silo -name a -gossip 127.0.0.1:7946 -grpc 127.0.0.1:7947 -gateway 127.0.0.1:30000 -postgres postgres://...
 //	./chat silo -name b -gossip 127.0.0.1:7956 -grpc 127.0.0.1:7957 -gateway 127.0.0.1:30010 -postgres postgres://... -seeds 127.0.0.1:7946
 //
+// A client in any language follows a room over plain gRPC, through the
+// gateway's stream service; the Python example's client, for one (its
+// README shows how to make the message classes it reads):
+//
+//	python3 examples/python/client.py --pb /tmp/pb --target 127.0.0.1:30000 --timeout 3600 \
+//	  granary.v1.StreamGateway/Subscribe '{"stream": "chat/rooms/lobby", "fromUnixNanos": "1"}'
+//
 // A client that loses its gateway goes on through another, from the post
 // after the last it showed. Ctrl-D (the end of standard input) or Ctrl-C
 // leaves the room and exits. Ctrl-C stops a silo gracefully: it leaves
