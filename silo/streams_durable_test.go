@@ -268,3 +268,33 @@ func TestBatchPublishesArriveInOrderWithConsecutiveTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestDurableSubscriberSkipsEventsOfAnotherType: events published to a
+// durable stream while it had no subscription to fix its type may be of
+// another type than a later subscriber's; a subscription rewound over
+// them skips them, and counts them as dropped, rather than handing its
+// handler what it cannot decode.
+func TestDurableSubscriberSkipsEventsOfAnotherType(t *testing.T) {
+	rec := newStreamRecord()
+	s := durableSilo(t, rec, t.TempDir(), StreamProviderConfig{})
+	o := op("mixed", "m1")
+	ctx := testCtx(t)
+	other := streams.Get[*probe.Heard](s, o.Provider, o.Namespace, o.Key)
+	first, err := other.Publish(ctx, &probe.Heard{N: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new activation of the stream forgets the type nobody stored.
+	if ok, err := s.Deactivate(ctx, grain.ID{Type: streams.GrainType, Key: streams.ID{Provider: o.Provider, Namespace: o.Namespace, Key: o.Key}.String()}); err != nil || !ok {
+		t.Fatalf("Deactivate the stream: %v, %v", ok, err)
+	}
+	rewound := &probe.ListenOp{Provider: o.Provider, Namespace: o.Namespace, Key: o.Key, FromSequence: first.Sequence}
+	if _, err := probe.NewListenerRef(s, "r").Subscribe(ctx, rewound); err != nil {
+		t.Fatal(err)
+	}
+	publishTicks(t, s, o, 0, 1)
+	checkOnceInOrder(t, "r", waitHeard(t, rec, "r", 2), 0, 1)
+	if d := s.streams.Stats().Dropped; d != 1 {
+		t.Fatalf("%d events dropped, want the one of another type", d)
+	}
+}

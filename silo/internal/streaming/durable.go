@@ -215,8 +215,11 @@ func (t *stream) offer(ev *granaryv1.StreamEvent) {
 
 // readLog reads the next events of the stream for sub from the log, from
 // position pos: up to a batch of them, and next, the position past the
-// records read when none of them was the stream's.
-func (t *stream) readLog(pos uint64) (evs []*granaryv1.StreamEvent, next uint64, err error) {
+// records read when none of them was the stream's. An event of another
+// type than typ, the stream's, was published while the stream had no
+// subscription to fix its type; no handler of the stream can take it, so
+// it is skipped, logged and counted as dropped.
+func (t *stream) readLog(pos uint64, typ string) (evs []*granaryv1.StreamEvent, next uint64, err error) {
 	ctx, cancel := context.WithTimeout(t.s.ctx, t.p.DeliverFor)
 	defer cancel()
 	recs, err := t.log.Read(ctx, t.part, pos, 4*t.p.Batch)
@@ -228,6 +231,12 @@ func (t *stream) readLog(pos uint64) (evs []*granaryv1.StreamEvent, next uint64,
 	for _, r := range recs {
 		next = r.Offset + 1
 		if r.Stream != key {
+			continue
+		}
+		if r.Type != typ {
+			t.s.dropped.Add(1)
+			t.s.cfg.Log.Warn("stream: an event of another type than the stream's is skipped",
+				zap.Stringer("stream", t.id), zap.Uint64("offset", r.Offset), zap.String("type", r.Type), zap.String("stream_type", typ))
 			continue
 		}
 		evs = append(evs, &granaryv1.StreamEvent{Token: &granaryv1.StreamToken{Sequence: r.Offset}, Payload: r.Payload})

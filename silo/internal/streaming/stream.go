@@ -470,7 +470,7 @@ func (t *stream) deliver(sub *subscriber, typ string) {
 			t.mu.Unlock()
 			var next uint64
 			var err error
-			if evs, next, err = t.readLog(pos); err != nil {
+			if evs, next, err = t.readLog(pos, typ); err != nil {
 				t.s.cfg.Log.Warn("stream: reading the log failed", zap.Stringer("stream", t.id), zap.Error(err))
 				t.wait(t.backoff(1))
 				continue
